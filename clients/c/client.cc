@@ -1,0 +1,330 @@
+// libparallax: connection, world, registration and arena memory.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "client_internal.h"
+
+using px::fail;
+using px::succeed;
+
+px_client::~px_client() {
+  if (socket_fd >= 0) ::close(socket_fd);
+}
+
+namespace px {
+namespace {
+
+constexpr const char* kDefaultSocket = "/run/parallax/parallaxd.sock";
+constexpr int64_t kDefaultTimeoutMs = 30000;
+constexpr uint64_t kDefaultArenaBytes = 256ull << 20;
+
+// True if the caller's (possibly older, smaller) options struct contains field.
+#define PX_HAS_FIELD(options, type, field) \
+  ((options)->struct_size >= offsetof(type, field) + sizeof((options)->field))
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = getenv(name);
+  return v && *v ? v : fallback;
+}
+
+bool env_int(const char* name, long long* out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return false;
+  char* end = nullptr;
+  long long x = strtoll(v, &end, 10);
+  if (*end) return false;
+  *out = x;
+  return true;
+}
+
+std::string abi_string(uint32_t v) { return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff); }
+
+// Connects to the daemon's socket, retrying while it is not there yet (a daemon and its
+// workers are often started together) until the deadline.
+px_status connect_socket(const std::string& path, int64_t deadline_ns, int* out_fd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path)
+    return fail(PX_ERR_INVALID, "socket path '" + path + "' is empty or too long");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  for (;;) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fail(PX_ERR_CONNECT, std::string("socket: ") + strerror(errno));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      *out_fd = fd;
+      return PX_OK;
+    }
+    int err = errno;
+    ::close(fd);
+    bool retry = err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR;
+    if (!retry || monotonic_ns() >= deadline_ns)
+      return fail(err == EACCES ? PX_ERR_PERMISSION : PX_ERR_CONNECT,
+                  "cannot connect to parallaxd at " + path + ": " + strerror(err) +
+                      (retry ? " (gave up at the connect deadline)" : ""));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+px_status control_call(px_client* c, const std::string& frame, control::Body expected, std::string* payload,
+                       const control::Message** reply) {
+  std::string error;
+  bool timed_out = false;
+  int64_t deadline = monotonic_ns() + c->control_timeout_ms * 1000000;
+  if (!send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) ||
+      !recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error, &timed_out))
+    return fail(timed_out ? PX_ERR_TIMEOUT : PX_ERR_PEER_LOST, "parallaxd at " + c->socket_path + ": " + error);
+  const control::Message* message = parse_frame(*payload, &error);
+  if (!message || message->body_type() != expected)
+    return fail(PX_ERR_PROTOCOL, "parallaxd sent an unexpected reply: " + (message ? std::string("wrong type") : error));
+  *reply = message;
+  return PX_OK;
+}
+
+bool arena_offset(const px_client* c, const void* p, uint64_t bytes, uint64_t* offset) {
+  const char* base = c->arena.base();
+  const char* q = static_cast<const char*>(p);
+  if (q < base || q >= base + c->arena.size()) return false;
+  uint64_t off = static_cast<uint64_t>(q - base);
+  if (!c->arena.heap_contains(off, bytes)) return false;
+  *offset = off;
+  return true;
+}
+
+}  // namespace px
+
+extern "C" {
+
+PX_API void px_connect_options_init(px_connect_options* options) {
+  if (!options) return;
+  std::memset(options, 0, sizeof *options);
+  options->struct_size = sizeof *options;
+  options->abi_version = PX_ABI_VERSION;
+  options->local_rank = -1;
+}
+
+PX_API px_status px_connect(const px_connect_options* options, px_client** out_client) {
+  using namespace px;
+  if (!out_client) return fail(PX_ERR_INVALID, "px_connect: out_client is NULL");
+  *out_client = nullptr;
+  px_connect_options defaults;
+  px_connect_options_init(&defaults);
+  px_connect_options o = defaults;
+  if (options) {
+    if (options->struct_size < offsetof(px_connect_options, socket_path))
+      return fail(PX_ERR_INVALID, "px_connect: options->struct_size is " + std::to_string(options->struct_size) +
+                                      "; fill options with px_connect_options_init");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+    o.struct_size = sizeof o;
+  }
+  std::string socket_path = o.socket_path ? o.socket_path : env_or("PARALLAX_SOCKET", kDefaultSocket);
+  std::string job = o.job_name ? o.job_name : env_or("PARALLAX_JOB", "default");
+  long long v;
+  int32_t local_rank = o.local_rank;
+  if (local_rank < 0 && env_int("PARALLAX_LOCAL_RANK", &v)) local_rank = static_cast<int32_t>(v);
+  int32_t local_size = o.local_size;
+  if (local_size == 0) local_size = env_int("PARALLAX_LOCAL_SIZE", &v) ? static_cast<int32_t>(v) : 1;
+  uint64_t arena_bytes = o.arena_bytes;
+  if (arena_bytes == 0 && env_int("PARALLAX_ARENA_BYTES", &v) && v > 0) arena_bytes = static_cast<uint64_t>(v);
+  if (arena_bytes == 0) arena_bytes = kDefaultArenaBytes;
+  int64_t timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : kDefaultTimeoutMs;
+  if (local_size < 1) return fail(PX_ERR_INVALID, "px_connect: local_size must be at least 1");
+  if (local_rank >= local_size)
+    return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) + " is not below local_size " +
+                                    std::to_string(local_size));
+
+  auto client = std::make_unique<px_client>();
+  client->socket_path = socket_path;
+  client->control_timeout_ms = timeout_ms;
+  client->job = job;
+  int64_t deadline = monotonic_ns() + timeout_ms * 1000000;
+  px_status status = connect_socket(socket_path, deadline, &client->socket_fd);
+  if (status != PX_OK) return status;
+
+  flatbuffers::FlatBufferBuilder b;
+  auto job_offset = b.CreateString(job);
+  auto hello = control::CreateHello(b, o.abi_version, job_offset, local_rank < 0 ? -1 : local_rank, local_size,
+                                    static_cast<int32_t>(getpid()), arena_bytes);
+  std::string frame = finish_frame(b, control::Body::Hello, hello.Union());
+  std::string error;
+  bool timed_out = false;
+  std::string payload;
+  std::vector<int> fds;
+  if (!send_frame_blocking(client->socket_fd, frame, deadline, &error, &timed_out) ||
+      !recv_frame_blocking(client->socket_fd, client->decoder, &payload, &fds, deadline, &error, &timed_out)) {
+    for (int fd : fds) ::close(fd);
+    if (timed_out)
+      return fail(PX_ERR_TIMEOUT, "px_connect: job '" + job + "' did not gather its " + std::to_string(local_size) +
+                                      " local workers at " + socket_path + " within " + std::to_string(timeout_ms) +
+                                      " ms");
+    return fail(PX_ERR_CONNECT, "px_connect to " + socket_path + ": " + error);
+  }
+  const control::Message* message = parse_frame(payload, &error);
+  const control::HelloReply* reply = message ? message->body_as_HelloReply() : nullptr;
+  if (!reply) {
+    for (int fd : fds) ::close(fd);
+    return fail(PX_ERR_PROTOCOL, "px_connect: parallaxd sent an unexpected handshake reply " + error);
+  }
+  if (reply->status() != PX_OK) {
+    for (int fd : fds) ::close(fd);
+    std::string text = reply->message() ? reply->message()->str() : "";
+    if (reply->status() == PX_ERR_VERSION)
+      text += " (library ABI " + abi_string(PX_ABI_VERSION) + ", daemon ABI " +
+              abi_string(reply->daemon_abi_version()) + ")";
+    return fail(static_cast<px_status>(reply->status()), "px_connect: " + text);
+  }
+  if (fds.size() != 3) {
+    for (int fd : fds) ::close(fd);
+    return fail(PX_ERR_PROTOCOL, "px_connect: parallaxd sent " + std::to_string(fds.size()) + " fds, expected 3");
+  }
+  client->submit_bell = Doorbell(fds[1]);
+  client->completion_bell = Doorbell(fds[2]);
+  if (!SharedArena::attach(fds[0], &client->arena, &error)) return fail(PX_ERR_PROTOCOL, "px_connect: " + error);
+  client->arena.close_fd();
+  client->submit_ring = client->arena.submit_ring();
+  client->completion_ring = client->arena.completion_ring();
+  const ArenaHeader& h = client->arena.header();
+  client->allocator = ArenaAllocator(h.heap_offset, h.heap_bytes);
+  px_world_info& w = client->world;
+  w.struct_size = sizeof w;
+  w.node_index = reply->node_index();
+  w.node_count = reply->node_count();
+  w.rank = reply->rank();
+  w.world_size = reply->world_size();
+  w.local_rank = reply->local_rank();
+  w.local_size = reply->local_size();
+  *out_client = client.release();
+  return succeed();
+}
+
+PX_API px_status px_disconnect(px_client* client) {
+  using namespace px;
+  if (!client) return succeed();
+  {
+    std::lock_guard<std::mutex> lock(client->mutex);
+    flatbuffers::FlatBufferBuilder b;
+    auto body = control::CreateGoodbye(b);
+    std::string frame = finish_frame(b, control::Body::Goodbye, body.Union());
+    std::string error;
+    bool timed_out;
+    send_frame_blocking(client->socket_fd, frame, monotonic_ns() + 100000000, &error, &timed_out);
+  }
+  delete client;
+  return succeed();
+}
+
+PX_API px_status px_world(px_client* client, px_world_info* out_info) {
+  if (!client || !out_info) return fail(PX_ERR_INVALID, "px_world: NULL argument");
+  if (out_info->struct_size < sizeof(uint32_t))
+    return fail(PX_ERR_INVALID, "px_world: set out_info->struct_size = sizeof(px_world_info)");
+  uint32_t n = std::min<uint32_t>(out_info->struct_size, sizeof(px_world_info));
+  px_world_info w = client->world;
+  w.struct_size = n;
+  std::memcpy(out_info, &w, n);
+  return succeed();
+}
+
+PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype, uint64_t count,
+                                   px_reduce_op op, px_var** out_var) {
+  using namespace px;
+  if (!client || !name || !out_var) return fail(PX_ERR_INVALID, "px_register_dense: NULL argument");
+  *out_var = nullptr;
+  if (!valid_dtype(static_cast<uint32_t>(dtype)))
+    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown dtype " + std::to_string(dtype));
+  if (!valid_reduce_op(static_cast<uint32_t>(op)))
+    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown reduce op " + std::to_string(op));
+  std::lock_guard<std::mutex> lock(client->mutex);
+  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  flatbuffers::FlatBufferBuilder b;
+  auto name_offset = b.CreateString(name);
+  auto request = control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
+                                              static_cast<uint32_t>(op));
+  std::string payload;
+  const control::Message* message = nullptr;
+  px_status status = control_call(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
+                                  control::Body::RegisterReply, &payload, &message);
+  if (status != PX_OK) return status;
+  const control::RegisterReply* reply = message->body_as_RegisterReply();
+  if (reply->status() != PX_OK)
+    return fail(static_cast<px_status>(reply->status()), reply->message() ? reply->message()->str() : "");
+  for (auto& existing : client->vars) {
+    if (existing->id == reply->var_id()) {
+      *out_var = existing.get();
+      return succeed();
+    }
+  }
+  auto var = std::make_unique<px_var>();
+  var->client = client;
+  var->id = reply->var_id();
+  var->name = name;
+  var->dtype = static_cast<DType>(dtype);
+  var->op = static_cast<ReduceOp>(op);
+  var->count = count;
+  var->bytes = count * dtype_size(var->dtype);
+  *out_var = var.get();
+  client->vars.push_back(std::move(var));
+  return succeed();
+}
+
+PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
+  using namespace px;
+  if (!var || !out_stats) return fail(PX_ERR_INVALID, "px_var_stats_get: NULL argument");
+  if (out_stats->struct_size < sizeof(uint32_t))
+    return fail(PX_ERR_INVALID, "px_var_stats_get: set out_stats->struct_size = sizeof(px_var_stats)");
+  px_client* client = var->client;
+  std::lock_guard<std::mutex> lock(client->mutex);
+  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  flatbuffers::FlatBufferBuilder b;
+  auto request = control::CreateStatsRequest(b, var->id);
+  std::string payload;
+  const control::Message* message = nullptr;
+  px_status status = control_call(client, finish_frame(b, control::Body::StatsRequest, request.Union()),
+                                  control::Body::StatsReply, &payload, &message);
+  if (status != PX_OK) return status;
+  const control::StatsReply* reply = message->body_as_StatsReply();
+  if (reply->status() != PX_OK)
+    return fail(static_cast<px_status>(reply->status()), reply->message() ? reply->message()->str() : "");
+  px_var_stats s{};
+  s.struct_size = std::min<uint32_t>(out_stats->struct_size, sizeof s);
+  s.ops = reply->ops();
+  s.bytes = reply->bytes();
+  s.wait_ns = reply->wait_ns();
+  s.reduce_ns = reply->reduce_ns();
+  std::memcpy(out_stats, &s, s.struct_size);
+  return succeed();
+}
+
+PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr) {
+  if (!client || !out_ptr) return fail(PX_ERR_INVALID, "px_alloc: NULL argument");
+  *out_ptr = nullptr;
+  std::lock_guard<std::mutex> lock(client->mutex);
+  auto offset = client->allocator.allocate(bytes);
+  if (!offset)
+    return fail(PX_ERR_NO_MEMORY, "px_alloc(" + std::to_string(bytes) + "): the arena has " +
+                                      std::to_string(client->allocator.largest_free_block()) +
+                                      " bytes in its largest free block (" +
+                                      std::to_string(client->allocator.bytes_in_use()) +
+                                      " in use); raise px_connect_options.arena_bytes");
+  *out_ptr = client->arena.base() + *offset;
+  return succeed();
+}
+
+PX_API px_status px_free(px_client* client, void* ptr) {
+  if (!client) return fail(PX_ERR_INVALID, "px_free: NULL client");
+  if (!ptr) return succeed();
+  std::lock_guard<std::mutex> lock(client->mutex);
+  uint64_t offset = 0;
+  if (!px::arena_offset(client, ptr, 0, &offset) || !client->allocator.release(offset))
+    return fail(PX_ERR_INVALID, "px_free: pointer was not returned by px_alloc on this client");
+  return succeed();
+}
+
+}  // extern "C"

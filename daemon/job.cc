@@ -1,0 +1,49 @@
+#include "job.h"
+
+namespace px {
+
+std::string Fingerprint::describe() const {
+  return std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] " + reduce_op_name(op);
+}
+
+Job::Job(std::string name, int local_size)
+    : name_(std::move(name)), local_size_(local_size), members_(static_cast<size_t>(local_size)) {
+  auto barrier = std::make_unique<Variable>();
+  barrier->id = 0;
+  barrier->name = "<barrier>";
+  barrier->registered.assign(static_cast<size_t>(local_size), true);
+  variables_.push_back(std::move(barrier));
+}
+
+int Job::connected() const {
+  int n = 0;
+  for (const auto& m : members_) n += m != nullptr;
+  return n;
+}
+
+int Job::first_free_rank() const {
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (!members_[i]) return static_cast<int>(i);
+  return -1;
+}
+
+Variable* Job::find(uint32_t id) { return id < variables_.size() ? variables_[id].get() : nullptr; }
+
+Variable* Job::find(const std::string& name) {
+  auto it = ids_.find(name);
+  return it == ids_.end() ? nullptr : variables_[it->second].get();
+}
+
+Variable& Job::add(std::string name, Fingerprint fingerprint, std::string defined_by) {
+  auto var = std::make_unique<Variable>();
+  var->id = static_cast<uint32_t>(variables_.size());
+  var->name = name;
+  var->fingerprint = fingerprint;
+  var->defined_by = std::move(defined_by);
+  var->registered.assign(static_cast<size_t>(local_size_), false);
+  ids_[std::move(name)] = var->id;
+  variables_.push_back(std::move(var));
+  return *variables_.back();
+}
+
+}  // namespace px

@@ -1,0 +1,202 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "control_channel.h"
+#include "log.h"
+#include "reduce.h"
+#include "session.h"
+#include "thread_pool.h"
+
+namespace px {
+namespace {
+
+// Steps up to this many bytes per worker are reduced on the loop thread: handing them to
+// the pool would cost more (a thread wake-up each way) than the reduction itself.
+constexpr uint64_t kInlineReduceBytes = 64 * 1024;
+// Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
+constexpr uint64_t kChunkBytes = 128 * 1024;
+
+std::string step_suffix(const Variable& var, uint64_t step) {
+  return " (variable '" + var.name + "', step " + std::to_string(step) + ")";
+}
+
+bool overlaps(const BufferRef& a, const BufferRef& b) {
+  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+}  // namespace
+
+struct Scheduler::Run {
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  uint64_t step = 0;
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<uint64_t> request_ids;
+  std::vector<const char*> inputs;
+  std::vector<char*> outputs;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  unsigned mean_divisor = 1;
+  int64_t start_ns = 0;
+  std::atomic<unsigned> slices_left{0};
+};
+
+void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry) {
+  Job& job = *session->job();
+  int rank = session->local_rank();
+  Variable* var = job.find(entry.var_id);
+  if (!var || !var->registered[static_cast<size_t>(rank)]) {
+    session->complete(entry.request_id, PX_ERR_NOT_FOUND,
+                      "variable id " + std::to_string(entry.var_id) + " is not registered by " +
+                          session->label());
+    return;
+  }
+  Opcode expected_op = var->id == 0 ? Opcode::kBarrier : Opcode::kAllreduce;
+  if (entry.opcode != static_cast<uint16_t>(expected_op)) {
+    session->complete(entry.request_id, PX_ERR_PROTOCOL,
+                      "opcode " + std::to_string(entry.opcode) + " is not valid for variable '" +
+                          var->name + "' from " + session->label());
+    return;
+  }
+  uint64_t& expected_step = session->next_step(var->id);
+  if (entry.step != expected_step) {
+    session->complete(entry.request_id, PX_ERR_PROTOCOL,
+                      session->label() + " submitted step " + std::to_string(entry.step) +
+                          " but step " + std::to_string(expected_step) + " was next" +
+                          step_suffix(*var, entry.step));
+    return;
+  }
+  ++expected_step;
+  if (!job.broken().empty()) {
+    session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + step_suffix(*var, entry.step));
+    return;
+  }
+  if (var->poison_status != PX_OK) {
+    session->complete(entry.request_id, var->poison_status, var->poison_message);
+    return;
+  }
+
+  std::string invalid;
+  if (var->id != 0) {
+    uint64_t bytes = var->fingerprint.bytes();
+    const SharedArena& arena = session->arena();
+    if (entry.in.bytes != bytes || entry.out.bytes != bytes) {
+      invalid = "buffer sizes " + std::to_string(entry.in.bytes) + "/" + std::to_string(entry.out.bytes) +
+                " bytes, variable has " + std::to_string(bytes);
+    } else if (entry.in.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena) ||
+               entry.out.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena)) {
+      invalid = "device memory is not supported by this parallaxd build";
+    } else if (!arena.heap_contains(entry.in.offset, bytes) || !arena.heap_contains(entry.out.offset, bytes)) {
+      invalid = "a buffer lies outside the shared arena";
+    } else if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out)) {
+      invalid = "in and out overlap without being equal";
+    }
+  }
+
+  PendingStep& pending = var->pending[entry.step];
+  if (pending.by_rank.empty()) {
+    pending.by_rank.resize(static_cast<size_t>(job.local_size()));
+    pending.first_ns = monotonic_ns();
+  }
+  ++pending.arrived;
+  bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
+  if (pending.failure == PX_OK && !invalid.empty()) {
+    pending.failure = PX_ERR_INVALID;
+    pending.failure_message = session->label() + " gave an invalid buffer: " + invalid + step_suffix(*var, entry.step);
+    for (auto& c : pending.by_rank) {
+      if (c) c->session->complete(c->request_id, pending.failure, pending.failure_message);
+      c.reset();
+    }
+  }
+  if (pending.failure != PX_OK) {
+    session->complete(entry.request_id, pending.failure, pending.failure_message);
+    if (everyone_arrived) var->pending.erase(entry.step);
+    return;
+  }
+  pending.by_rank[static_cast<size_t>(rank)] = Contribution{session, entry.request_id, entry.in, entry.out};
+  if (!everyone_arrived) return;
+  PendingStep complete_step = std::move(pending);
+  var->pending.erase(entry.step);
+  launch(session->job_ref(), *var, std::move(complete_step));
+  (void)rank;
+}
+
+void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
+  for (auto& [step, pending] : var.pending) {
+    std::string message = why + step_suffix(var, step);
+    for (auto& c : pending.by_rank)
+      if (c) c->session->complete(c->request_id, status, message);
+  }
+  var.pending.clear();
+}
+
+void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
+  for (auto& var : job.variables()) fail_variable(*var, status, why);
+}
+
+void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, PendingStep step) {
+  auto run = std::make_shared<Run>();
+  run->job = std::move(job);
+  run->var = &var;
+  run->dtype = var.fingerprint.dtype;
+  run->op = var.fingerprint.op;
+  run->count = var.fingerprint.count;
+  run->mean_divisor = static_cast<unsigned>(run->job->local_size());
+  run->start_ns = monotonic_ns();
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - step.first_ns);
+  for (auto& c : step.by_rank) {
+    run->sessions.push_back(c->session);
+    run->request_ids.push_back(c->request_id);
+    run->inputs.push_back(c->session->arena().base() + c->in.offset);
+    run->outputs.push_back(c->session->arena().base() + c->out.offset);
+  }
+  uint64_t bytes = var.id == 0 ? 0 : var.fingerprint.bytes();
+  if (bytes <= kInlineReduceBytes) {
+    execute_slice(*run, 0, run->count);
+    finish(*run);
+    return;
+  }
+  // Split into one slice per pool thread, each a whole number of 64-byte lines.
+  size_t elem = dtype_size(run->dtype);
+  size_t line_elems = 64 / elem;
+  unsigned slices = std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
+  size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
+  run->slices_left.store(slices);
+  for (unsigned s = 0; s < slices; ++s) {
+    size_t begin = std::min(run->count, s * per_slice);
+    size_t end = s + 1 == slices ? run->count : std::min(run->count, begin + per_slice);
+    pool_.submit([this, run, begin, end] {
+      execute_slice(*run, begin, end);
+      if (run->slices_left.fetch_sub(1) == 1) post_([run] { finish(*run); });
+    });
+  }
+}
+
+void Scheduler::execute_slice(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    size_t offset = at * elem;
+    for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + offset;
+    char* result = run.outputs[0] + offset;
+    reduce_buffers(run.dtype, run.op, result, sources.data(), n, len, run.mean_divisor);
+    for (size_t r = 1; r < n; ++r) std::memcpy(run.outputs[r] + offset, result, len * elem);
+  }
+}
+
+void Scheduler::finish(Run& run) {
+  Variable& var = *run.var;
+  var.stats.ops += 1;
+  if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
+  var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  for (size_t r = 0; r < run.sessions.size(); ++r) run.sessions[r]->complete(run.request_ids[r], PX_OK, "");
+}
+
+}  // namespace px

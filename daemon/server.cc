@@ -1,0 +1,257 @@
+#include "server.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "log.h"
+#include "session.h"
+
+namespace px {
+namespace {
+
+unsigned default_threads() {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min(4u, cores);
+}
+
+}  // namespace
+
+Server::Server(DaemonConfig config)
+    : config_(std::move(config)),
+      pool_(config_.threads ? config_.threads : default_threads()),
+      scheduler_(pool_, [this](std::function<void()> fn) { post(std::move(fn)); }) {
+  uv_loop_init(&loop_);
+  uv_async_init(&loop_, &async_, on_async);
+  async_.data = this;
+}
+
+Server::~Server() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  uv_loop_close(&loop_);
+}
+
+bool Server::listen(std::string* error) {
+  const std::string& path = config_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    *error = "socket path '" + path + "' is empty or longer than " + std::to_string(sizeof addr.sun_path - 1);
+    return false;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (!config_.group.empty()) {
+    group* g = getgrnam(config_.group.c_str());
+    if (!g) {
+      *error = "group '" + config_.group + "' does not exist";
+      return false;
+    }
+    allowed_gid_ = g->gr_gid;
+  }
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + strerror(errno);
+    return false;
+  }
+  // A leftover socket file from a dead daemon is replaced; a live daemon is not.
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    ::close(probe);
+    ::close(fd);
+    *error = "another parallaxd is already listening on " + path;
+    return false;
+  }
+  if (probe >= 0) ::close(probe);
+  ::unlink(path.c_str());
+  mode_t old_mask = umask(0117);  // socket file 0660
+  int bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  umask(old_mask);
+  if (bound != 0 || ::listen(fd, 128) != 0) {
+    *error = "cannot listen on " + path + ": " + strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  chmod(path.c_str(), 0660);
+  if (allowed_gid_ != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
+    PX_LOG_WARN("cannot give %s to group %s: %s", path.c_str(), config_.group.c_str(), strerror(errno));
+  listen_fd_ = fd;
+  uv_poll_init(&loop_, &listen_poll_, listen_fd_);
+  listen_poll_.data = this;
+  uv_poll_start(&listen_poll_, UV_READABLE, on_listen_event);
+  return true;
+}
+
+int Server::run() {
+  uv_signal_init(&loop_, &sigint_);
+  uv_signal_init(&loop_, &sigterm_);
+  sigint_.data = sigterm_.data = this;
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+  PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  return 0;
+}
+
+void Server::on_signal(uv_signal_t* handle, int signum) {
+  auto* self = static_cast<Server*>(handle->data);
+  PX_LOG_INFO("signal %d: shutting down", signum);
+  self->shutdown();
+}
+
+void Server::shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  auto sessions = sessions_;
+  for (auto& [id, session] : sessions) session->close("disconnected: parallaxd is shutting down");
+  uv_poll_stop(&listen_poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&listen_poll_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  ::unlink(config_.socket_path.c_str());
+}
+
+void Server::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(posted_mutex_);
+    posted_.push_back(std::move(fn));
+  }
+  uv_async_send(&async_);
+}
+
+void Server::on_async(uv_async_t* handle) {
+  auto* self = static_cast<Server*>(handle->data);
+  std::vector<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> lock(self->posted_mutex_);
+    work.swap(self->posted_);
+  }
+  for (auto& fn : work) fn();
+}
+
+void Server::on_listen_event(uv_poll_t* handle, int status, int) {
+  auto* self = static_cast<Server*>(handle->data);
+  if (status < 0) {
+    PX_LOG_ERROR("listening socket: %s", uv_strerror(status));
+    return;
+  }
+  self->accept_connections();
+}
+
+bool Server::peer_allowed(int fd, pid_t* pid, uid_t* uid, std::string* why) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    *why = std::string("SO_PEERCRED: ") + strerror(errno);
+    return false;
+  }
+  *pid = cred.pid;
+  *uid = cred.uid;
+  if (cred.uid == geteuid() || cred.uid == 0) return true;
+  if (allowed_gid_ != static_cast<gid_t>(-1)) {
+    if (cred.gid == allowed_gid_) return true;
+    gid_t groups[256];
+    socklen_t glen = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+      for (size_t i = 0; i < glen / sizeof(gid_t); ++i)
+        if (groups[i] == allowed_gid_) return true;
+    }
+  }
+  *why = "uid " + std::to_string(cred.uid) + " is neither parallaxd's user nor in its group" +
+         (config_.group.empty() ? " (none configured: see --group)" : " '" + config_.group + "'");
+  return false;
+}
+
+void Server::accept_connections() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) PX_LOG_WARN("accept: %s", strerror(errno));
+      return;
+    }
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::string why;
+    bool allowed = peer_allowed(fd, &pid, &uid, &why);
+    auto session = std::make_shared<Session>(*this, fd, next_session_id_++, pid, uid);
+    sessions_[session->id()] = session;
+    session->start();
+    if (!allowed) {
+      PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid), why.c_str());
+      session->refuse(PX_ERR_PERMISSION, "parallaxd refused the connection: " + why);
+    }
+  }
+}
+
+px_status Server::join_job(const std::shared_ptr<Session>& session, const std::string& name,
+                           int local_size, int rank, std::shared_ptr<Job>* job_out,
+                           int* assigned_rank, std::string* error) {
+  auto& job = jobs_[name];
+  if (!job) job = std::make_shared<Job>(name, local_size);
+  if (job->local_size() != local_size) {
+    *error = "job '" + name + "' has local_size " + std::to_string(job->local_size()) + ", this worker says " +
+             std::to_string(local_size);
+    return PX_ERR_MISMATCH;
+  }
+  if (!job->broken().empty()) {
+    *error = "job '" + name + "' cannot take new workers: " + job->broken() +
+             "; disconnect its remaining workers and start again";
+    return PX_ERR_PEER_LOST;
+  }
+  if (job->ready()) {
+    *error = "job '" + name + "' already has all " + std::to_string(local_size) + " local workers";
+    return PX_ERR_INVALID;
+  }
+  if (rank < 0) rank = job->first_free_rank();
+  auto& slot = job->members()[static_cast<size_t>(rank)];
+  if (slot) {
+    *error = "local rank " + std::to_string(rank) + " of job '" + name + "' is already taken by " + slot->label();
+    return PX_ERR_INVALID;
+  }
+  slot = session;
+  *job_out = job;
+  *assigned_rank = rank;
+  if (job->connected() == local_size) {
+    job->mark_ready();
+    PX_LOG_INFO("job '%s': all %d local workers connected", name.c_str(), local_size);
+    // Activation happens after this call returns, so the joining session has its rank.
+    post([job] {
+      for (auto& member : job->members())
+        if (member) member->activate();
+    });
+  }
+  return PX_OK;
+}
+
+void Server::leave_job(Session& session, const std::string& why) {
+  auto it = jobs_.find(session.job()->name());
+  if (it == jobs_.end()) return;
+  std::shared_ptr<Job> job = it->second;
+  int rank = session.local_rank();
+  if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session)
+    job->members()[static_cast<size_t>(rank)].reset();
+  if (job->ready() && job->broken().empty()) {
+    job->mark_broken(session.label() + " " + why);
+    scheduler_.fail_job(*job, PX_ERR_PEER_LOST, job->broken());
+  }
+  if (job->connected() == 0) jobs_.erase(it);
+}
+
+void Server::forget_session(uint64_t id) { sessions_.erase(id); }
+
+}  // namespace px

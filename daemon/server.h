@@ -1,0 +1,73 @@
+// parallaxd's event loop: the listening socket, sessions, jobs, the scheduler and the pool.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "job.h"
+#include "scheduler.h"
+#include "thread_pool.h"
+
+namespace px {
+
+class Session;
+
+class Server {
+ public:
+  explicit Server(DaemonConfig config);
+  ~Server();
+
+  // Binds the socket; false with error set if it cannot.
+  bool listen(std::string* error);
+  // Runs until SIGINT/SIGTERM. Returns the process exit code.
+  int run();
+
+  const DaemonConfig& config() const { return config_; }
+  uv_loop_t* loop() { return &loop_; }
+  Scheduler& scheduler() { return scheduler_; }
+
+  // Thread-safe: runs fn on the loop thread.
+  void post(std::function<void()> fn);
+
+  // Adds session to job name as rank (or the first free rank when rank < 0). On success
+  // returns PX_OK and, when the job became complete, activates all its members.
+  px_status join_job(const std::shared_ptr<Session>& session, const std::string& name, int local_size,
+                     int rank, std::shared_ptr<Job>* job, int* assigned_rank, std::string* error);
+  // A member left (cleanly or not). A started job is broken from then on.
+  void leave_job(Session& session, const std::string& why);
+  void forget_session(uint64_t id);
+
+ private:
+  static void on_listen_event(uv_poll_t* handle, int status, int events);
+  static void on_async(uv_async_t* handle);
+  static void on_signal(uv_signal_t* handle, int signum);
+  void accept_connections();
+  bool peer_allowed(int fd, pid_t* pid, uid_t* uid, std::string* why);
+  void shutdown();
+
+  DaemonConfig config_;
+  uv_loop_t loop_{};
+  uv_poll_t listen_poll_{};
+  uv_async_t async_{};
+  uv_signal_t sigint_{};
+  uv_signal_t sigterm_{};
+  int listen_fd_ = -1;
+  gid_t allowed_gid_ = static_cast<gid_t>(-1);
+  bool stopping_ = false;
+  uint64_t next_session_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::mutex posted_mutex_;
+  std::vector<std::function<void()>> posted_;
+  ThreadPool pool_;
+  Scheduler scheduler_;
+};
+
+}  // namespace px

@@ -1,0 +1,345 @@
+#include "session.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+#include "parallax_c.h"
+#include "scheduler.h"
+#include "server.h"
+
+namespace px {
+namespace {
+
+constexpr size_t kMaxNameBytes = 255;
+constexpr int kMaxLocalSize = 4096;
+constexpr uint64_t kMinArenaBytes = 1ull << 20;
+constexpr uint64_t kMaxVariableBytes = 1ull << 40;
+
+std::string abi_string(uint32_t v) { return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff); }
+
+}  // namespace
+
+Session::Session(Server& server, int fd, uint64_t id, pid_t pid, uid_t uid)
+    : server_(server), fd_(fd), id_(id), pid_(pid), uid_(uid) {}
+
+Session::~Session() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string Session::label() const {
+  std::string rank = local_rank_ >= 0 ? "local rank " + std::to_string(local_rank_) + " " : "";
+  std::string job = job_name_.empty() ? "" : " of job '" + job_name_ + "'";
+  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job;
+}
+
+void Session::start() {
+  uv_poll_init(server_.loop(), &socket_poll_, fd_);
+  socket_poll_.data = this;
+  ++open_handles_;
+  update_socket_poll();
+}
+
+void Session::update_socket_poll() {
+  int events = UV_READABLE | UV_DISCONNECT;
+  if (!output_.empty()) events |= UV_WRITABLE;
+  uv_poll_start(&socket_poll_, events, on_socket_event);
+}
+
+void Session::on_socket_event(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<Session*>(handle->data);
+  auto keep_alive = self->shared_from_this();
+  if (status < 0) {
+    self->close(std::string("socket error: ") + uv_strerror(status));
+    return;
+  }
+  if (events & UV_WRITABLE) self->flush_output();
+  if (!self->closed() && (events & (UV_READABLE | UV_DISCONNECT))) self->read_socket();
+}
+
+void Session::read_socket() {
+  char buffer[8192];
+  for (;;) {
+    ssize_t n = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) {
+      decoder_.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    // EOF or error: the process is gone (or closed its socket).
+    close(left_cleanly_ ? "left (px_disconnect)" : "lost its connection (process exited or was killed)");
+    return;
+  }
+  std::string payload;
+  std::string error;
+  while (!closed()) {
+    int got = decoder_.next(&payload, &error);
+    if (got == 0) break;
+    if (got < 0) {
+      PX_LOG_WARN("dropping %s: malformed control stream: %s", label().c_str(), error.c_str());
+      close("sent a malformed control stream");
+      return;
+    }
+    handle_frame(payload);
+  }
+}
+
+void Session::send_frame(const std::string& frame) {
+  output_ += frame;
+  flush_output();
+}
+
+void Session::flush_output() {
+  while (!output_.empty()) {
+    ssize_t n = send_with_fds(fd_, output_.data(), output_.size(), nullptr, 0);
+    if (n > 0) {
+      output_.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    close(std::string("send failed: ") + strerror(errno));
+    return;
+  }
+  if (output_.empty() && close_after_flush_) {
+    close("refused");
+    return;
+  }
+  if (!closed()) update_socket_poll();
+}
+
+void Session::refuse(px_status status, const std::string& message) {
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(message);
+  control::HelloReplyBuilder reply(b);
+  reply.add_status(status);
+  reply.add_message(text);
+  reply.add_daemon_abi_version(PX_ABI_VERSION);
+  auto body = reply.Finish();
+  close_after_flush_ = true;
+  send_frame(finish_frame(b, control::Body::HelloReply, body.Union()));
+}
+
+void Session::handle_frame(const std::string& payload) {
+  std::string error;
+  const control::Message* message = parse_frame(payload, &error);
+  if (!message) {
+    PX_LOG_WARN("dropping %s: %s", label().c_str(), error.c_str());
+    close("sent a malformed control message");
+    return;
+  }
+  switch (message->body_type()) {
+    case control::Body::Hello:
+      if (state_ == State::kHandshake) return handle_hello(*message->body_as_Hello());
+      break;
+    case control::Body::RegisterDense:
+      if (state_ == State::kActive) return handle_register(*message->body_as_RegisterDense());
+      break;
+    case control::Body::StatsRequest:
+      if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
+      break;
+    case control::Body::Goodbye:
+      left_cleanly_ = true;
+      return;
+    default:
+      break;
+  }
+  PX_LOG_WARN("dropping %s: unexpected control message %s", label().c_str(),
+              control::EnumNameBody(message->body_type()));
+  close("sent an unexpected control message");
+}
+
+void Session::handle_hello(const control::Hello& hello) {
+  uint32_t client_abi = hello.abi_version();
+  if ((client_abi >> 16) != PX_ABI_VERSION_MAJOR || (client_abi & 0xffff) > PX_ABI_VERSION_MINOR) {
+    std::string message = "client ABI " + abi_string(client_abi) + " is not supported by parallaxd " +
+                          "(ABI " + abi_string(PX_ABI_VERSION) + ")";
+    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
+    return refuse(PX_ERR_VERSION, message);
+  }
+  std::string job = hello.job() ? hello.job()->str() : "";
+  if (job.empty() || job.size() > kMaxNameBytes)
+    return refuse(PX_ERR_INVALID, "job name must have 1 to 255 bytes");
+  int local_size = hello.local_size();
+  if (local_size < 1 || local_size > kMaxLocalSize)
+    return refuse(PX_ERR_INVALID, "local_size " + std::to_string(local_size) + " is not in 1.." +
+                                      std::to_string(kMaxLocalSize));
+  if (hello.local_rank() < -1 || hello.local_rank() >= local_size)
+    return refuse(PX_ERR_INVALID, "local_rank " + std::to_string(hello.local_rank()) +
+                                      " is not in 0.." + std::to_string(local_size - 1));
+  uint64_t arena_bytes = hello.arena_bytes() ? hello.arena_bytes() : server_.config().default_arena_bytes;
+  if (arena_bytes < kMinArenaBytes || arena_bytes > server_.config().max_arena_bytes)
+    return refuse(PX_ERR_INVALID, "arena_bytes " + std::to_string(arena_bytes) + " is not in " +
+                                      std::to_string(kMinArenaBytes) + ".." +
+                                      std::to_string(server_.config().max_arena_bytes));
+  std::string error;
+  if (!SharedArena::create(arena_bytes, server_.config().ring_capacity, &arena_, &error) ||
+      !Doorbell::create(&submit_bell_, &error) || !Doorbell::create(&completion_bell_, &error)) {
+    PX_LOG_ERROR("cannot set up shared memory for pid %d: %s", static_cast<int>(pid_), error.c_str());
+    return refuse(PX_ERR_NO_MEMORY, "parallaxd could not create the shared arena: " + error);
+  }
+  submit_ring_ = arena_.submit_ring();
+  completion_ring_ = arena_.completion_ring();
+  job_name_ = job;
+  state_ = State::kWaitingForJob;
+  int rank = -1;
+  px_status status =
+      server_.join_job(shared_from_this(), job, local_size, hello.local_rank(), &job_, &rank, &error);
+  if (status != PX_OK) {
+    state_ = State::kHandshake;
+    job_.reset();
+    job_name_.clear();
+    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), error.c_str());
+    return refuse(status, error);
+  }
+  local_rank_ = rank;
+  PX_LOG_INFO("%s connected (%d of %d)", label().c_str(), job_->connected(), local_size);
+}
+
+void Session::activate() {
+  if (state_ != State::kWaitingForJob) return;
+  Job& job = *job_;
+  flatbuffers::FlatBufferBuilder b;
+  control::HelloReplyBuilder reply(b);
+  reply.add_status(PX_OK);
+  reply.add_daemon_abi_version(PX_ABI_VERSION);
+  reply.add_node_index(0);
+  reply.add_node_count(1);
+  reply.add_rank(local_rank_);
+  reply.add_world_size(job.local_size());
+  reply.add_local_rank(local_rank_);
+  reply.add_local_size(job.local_size());
+  auto body = reply.Finish();
+  std::string frame = finish_frame(b, control::Body::HelloReply, body.Union());
+  int fds[3] = {arena_.fd(), submit_bell_.fd(), completion_bell_.fd()};
+  ssize_t n = send_with_fds(fd_, frame.data(), frame.size(), fds, 3);
+  if (n <= 0) {
+    close(std::string("could not send the arena: ") + strerror(errno));
+    return;
+  }
+  output_ = frame.substr(static_cast<size_t>(n));
+  arena_.close_fd();  // the mapping is all the daemon needs; the client holds the fd now
+  state_ = State::kActive;
+  uv_poll_init(server_.loop(), &doorbell_poll_, submit_bell_.fd());
+  doorbell_poll_.data = this;
+  ++open_handles_;
+  doorbell_polling_ = true;
+  uv_poll_start(&doorbell_poll_, UV_READABLE, on_doorbell);
+  flush_output();
+}
+
+void Session::handle_register(const control::RegisterDense& request) {
+  auto reply = [this](px_status status, const std::string& message, uint32_t var_id) {
+    flatbuffers::FlatBufferBuilder b;
+    auto text = b.CreateString(message);
+    auto body = control::CreateRegisterReply(b, status, text, var_id);
+    send_frame(finish_frame(b, control::Body::RegisterReply, body.Union()));
+  };
+  std::string name = request.name() ? request.name()->str() : "";
+  if (name.empty() || name.size() > kMaxNameBytes)
+    return reply(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
+  if (!valid_dtype(request.dtype()) || !valid_reduce_op(request.op()))
+    return reply(PX_ERR_INVALID, "variable '" + name + "': unknown dtype or reduce op", 0);
+  Fingerprint fingerprint{static_cast<DType>(request.dtype()), request.count(),
+                          static_cast<ReduceOp>(request.op())};
+  if (fingerprint.count == 0 || fingerprint.count > kMaxVariableBytes / dtype_size(fingerprint.dtype))
+    return reply(PX_ERR_INVALID, "variable '" + name + "': count " + std::to_string(fingerprint.count) +
+                                     " is zero or too large", 0);
+  Job& job = *job_;
+  Variable* var = job.find(name);
+  if (!var) {
+    var = &job.add(name, fingerprint, label());
+  } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
+    var->poison_status = PX_ERR_MISMATCH;
+    var->poison_message = "variable '" + name + "' of job '" + job.name() + "' registered as " +
+                          var->fingerprint.describe() + " by " + var->defined_by + " and as " +
+                          fingerprint.describe() + " by " + label();
+    PX_LOG_WARN("%s", var->poison_message.c_str());
+    server_.scheduler().fail_variable(*var, PX_ERR_MISMATCH, var->poison_message);
+  }
+  if (var->poison_status != PX_OK) return reply(var->poison_status, var->poison_message, 0);
+  var->registered[static_cast<size_t>(local_rank_)] = true;
+  reply(PX_OK, "", var->id);
+}
+
+void Session::handle_stats(const control::StatsRequest& request) {
+  flatbuffers::FlatBufferBuilder b;
+  Variable* var = job_->find(request.var_id());
+  flatbuffers::Offset<control::StatsReply> body;
+  if (!var) {
+    auto text = b.CreateString("variable id " + std::to_string(request.var_id()) + " is unknown");
+    body = control::CreateStatsReply(b, PX_ERR_NOT_FOUND, text);
+  } else {
+    const VarStats& s = var->stats;
+    body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns);
+  }
+  send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
+}
+
+void Session::on_doorbell(uv_poll_t* handle, int status, int) {
+  auto* self = static_cast<Session*>(handle->data);
+  auto keep_alive = self->shared_from_this();
+  if (status < 0) return self->close(std::string("doorbell error: ") + uv_strerror(status));
+  self->submit_bell_.drain();
+  self->drain_submissions();
+}
+
+void Session::drain_submissions() {
+  // Bounded per wake-up so one busy client cannot starve the others; if entries remain we
+  // ring our own doorbell to come back on the next loop iteration.
+  uint32_t budget = submit_ring_.capacity();
+  SubmitEntry entry;
+  for (;;) {
+    while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
+      --budget;
+      server_.scheduler().submit(shared_from_this(), entry);
+    }
+    if (closed()) return;
+    if (budget == 0) {
+      submit_bell_.ring();
+      return;
+    }
+    if (submit_ring_.arm_and_check_empty()) return;
+  }
+}
+
+void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
+  if (state_ != State::kActive) return;
+  CompletionEntry entry{};
+  entry.request_id = request_id;
+  entry.status = status;
+  if (status != PX_OK) {
+    size_t n = std::min(message.size(), kCompletionMessageBytes - 1);
+    std::memcpy(entry.message, message.data(), n);
+  }
+  if (!completion_ring_.try_push(entry)) {
+    PX_LOG_WARN("dropping %s: it does not consume its completions", label().c_str());
+    close("overflowed its completion ring");
+    return;
+  }
+  if (completion_ring_.consumer_needs_wakeup()) completion_bell_.ring();
+}
+
+void Session::close(const std::string& reason) {
+  if (state_ == State::kClosed) return;
+  bool was_member = state_ == State::kWaitingForJob || state_ == State::kActive;
+  state_ = State::kClosed;
+  if (reason != "refused") PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
+  if (was_member && job_) server_.leave_job(*this, reason);
+  uv_poll_stop(&socket_poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&socket_poll_), on_handle_closed);
+  if (doorbell_polling_) {
+    uv_poll_stop(&doorbell_poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&doorbell_poll_), on_handle_closed);
+  }
+}
+
+void Session::on_handle_closed(uv_handle_t* handle) {
+  auto* self = static_cast<Session*>(handle->data);
+  if (--self->open_handles_ == 0) self->server_.forget_session(self->id_);
+}
+
+}  // namespace px

@@ -1,0 +1,164 @@
+/*
+ * parallax_c.h - the stable C ABI of libparallax, the client library of parallaxd.
+ *
+ * Conventions (after LevelDB's c.h and NCCL's nccl.h):
+ *  - every object is an opaque handle, freed by exactly one function;
+ *  - every call returns a px_status; on failure px_last_error() gives a message for the
+ *    calling thread that names what failed (node, worker, variable);
+ *  - option structs start with struct_size so they can grow without breaking callers:
+ *    fill them with the matching *_init function, then override fields;
+ *  - enums are 32-bit ints; sizes and counts are 64-bit; no varargs, no callbacks,
+ *    no structs passed by value.
+ *
+ * Thread safety: every function may be called from any thread. One request must not be
+ * waited on by two threads at once.
+ */
+#ifndef PARALLAX_C_H
+#define PARALLAX_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PX_API __attribute__((visibility("default")))
+#else
+#define PX_API
+#endif
+
+/* ABI version: major changes break binary compatibility (it is in the SONAME); minor
+ * changes only add. A client is accepted by a daemon of the same major and an equal or
+ * higher minor. */
+#define PX_ABI_VERSION_MAJOR 1
+#define PX_ABI_VERSION_MINOR 0
+#define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
+
+typedef enum px_status {
+  PX_OK = 0,
+  PX_ERR_INVALID = 1,         /* a bad argument: null pointer, wrong size, overlapping buffers */
+  PX_ERR_VERSION = 2,         /* client and daemon ABI versions are incompatible */
+  PX_ERR_CONNECT = 3,         /* the daemon could not be reached or refused the connection */
+  PX_ERR_TIMEOUT = 4,         /* a deadline passed; the request stays valid and can be freed */
+  PX_ERR_PEER_LOST = 5,       /* another worker (or node) of the job died or disconnected */
+  PX_ERR_MISMATCH = 6,        /* the same variable was registered with another shape/type/op */
+  PX_ERR_NOT_FOUND = 7,       /* unknown variable or handle */
+  PX_ERR_NO_MEMORY = 8,       /* the shared-memory arena (or the daemon) is out of memory */
+  PX_ERR_BUSY = 9,            /* too many requests outstanding on this client; wait some first */
+  PX_ERR_PROTOCOL = 10,       /* malformed message between client and daemon */
+  PX_ERR_INDEX = 11,          /* a row index out of range (sparse variables) */
+  PX_ERR_NOT_IMPLEMENTED = 12,/* listed in the README's limits table */
+  PX_ERR_INTERNAL = 13,       /* a bug: please report it with the daemon's log */
+  PX_ERR_PERMISSION = 14      /* the daemon refused this process's credentials */
+} px_status;
+
+typedef enum px_dtype {
+  PX_F32 = 0,
+  PX_F64 = 1,
+  PX_F16 = 2,  /* IEEE binary16; reduced in f32, rounded to nearest even once */
+  PX_BF16 = 3, /* bfloat16; reduced in f32, rounded to nearest even once */
+  PX_I32 = 4,
+  PX_I64 = 5
+} px_dtype;
+
+typedef enum px_reduce_op {
+  PX_SUM = 0,
+  PX_MEAN = 1, /* sum divided by the number of workers; integers truncate toward zero */
+  PX_MIN = 2,  /* NaN in any input gives NaN */
+  PX_MAX = 3   /* NaN in any input gives NaN */
+} px_reduce_op;
+
+typedef struct px_client px_client;   /* a connection to the node's parallaxd */
+typedef struct px_var px_var;         /* a registered variable; owned by its client */
+typedef struct px_request px_request; /* one submitted operation; free with px_request_free */
+
+typedef struct px_connect_options {
+  uint32_t struct_size;    /* sizeof(px_connect_options) */
+  uint32_t abi_version;    /* PX_ABI_VERSION of the caller's header */
+  const char* socket_path; /* NULL: $PARALLAX_SOCKET, else /run/parallax/parallaxd.sock */
+  const char* job_name;    /* NULL: $PARALLAX_JOB, else "default" */
+  int32_t local_rank;      /* -1: $PARALLAX_LOCAL_RANK, else the first free rank */
+  int32_t local_size;      /* 0: $PARALLAX_LOCAL_SIZE, else 1 */
+  int64_t timeout_ms;      /* deadline for connect (it waits for all local workers); 0: 30000 */
+  uint64_t arena_bytes;    /* shared-memory arena size; 0: $PARALLAX_ARENA_BYTES, else 256 MiB */
+} px_connect_options;
+
+typedef struct px_world_info {
+  uint32_t struct_size; /* sizeof(px_world_info), set by the caller */
+  int32_t node_index;
+  int32_t node_count;
+  int32_t rank;       /* global rank, node-major */
+  int32_t world_size; /* workers in the job across all nodes */
+  int32_t local_rank;
+  int32_t local_size;
+} px_world_info;
+
+typedef struct px_var_stats {
+  uint32_t struct_size; /* sizeof(px_var_stats), set by the caller */
+  uint32_t reserved;
+  uint64_t ops;         /* completed operations on this node (all workers' steps counted once) */
+  uint64_t bytes;       /* bytes reduced on this node (input bytes of all local workers) */
+  uint64_t wait_ns;     /* total time from first to last local submission of each step */
+  uint64_t reduce_ns;   /* total time spent reducing and fanning out */
+} px_var_stats;
+
+/* --- versions and errors ----------------------------------------------------------- */
+PX_API uint32_t px_abi_version(void);
+PX_API const char* px_strerror(px_status status);
+/* The message of the calling thread's last failed call; "" if none. Valid until the next
+ * px_ call on this thread. */
+PX_API const char* px_last_error(void);
+
+/* --- connection ------------------------------------------------------------------- */
+PX_API void px_connect_options_init(px_connect_options* options);
+/* Connects to parallaxd and waits until all local_size workers of the job have connected.
+ * options may be NULL (all defaults). */
+PX_API px_status px_connect(const px_connect_options* options, px_client** out_client);
+/* Frees the client, its variables, requests and arena memory. Outstanding operations of
+ * this worker fail with PX_ERR_PEER_LOST on the other workers. NULL is allowed. */
+PX_API px_status px_disconnect(px_client* client);
+PX_API px_status px_world(px_client* client, px_world_info* out_info);
+
+/* --- variables -------------------------------------------------------------------- */
+/* Registers a dense variable of count elements. Every worker of the job must register the
+ * same name with the same dtype, count and op: otherwise every registrant gets
+ * PX_ERR_MISMATCH (now, or from its next operation on the variable). */
+PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype,
+                                   uint64_t count, px_reduce_op op, px_var** out_var);
+/* Counters the daemon keeps for this variable on this node. */
+PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats);
+
+/* --- shared memory ---------------------------------------------------------------- */
+/* Memory in the arena shared with the daemon: buffers there are reduced in place, without
+ * the copy ordinary memory costs. 64-byte aligned. */
+PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr);
+PX_API px_status px_free(px_client* client, void* ptr);
+
+/* --- operations ------------------------------------------------------------------- */
+/* Allreduces in (count elements of the variable) across every worker into out. in and out
+ * may be arena or ordinary memory and may be equal; otherwise they must not overlap.
+ * The n-th px_allreduce of a variable on every worker is step n of that variable; steps
+ * of different variables may be submitted in any order. Do not touch in or out until the
+ * request completes. */
+PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
+/* Waits for the request. Returns the operation's status (PX_OK when it succeeded), or
+ * PX_ERR_TIMEOUT after timeout_ms (the request is still valid). timeout_ms < 0 waits
+ * without a deadline of its own; operations still fail when a peer is lost. */
+PX_API px_status px_wait(px_request* request, int64_t timeout_ms);
+/* *out_done = 1 and the operation's status when complete; *out_done = 0 and PX_OK if not. */
+PX_API px_status px_test(px_request* request, int32_t* out_done);
+/* Waits for all n requests (sharing one deadline); returns the first failure, if any. */
+PX_API px_status px_wait_all(px_request* const* requests, uint64_t n, int64_t timeout_ms);
+/* Frees a request, complete or not. An incomplete one may still write into an arena out
+ * buffer until the daemon completes it; ordinary out memory is never written after this. */
+PX_API px_status px_request_free(px_request* request);
+/* Returns once every local worker of the job has entered the barrier. */
+PX_API px_status px_barrier(px_client* client, int64_t timeout_ms);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PARALLAX_C_H */
