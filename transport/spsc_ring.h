@@ -30,7 +30,8 @@ class SpscRing {
     auto* idx = new (memory) RingIndices();
     idx->head.store(0, std::memory_order_relaxed);
     idx->tail.store(0, std::memory_order_relaxed);
-    idx->consumer_armed.store(0, std::memory_order_relaxed);
+    // A new consumer is asleep until its first wake-up, so the first push must ring.
+    idx->consumer_armed.store(1, std::memory_order_relaxed);
     (void)capacity;
   }
 

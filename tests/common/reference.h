@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-namespace px_test {
+namespace pxt {
 
 inline uint16_t ref_float_to_f16(float f) {
   _Float16 h = static_cast<_Float16>(f);
@@ -58,4 +58,4 @@ T ref_combine(T a, T b, int op) {
   }
 }
 
-}  // namespace px_test
+}  // namespace pxt

@@ -12,7 +12,7 @@
 
 using px::DType;
 using px::ReduceOp;
-using namespace px_test;
+using namespace pxt;
 
 namespace {
 

@@ -34,6 +34,7 @@ TEST_CASE("ring: wakeup flag is consumed once per arming") {
   void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
   px::SpscRing<Item>::format(aligned, 4);
   px::SpscRing<Item> ring(aligned, 4);
+  CHECK(ring.consumer_needs_wakeup());  // a fresh consumer counts as asleep
   CHECK_FALSE(ring.consumer_needs_wakeup());
   CHECK(ring.arm_and_check_empty());
   CHECK(ring.try_push({1, 1}));

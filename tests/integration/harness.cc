@@ -1,0 +1,191 @@
+#include "harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace pxt {
+namespace {
+
+int g_counter = 0;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool can_connect(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& output_path) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+  }
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+// Waits for pid until deadline; kills it at the deadline. Returns the exit code.
+int reap(pid_t pid, int64_t deadline_ms) {
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (now_ms() >= deadline_ms) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string unique_path(const std::string& tag, const char* suffix) {
+  return "/tmp/pxt-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) + suffix;
+}
+
+}  // namespace
+
+DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args) {
+  socket_ = unique_path(tag, ".sock");
+  log_path_ = unique_path(tag, ".log");
+  std::vector<std::string> argv = {PX_DAEMON_PATH, "--foreground", "--socket", socket_, "--threads", "2"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  pid_ = spawn(argv, {}, log_path_);
+  int64_t deadline = now_ms() + 10000;
+  while (!can_connect(socket_)) {
+    if (now_ms() > deadline || !alive()) throw std::runtime_error("parallaxd did not start: " + log());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    if (reap(pid_, now_ms() + 5000) != 0) fprintf(stderr, "parallaxd did not exit cleanly\n");
+  }
+  unlink(socket_.c_str());
+  unlink(log_path_.c_str());
+}
+
+bool DaemonProcess::alive() const {
+  int status;
+  return waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+std::string DaemonProcess::log() const { return slurp(log_path_); }
+
+int DaemonProcess::open_fds() const {
+  std::string dir = "/proc/" + std::to_string(pid_) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+int DaemonProcess::arena_mappings() const {
+  std::ifstream maps("/proc/" + std::to_string(pid_) + "/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find("parallax-arena") != std::string::npos;
+  return n;
+}
+
+int DaemonProcess::idle_fds() const {
+  int last = open_fds();
+  for (int stable = 0, i = 0; stable < 5 && i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int now = open_fds();
+    stable = now == last ? stable + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+bool DaemonProcess::settles_to(int fds, int maps, int timeout_ms) const {
+  int64_t deadline = now_ms() + timeout_ms;
+  while (now_ms() < deadline) {
+    if (open_fds() == fds && arena_mappings() == maps) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::string& job, int local_size,
+                                      const std::vector<std::string>& args, int timeout_ms,
+                                      const std::map<std::string, std::string>& env) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> outputs;
+  for (int rank = 0; rank < local_size; ++rank) {
+    std::map<std::string, std::string> e = env;
+    e["PARALLAX_SOCKET"] = daemon.socket();
+    e["PARALLAX_JOB"] = job;
+    e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
+    e["PARALLAX_LOCAL_SIZE"] = std::to_string(local_size);
+    std::vector<std::string> argv = {PX_WORKER_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    outputs.push_back(unique_path(job + "-w" + std::to_string(rank), ".out"));
+    pids.push_back(spawn(argv, e, outputs.back()));
+  }
+  int64_t deadline = now_ms() + timeout_ms;
+  std::vector<WorkerResult> results;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    WorkerResult r;
+    r.exit_code = reap(pids[i], deadline);
+    r.output = slurp(outputs[i]);
+    unlink(outputs[i].c_str());
+    results.push_back(r);
+  }
+  return results;
+}
+
+bool all_ok(const std::vector<WorkerResult>& results) {
+  bool ok = true;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].exit_code != 0) {
+      ok = false;
+      fprintf(stderr, "worker %zu exited %d:\n%s\n", i, results[i].exit_code, results[i].output.c_str());
+    }
+  }
+  return ok;
+}
+
+}  // namespace pxt

@@ -1,0 +1,157 @@
+// Integration tests on one node: a real parallaxd, real worker processes, real shared memory.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <poll.h>
+
+#include <cstring>
+#include <string>
+
+#include "harness.h"
+
+using namespace pxt;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+int raw_connect(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+// True if the daemon closes fd within timeout_ms.
+bool closed_by_peer(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) <= 0) return false;
+  char buf[256];
+  return recv(fd, buf, sizeof buf, 0) <= 0;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every dtype, op and memory mode at small sizes, 2 workers") {
+  DaemonProcess daemon("sweep2");
+  CHECK(all_ok(run_workers(daemon, "sweep2", 2, {"sweep", "1", "7", "1000", "65537"})));
+}
+
+TEST_CASE("allreduce: every dtype, op and memory mode, 3 workers") {
+  DaemonProcess daemon("sweep3");
+  CHECK(all_ok(run_workers(daemon, "sweep3", 3, {"sweep", "1", "4099", "300000"})));
+}
+
+TEST_CASE("allreduce: every dtype, op and memory mode, 4 workers") {
+  DaemonProcess daemon("sweep4");
+  CHECK(all_ok(run_workers(daemon, "sweep4", 4, {"sweep", "3", "20000"})));
+}
+
+TEST_CASE("allreduce: 64 MiB across 2 and 4 workers, arena and ordinary memory") {
+  DaemonProcess daemon("big");
+  std::map<std::string, std::string> env = {{"PX_TEST_ARENA_BYTES", std::to_string(160ull << 20)}};
+  CHECK(all_ok(run_workers(daemon, "big-f32", 2, {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
+  CHECK(all_ok(run_workers(daemon, "big-bf16", 4, {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
+  CHECK(all_ok(run_workers(daemon, "big-i64", 2, {"allreduce", "i64", "max", "8388608", "inplace-arena", "1"}, 240000, env)));
+}
+
+TEST_CASE("allreduce: many variables submitted in different orders, several steps in flight") {
+  DaemonProcess daemon("shuffle");
+  CHECK(all_ok(run_workers(daemon, "shuffle4", 4, {"shuffle", "24", "4"})));
+  CHECK(all_ok(run_workers(daemon, "shuffle2", 2, {"shuffle", "60", "8"})));
+}
+
+TEST_CASE("barrier: repeated barriers across 4 workers") {
+  DaemonProcess daemon("barrier");
+  CHECK(all_ok(run_workers(daemon, "barrier", 4, {"barriers", "200"})));
+}
+
+TEST_CASE("failure: a worker killed mid-step gives PX_ERR_PEER_LOST and its memory and fds are reclaimed") {
+  DaemonProcess daemon("crash");
+  int base_fds = daemon.idle_fds();
+  REQUIRE(base_fds > 0);
+  auto results = run_workers(daemon, "crash", 2, {"crash"}, 60000);
+  CHECK(results[0].exit_code == 0);
+  CHECK(results[1].exit_code == 128 + 9);
+  CHECK(contains(results[0].output, "OK crash"));
+  if (results[0].exit_code != 0) MESSAGE(results[0].output);
+  CHECK(daemon.settles_to(base_fds, 0, 5000));
+  CHECK(contains(daemon.log(), "lost its connection"));
+  // The daemon still serves new jobs.
+  CHECK(all_ok(run_workers(daemon, "after-crash", 2, {"allreduce", "f32", "sum", "1000", "arena", "3"})));
+  CHECK(daemon.settles_to(base_fds, 0, 5000));
+}
+
+TEST_CASE("failure: the same variable registered with another dtype is PX_ERR_MISMATCH for everyone") {
+  DaemonProcess daemon("mismatch");
+  auto results = run_workers(daemon, "mismatch", 2, {"mismatch"}, 60000);
+  CHECK(all_ok(results));
+}
+
+TEST_CASE("failure: a client of another ABI major is refused at connect, naming both versions") {
+  DaemonProcess daemon("abi");
+  auto results = run_workers(daemon, "abi", 1, {"abi"}, 30000);
+  CHECK(all_ok(results));
+  CHECK(contains(daemon.log(), "client ABI 2.0 is not supported"));
+}
+
+TEST_CASE("failure: a wait past its deadline is PX_ERR_TIMEOUT and the request can be freed") {
+  DaemonProcess daemon("timeout");
+  CHECK(all_ok(run_workers(daemon, "timeout", 2, {"timeout"}, 60000)));
+}
+
+TEST_CASE("failure: bad arguments are refused with clear errors") {
+  DaemonProcess daemon("errors");
+  CHECK(all_ok(run_workers(daemon, "errors", 1, {"errors"}, 30000)));
+}
+
+TEST_CASE("failure: garbage and truncated bytes on the socket drop that connection only") {
+  DaemonProcess daemon("garbage");
+  int base_fds = daemon.idle_fds();
+  {
+    int fd = raw_connect(daemon.socket());
+    const char junk[] = "\xff\xff\xff\x7fthis is not a frame";
+    REQUIRE(send(fd, junk, sizeof junk, 0) > 0);
+    CHECK(closed_by_peer(fd, 5000));
+    close(fd);
+  }
+  {
+    int fd = raw_connect(daemon.socket());
+    unsigned char frame[4 + 16] = {16, 0, 0, 0};
+    for (int i = 4; i < 20; ++i) frame[i] = static_cast<unsigned char>(i * 37);
+    REQUIRE(send(fd, frame, sizeof frame, 0) > 0);
+    CHECK(closed_by_peer(fd, 5000));
+    close(fd);
+  }
+  {
+    int fd = raw_connect(daemon.socket());
+    unsigned char truncated[4 + 10] = {100, 0, 0, 0, 1, 2, 3};
+    REQUIRE(send(fd, truncated, sizeof truncated, 0) > 0);
+    close(fd);  // the daemon must forget the half frame
+  }
+  CHECK(daemon.settles_to(base_fds, 0, 5000));
+  std::string log = daemon.log();
+  CHECK(contains(log, "malformed control stream"));
+  CHECK(contains(log, "malformed control message"));
+  CHECK(all_ok(run_workers(daemon, "after-garbage", 2, {"allreduce", "i32", "sum", "100", "ordinary", "2"})));
+}
+
+TEST_CASE("daemon: a second parallaxd on the same socket is refused") {
+  DaemonProcess daemon("twice");
+  bool threw = false;
+  try {
+    DaemonProcess second_on_same_socket("twice-b", {"--socket", daemon.socket()});
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  // The later --socket wins on the command line, so the second daemon tries our socket:
+  // it must refuse instead of stealing it, and ours must keep serving.
+  CHECK(threw);
+  CHECK(daemon.alive());
+  CHECK(all_ok(run_workers(daemon, "twice", 1, {"allreduce", "f64", "min", "10", "arena", "1"})));
+}

@@ -1,0 +1,376 @@
+// A real worker process for the integration tests: talks to parallaxd only through the C ABI.
+// Usage: px_test_worker SCENARIO [ARGS...]; the socket, job, rank and size come from the
+// PARALLAX_* environment. Prints "FAIL: ..." and exits 1 on any wrong result.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "parallax_c.h"
+#include "worker_data.h"
+
+using namespace pxt;
+
+namespace {
+
+int g_rank = -1;
+
+[[noreturn]] void die(const std::string& what) {
+  fprintf(stdout, "FAIL rank %d: %s\n", g_rank, what.c_str());
+  fflush(stdout);
+  exit(1);
+}
+
+void check(px_status s, const char* what) {
+  if (s != PX_OK) die(std::string(what) + ": " + px_strerror(s) + ": " + px_last_error());
+}
+
+void expect_status(px_status got, px_status want, const char* what) {
+  if (got != want)
+    die(std::string(what) + ": expected " + px_strerror(want) + ", got " + px_strerror(got) + " (" + px_last_error() + ")");
+}
+
+void expect_contains(const std::string& text, const std::string& part) {
+  if (text.find(part) == std::string::npos) die("message '" + text + "' does not contain '" + part + "'");
+}
+
+px_client* connect_default() {
+  px_client* client = nullptr;
+  px_connect_options o;
+  px_connect_options_init(&o);
+  o.timeout_ms = 20000;
+  if (const char* a = getenv("PX_TEST_ARENA_BYTES")) o.arena_bytes = strtoull(a, nullptr, 10);
+  check(px_connect(&o, &client), "px_connect");
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(client, &w), "px_world");
+  g_rank = w.rank;
+  return client;
+}
+
+int world_size(px_client* c) {
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  return w.world_size;
+}
+
+px_dtype parse_dtype(const std::string& s) {
+  const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
+  for (int i = 0; i < 6; ++i) if (s == names[i]) return static_cast<px_dtype>(i);
+  die("unknown dtype " + s);
+}
+
+px_reduce_op parse_op(const std::string& s) {
+  const char* names[] = {"sum", "mean", "min", "max"};
+  for (int i = 0; i < 4; ++i) if (s == names[i]) return static_cast<px_reduce_op>(i);
+  die("unknown op " + s);
+}
+
+// Buffers for one allreduce in one of the memory modes the ABI allows.
+struct Buffers {
+  px_client* client;
+  std::vector<unsigned char> in_plain, out_plain;
+  void* in_arena = nullptr;
+  void* out_arena = nullptr;
+  void* in = nullptr;
+  void* out = nullptr;
+  Buffers(px_client* c, const std::string& mode, size_t bytes) : client(c) {
+    bool in_is_arena = mode == "arena" || mode == "inplace-arena" || mode == "arena-in";
+    bool out_is_arena = mode == "arena" || mode == "inplace-arena" || mode == "arena-out";
+    bool inplace = mode.rfind("inplace", 0) == 0;
+    if (in_is_arena) { check(px_alloc(c, bytes, &in_arena), "px_alloc"); in = in_arena; }
+    else { in_plain.resize(bytes); in = in_plain.data(); }
+    if (inplace) { out = in; return; }
+    if (out_is_arena) { check(px_alloc(c, bytes, &out_arena), "px_alloc"); out = out_arena; }
+    else { out_plain.resize(bytes); out = out_plain.data(); }
+  }
+  ~Buffers() {
+    px_free(client, in_arena);
+    px_free(client, out_arena);
+  }
+};
+
+void verify(const void* got, const std::vector<unsigned char>& want, const std::string& what) {
+  if (std::memcmp(got, want.data(), want.size()) != 0) {
+    size_t i = 0;
+    while (static_cast<const unsigned char*>(got)[i] == want[i]) ++i;
+    die(what + ": result differs from the reference at byte " + std::to_string(i));
+  }
+}
+
+// allreduce DTYPE OP COUNT MODE STEPS
+int scenario_allreduce(px_client* c, char** args) {
+  px_dtype t = parse_dtype(args[0]);
+  px_reduce_op op = parse_op(args[1]);
+  uint64_t count = strtoull(args[2], nullptr, 10);
+  std::string mode = args[3];
+  int steps = atoi(args[4]);
+  int world = world_size(c);
+  std::string name = std::string("v_") + args[0] + "_" + args[1] + "_" + args[2];
+  px_var* var = nullptr;
+  check(px_register_dense(c, name.c_str(), t, count, op, &var), "px_register_dense");
+  size_t bytes = count * element_size(t);
+  Buffers b(c, mode, bytes);
+  for (int step = 0; step < steps; ++step) {
+    fill_input(t, g_rank, static_cast<uint64_t>(step), 1, count, b.in);
+    px_request* req = nullptr;
+    check(px_allreduce(var, b.in, b.out, &req), "px_allreduce");
+    check(px_wait(req, 60000), "px_wait");
+    check(px_request_free(req), "px_request_free");
+    verify(b.out, expected_result(t, op, world, static_cast<uint64_t>(step), 1, count),
+           name + " " + mode + " step " + std::to_string(step));
+  }
+  px_var_stats stats;
+  stats.struct_size = sizeof stats;
+  check(px_var_stats_get(var, &stats), "px_var_stats_get");
+  if (stats.ops < static_cast<uint64_t>(steps)) die("stats.ops " + std::to_string(stats.ops) + " < steps");
+  printf("OK allreduce %s %s %s %s\n", args[0], args[1], args[2], mode.c_str());
+  return 0;
+}
+
+// sweep COUNT... : every dtype x op x memory mode at each count, 2 steps each.
+int scenario_sweep(px_client* c, int nargs, char** args) {
+  const char* modes[] = {"arena", "ordinary", "inplace-arena", "inplace-ordinary", "arena-in", "arena-out"};
+  int world = world_size(c);
+  int checked = 0;
+  for (int a = 0; a < nargs; ++a) {
+    uint64_t count = strtoull(args[a], nullptr, 10);
+    for (int t = 0; t < 6; ++t) {
+      for (int op = 0; op < 4; ++op) {
+        std::string name = "sweep_" + std::to_string(t) + "_" + std::to_string(op) + "_" + std::to_string(count);
+        px_var* var = nullptr;
+        check(px_register_dense(c, name.c_str(), static_cast<px_dtype>(t), count, static_cast<px_reduce_op>(op), &var),
+              "px_register_dense");
+        for (int m = 0; m < 6; ++m) {
+          Buffers b(c, modes[m], count * element_size(static_cast<px_dtype>(t)));
+          fill_input(static_cast<px_dtype>(t), g_rank, static_cast<uint64_t>(m), 3, count, b.in);
+          px_request* req = nullptr;
+          check(px_allreduce(var, b.in, b.out, &req), "px_allreduce");
+          check(px_wait(req, 60000), "px_wait");
+          px_request_free(req);
+          verify(b.out, expected_result(static_cast<px_dtype>(t), static_cast<px_reduce_op>(op), world,
+                                        static_cast<uint64_t>(m), 3, count),
+                 name + " " + modes[m]);
+          ++checked;
+        }
+      }
+    }
+  }
+  printf("OK sweep %d results\n", checked);
+  return 0;
+}
+
+// shuffle NVARS STEPS: every rank submits all (variable, step) pairs in its own random
+// order (steps of one variable stay in order, as the ABI defines), all in flight at once.
+int scenario_shuffle(px_client* c, char** args) {
+  int nvars = atoi(args[0]);
+  int steps = atoi(args[1]);
+  int world = world_size(c);
+  struct Slot { px_var* var; px_dtype t; px_reduce_op op; uint64_t count; std::vector<void*> bufs; };
+  std::vector<Slot> slots(static_cast<size_t>(nvars));
+  for (int v = 0; v < nvars; ++v) {
+    Slot& s = slots[static_cast<size_t>(v)];
+    s.t = static_cast<px_dtype>(v % 6);
+    s.op = static_cast<px_reduce_op>((v / 6) % 4);
+    s.count = 1 + static_cast<uint64_t>(v) * 977 % 50000;
+    std::string name = "shuffle_" + std::to_string(v);
+    check(px_register_dense(c, name.c_str(), s.t, s.count, s.op, &s.var), "px_register_dense");
+    for (int k = 0; k < steps; ++k) {
+      void* p = nullptr;
+      check(px_alloc(c, s.count * element_size(s.t), &p), "px_alloc");
+      fill_input(s.t, g_rank, static_cast<uint64_t>(k), static_cast<uint64_t>(v), s.count, p);
+      s.bufs.push_back(p);
+    }
+  }
+  std::vector<int> order;
+  for (int v = 0; v < nvars; ++v) for (int k = 0; k < steps; ++k) order.push_back(v);
+  std::mt19937 rng(static_cast<unsigned>(1000 + g_rank * 7919));
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int> next(static_cast<size_t>(nvars), 0);
+  std::vector<px_request*> reqs;
+  std::vector<std::pair<int, int>> what;
+  for (int v : order) {
+    int k = next[static_cast<size_t>(v)]++;
+    Slot& s = slots[static_cast<size_t>(v)];
+    px_request* r = nullptr;
+    check(px_allreduce(s.var, s.bufs[static_cast<size_t>(k)], s.bufs[static_cast<size_t>(k)], &r), "px_allreduce");
+    reqs.push_back(r);
+    what.push_back({v, k});
+  }
+  check(px_wait_all(reqs.data(), reqs.size(), 60000), "px_wait_all");
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto [v, k] = what[i];
+    Slot& s = slots[static_cast<size_t>(v)];
+    verify(s.bufs[static_cast<size_t>(k)], expected_result(s.t, s.op, world, static_cast<uint64_t>(k), static_cast<uint64_t>(v), s.count),
+           "shuffle var " + std::to_string(v) + " step " + std::to_string(k));
+    px_request_free(reqs[i]);
+  }
+  printf("OK shuffle %zu operations\n", reqs.size());
+  return 0;
+}
+
+// crash: step 0 completes; then rank 1 kills itself and rank 0 must see PX_ERR_PEER_LOST.
+int scenario_crash(px_client* c) {
+  px_var* var = nullptr;
+  check(px_register_dense(c, "grad", PX_F32, 1 << 20, PX_SUM, &var), "px_register_dense");
+  std::vector<float> buf(1 << 20, 1.0f);
+  px_request* req = nullptr;
+  check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
+  check(px_wait(req, 20000), "px_wait step 0");
+  px_request_free(req);
+  if (g_rank == 1) {
+    printf("rank 1 killing itself\n");
+    fflush(stdout);
+    usleep(100000);
+    raise(SIGKILL);
+  }
+  check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce step 1");
+  px_status s = px_wait(req, 10000);
+  std::string message = px_last_error();
+  expect_status(s, PX_ERR_PEER_LOST, "px_wait step 1");
+  expect_contains(message, "local rank 1");
+  expect_contains(message, "variable 'grad'");
+  px_request_free(req);
+  // The job is broken now: new operations fail at once with the same cause.
+  check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce step 2");
+  expect_status(px_wait(req, 10000), PX_ERR_PEER_LOST, "px_wait step 2");
+  px_request_free(req);
+  printf("OK crash: %s\n", message.c_str());
+  return 0;
+}
+
+// mismatch: rank 0 registers f32[100] sum; rank 1, after a barrier, f64[100] sum.
+int scenario_mismatch(px_client* c) {
+  px_var* var = nullptr;
+  std::vector<double> buf(100, 1.0);
+  if (g_rank == 0) {
+    check(px_register_dense(c, "weights", PX_F32, 100, PX_SUM, &var), "px_register_dense");
+    check(px_barrier(c, 20000), "px_barrier");
+    px_request* req = nullptr;
+    check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
+    px_status s = px_wait(req, 20000);
+    std::string message = px_last_error();
+    expect_status(s, PX_ERR_MISMATCH, "px_wait on the mismatched variable");
+    expect_contains(message, "f32[100] sum");
+    expect_contains(message, "f64[100] sum");
+    px_request_free(req);
+    printf("OK mismatch rank 0: %s\n", message.c_str());
+  } else {
+    check(px_barrier(c, 20000), "px_barrier");
+    px_status s = px_register_dense(c, "weights", PX_F64, 100, PX_SUM, &var);
+    std::string message = px_last_error();
+    expect_status(s, PX_ERR_MISMATCH, "px_register_dense with another dtype");
+    expect_contains(message, "f32[100] sum");
+    expect_contains(message, "f64[100] sum");
+    if (var) die("a handle was returned for a mismatched registration");
+    printf("OK mismatch rank 1: %s\n", message.c_str());
+  }
+  return 0;
+}
+
+// timeout: rank 0's wait passes its deadline while rank 1 holds back; the request is freed
+// while still in flight, and both ranks then carry on normally.
+int scenario_timeout(px_client* c) {
+  px_var* var = nullptr;
+  check(px_register_dense(c, "slow", PX_F32, 4096, PX_SUM, &var), "px_register_dense");
+  std::vector<float> buf(4096, 1.0f);
+  px_request* req = nullptr;
+  if (g_rank == 0) {
+    check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
+    int32_t done = 1;
+    check(px_test(req, &done), "px_test");
+    if (done) die("px_test reported completion before the peer submitted");
+    px_status s = px_wait(req, 200);
+    std::string message = px_last_error();
+    expect_status(s, PX_ERR_TIMEOUT, "px_wait with a 200 ms deadline");
+    expect_contains(message, "'slow' step 0");
+    check(px_request_free(req), "px_request_free of an in-flight request");
+    check(px_barrier(c, 20000), "px_barrier");
+  } else {
+    check(px_barrier(c, 20000), "px_barrier");  // rank 0 arrives only after its timeout
+    check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
+    check(px_wait(req, 20000), "px_wait");
+    px_request_free(req);
+  }
+  std::vector<float> again(4096, 2.0f);
+  check(px_allreduce(var, again.data(), again.data(), &req), "px_allreduce step 1");
+  check(px_wait(req, 20000), "px_wait step 1");
+  px_request_free(req);
+  for (float v : again) if (v != 4.0f) die("step 1 after the timeout gave " + std::to_string(v));
+  printf("OK timeout\n");
+  return 0;
+}
+
+// abi: a caller compiled against ABI 2.0 is refused at connect.
+int scenario_abi() {
+  px_connect_options o;
+  px_connect_options_init(&o);
+  o.abi_version = 2u << 16;
+  o.timeout_ms = 5000;
+  px_client* client = nullptr;
+  px_status s = px_connect(&o, &client);
+  std::string message = px_last_error();
+  expect_status(s, PX_ERR_VERSION, "px_connect with ABI 2.0");
+  expect_contains(message, "2.0");
+  expect_contains(message, "1.0");
+  if (client) die("a client was returned");
+  printf("OK abi: %s\n", message.c_str());
+  return 0;
+}
+
+// errors: argument checks that never reach the daemon, and an unknown-variable error.
+int scenario_errors(px_client* c) {
+  px_var* var = nullptr;
+  expect_status(px_register_dense(c, "bad", static_cast<px_dtype>(17), 10, PX_SUM, &var), PX_ERR_INVALID, "bad dtype");
+  expect_status(px_register_dense(c, "bad", PX_F32, 0, PX_SUM, &var), PX_ERR_INVALID, "zero count");
+  check(px_register_dense(c, "ok", PX_F32, 256, PX_SUM, &var), "px_register_dense");
+  std::vector<float> buf(512);
+  px_request* req = nullptr;
+  expect_status(px_allreduce(var, buf.data(), buf.data() + 1, &req), PX_ERR_INVALID, "overlapping in/out");
+  expect_status(px_allreduce(var, nullptr, buf.data(), &req), PX_ERR_INVALID, "NULL in");
+  void* p = nullptr;
+  expect_status(px_alloc(c, 1ull << 40, &p), PX_ERR_NO_MEMORY, "huge px_alloc");
+  expect_status(px_free(c, buf.data()), PX_ERR_INVALID, "px_free of foreign memory");
+  expect_status(px_wait(nullptr, 0), PX_ERR_INVALID, "px_wait(NULL)");
+  if (std::string(px_strerror(PX_ERR_PEER_LOST)).empty()) die("empty px_strerror");
+  if (px_abi_version() != PX_ABI_VERSION) die("px_abi_version differs from the header");
+  printf("OK errors\n");
+  return 0;
+}
+
+// barrier-loop N: N barriers in a row.
+int scenario_barriers(px_client* c, char** args) {
+  int n = atoi(args[0]);
+  for (int i = 0; i < n; ++i) check(px_barrier(c, 20000), "px_barrier");
+  printf("OK %d barriers\n", n);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc < 2) die("usage: px_test_worker SCENARIO [ARGS...]");
+  std::string scenario = argv[1];
+  if (scenario == "abi") return scenario_abi();
+  px_client* c = connect_default();
+  int rc = 1;
+  if (scenario == "allreduce" && argc >= 7) rc = scenario_allreduce(c, argv + 2);
+  else if (scenario == "sweep" && argc >= 3) rc = scenario_sweep(c, argc - 2, argv + 2);
+  else if (scenario == "shuffle" && argc >= 4) rc = scenario_shuffle(c, argv + 2);
+  else if (scenario == "crash") rc = scenario_crash(c);
+  else if (scenario == "mismatch") rc = scenario_mismatch(c);
+  else if (scenario == "timeout") rc = scenario_timeout(c);
+  else if (scenario == "errors") rc = scenario_errors(c);
+  else if (scenario == "barriers" && argc >= 3) rc = scenario_barriers(c, argv + 2);
+  else die("unknown scenario or missing arguments: " + scenario);
+  check(px_disconnect(c), "px_disconnect");
+  return rc;
+}
