@@ -29,7 +29,9 @@ struct px_var {
 struct px_request {
   px_client* client = nullptr;
   uint64_t id = 0;
-  std::string what;  // "allreduce of 'w' step 3", for timeout messages
+  const px_var* var = nullptr;  // nullptr: a barrier
+  uint64_t step = 0;
+  std::string describe() const;  // "allreduce of 'w' step 3", for error messages
   bool done = false;
   bool orphaned = false;  // freed by the caller before completion
   px_status status = PX_OK;

@@ -12,6 +12,11 @@
 using px::fail;
 using px::succeed;
 
+std::string px_request::describe() const {
+  if (!var) return "barrier " + std::to_string(step);
+  return "allreduce of '" + var->name + "' step " + std::to_string(step);
+}
+
 namespace px {
 namespace {
 
@@ -41,7 +46,7 @@ void mark_lost(px_client* c, const std::string& why) {
   c->lost_message = why;
   std::vector<px_request*> pending;
   for (auto& [id, r] : c->in_flight) pending.push_back(r);
-  for (px_request* r : pending) finish_request(c, r, PX_ERR_PEER_LOST, why + " before " + r->what + " completed");
+  for (px_request* r : pending) finish_request(c, r, PX_ERR_PEER_LOST, why + " before " + r->describe() + " completed");
 }
 
 // Waits for the daemon to complete something (or the deadline). One thread polls the
@@ -114,7 +119,7 @@ px_status wait_locked(px_client* c, std::unique_lock<std::mutex>& lock, px_reque
     if (r->done) return deliver(c, lock, r);
     if (c->lost_status != PX_OK) mark_lost(c, c->lost_message);
     if (!wait_for_completions(c, lock, deadline_ns))
-      return fail(PX_ERR_TIMEOUT, r->what + " did not complete within " + std::to_string(timeout_ms) +
+      return fail(PX_ERR_TIMEOUT, r->describe() + " did not complete within " + std::to_string(timeout_ms) +
                                       " ms (worker local rank " + std::to_string(c->world.local_rank) +
                                       " of job '" + c->job + "')");
   }
@@ -184,7 +189,8 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
   entry.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
   entry.in = BufferRef{in_offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
   entry.out = BufferRef{out_offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
-  r->what = "allreduce of '" + var->name + "' step " + std::to_string(entry.step);
+  r->var = var;
+  r->step = entry.step;
   c->requests[r] = std::move(request);
   px_status status = submit(c, entry, r);
   if (status != PX_OK) {
@@ -262,7 +268,7 @@ PX_API px_status px_barrier(px_client* client, int64_t timeout_ms) {
   entry.var_id = 0;
   entry.opcode = static_cast<uint16_t>(Opcode::kBarrier);
   entry.in.device = entry.out.device = -1;
-  r->what = "barrier " + std::to_string(entry.step);
+  r->step = entry.step;
   client->requests[r] = std::move(request);
   px_status status = submit(client, entry, r);
   if (status == PX_OK) status = wait_locked(client, lock, r, deadline_after(timeout_ms), timeout_ms);
