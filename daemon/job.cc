@@ -27,7 +27,9 @@ int Job::first_free_rank() const {
   return -1;
 }
 
-Variable* Job::find(uint32_t id) { return id < variables_.size() ? variables_[id].get() : nullptr; }
+Variable* Job::find(uint32_t id) {
+  return id < variables_.size() ? variables_[id].get() : nullptr;
+}
 
 Variable* Job::find(const std::string& name) {
   auto it = ids_.find(name);

@@ -56,8 +56,8 @@ struct Variable {
   uint32_t id = 0;
   std::string name;
   Fingerprint fingerprint;
-  std::string defined_by;  // the worker whose registration set the fingerprint
-  std::vector<bool> registered;  // by local rank
+  std::string defined_by;           // the worker whose registration set the fingerprint
+  std::vector<bool> registered;     // by local rank
   px_status poison_status = PX_OK;  // once set, every operation on the variable fails with it
   std::string poison_message;
   std::map<uint64_t, PendingStep> pending;

@@ -13,7 +13,9 @@ std::mutex g_mutex;
 const char* const kLevelNames[] = {"error", "warn", "info", "debug"};
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = level; }
+void set_log_level(LogLevel level) {
+  g_level = level;
+}
 
 void log_message(LogLevel level, const char* fmt, ...) {
   if (level > g_level) return;

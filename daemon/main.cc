@@ -78,15 +78,21 @@ px::DaemonConfig parse_args(int argc, char** argv) {
       config.max_arena_bytes = parse_u64(arg, value());
     } else if (arg == "--ring-capacity") {
       uint64_t v = parse_u64(arg, value());
-      if (v < 2 || v > (1u << 20) || (v & (v - 1))) die_usage("--ring-capacity: a power of two in 2..1048576");
+      if (v < 2 || v > (1u << 20) || (v & (v - 1)))
+        die_usage("--ring-capacity: a power of two in 2..1048576");
       config.ring_capacity = static_cast<uint32_t>(v);
     } else if (arg == "--log-level") {
       std::string level = value();
-      if (level == "error") config.log_level = px::LogLevel::kError;
-      else if (level == "warn") config.log_level = px::LogLevel::kWarn;
-      else if (level == "info") config.log_level = px::LogLevel::kInfo;
-      else if (level == "debug") config.log_level = px::LogLevel::kDebug;
-      else die_usage("--log-level: '" + level + "' is not error, warn, info or debug");
+      if (level == "error")
+        config.log_level = px::LogLevel::kError;
+      else if (level == "warn")
+        config.log_level = px::LogLevel::kWarn;
+      else if (level == "info")
+        config.log_level = px::LogLevel::kInfo;
+      else if (level == "debug")
+        config.log_level = px::LogLevel::kDebug;
+      else
+        die_usage("--log-level: '" + level + "' is not error, warn, info or debug");
     } else {
       die_usage("unknown option '" + arg + "'");
     }

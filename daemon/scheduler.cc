@@ -72,7 +72,8 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   }
   ++expected_step;
   if (!job.broken().empty()) {
-    session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + step_suffix(*var, entry.step));
+    session->complete(entry.request_id, PX_ERR_PEER_LOST,
+                      job.broken() + step_suffix(*var, entry.step));
     return;
   }
   if (var->poison_status != PX_OK) {
@@ -85,12 +86,13 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     uint64_t bytes = var->fingerprint.bytes();
     const SharedArena& arena = session->arena();
     if (entry.in.bytes != bytes || entry.out.bytes != bytes) {
-      invalid = "buffer sizes " + std::to_string(entry.in.bytes) + "/" + std::to_string(entry.out.bytes) +
-                " bytes, variable has " + std::to_string(bytes);
+      invalid = "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+                std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
     } else if (entry.in.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena) ||
                entry.out.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena)) {
       invalid = "device memory is not supported by this parallaxd build";
-    } else if (!arena.heap_contains(entry.in.offset, bytes) || !arena.heap_contains(entry.out.offset, bytes)) {
+    } else if (!arena.heap_contains(entry.in.offset, bytes) ||
+               !arena.heap_contains(entry.out.offset, bytes)) {
       invalid = "a buffer lies outside the shared arena";
     } else if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out)) {
       invalid = "in and out overlap without being equal";
@@ -106,7 +108,8 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
   if (pending.failure == PX_OK && !invalid.empty()) {
     pending.failure = PX_ERR_INVALID;
-    pending.failure_message = session->label() + " gave an invalid buffer: " + invalid + step_suffix(*var, entry.step);
+    pending.failure_message =
+        session->label() + " gave an invalid buffer: " + invalid + step_suffix(*var, entry.step);
     for (auto& c : pending.by_rank) {
       if (c) c->session->complete(c->request_id, pending.failure, pending.failure_message);
       c.reset();
@@ -117,7 +120,8 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     if (everyone_arrived) var->pending.erase(entry.step);
     return;
   }
-  pending.by_rank[static_cast<size_t>(rank)] = Contribution{session, entry.request_id, entry.in, entry.out};
+  pending.by_rank[static_cast<size_t>(rank)] =
+      Contribution{session, entry.request_id, entry.in, entry.out};
   if (!everyone_arrived) return;
   PendingStep complete_step = std::move(pending);
   var->pending.erase(entry.step);
@@ -163,7 +167,8 @@ void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, PendingStep step
   // Split into one slice per pool thread, each a whole number of 64-byte lines.
   size_t elem = dtype_size(run->dtype);
   size_t line_elems = 64 / elem;
-  unsigned slices = std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
+  unsigned slices =
+      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
   size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
   run->slices_left.store(slices);
   for (unsigned s = 0; s < slices; ++s) {
@@ -196,7 +201,8 @@ void Scheduler::finish(Run& run) {
   var.stats.ops += 1;
   if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
-  for (size_t r = 0; r < run.sessions.size(); ++r) run.sessions[r]->complete(run.request_ids[r], PX_OK, "");
+  for (size_t r = 0; r < run.sessions.size(); ++r)
+    run.sessions[r]->complete(run.request_ids[r], PX_OK, "");
 }
 
 }  // namespace px

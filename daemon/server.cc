@@ -45,7 +45,8 @@ bool Server::listen(std::string* error) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    *error = "socket path '" + path + "' is empty or longer than " + std::to_string(sizeof addr.sun_path - 1);
+    *error = "socket path '" + path + "' is empty or longer than " +
+             std::to_string(sizeof addr.sun_path - 1);
     return false;
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
@@ -85,8 +86,10 @@ bool Server::listen(std::string* error) {
     return false;
   }
   chmod(path.c_str(), 0660);
-  if (allowed_gid_ != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
-    PX_LOG_WARN("cannot give %s to group %s: %s", path.c_str(), config_.group.c_str(), strerror(errno));
+  if (allowed_gid_ != static_cast<gid_t>(-1) &&
+      chown(path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
+    PX_LOG_WARN("cannot give %s to group %s: %s", path.c_str(), config_.group.c_str(),
+                strerror(errno));
   listen_fd_ = fd;
   uv_poll_init(&loop_, &listen_poll_, listen_fd_);
   listen_poll_.data = this;
@@ -204,8 +207,8 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
   auto& job = jobs_[name];
   if (!job) job = std::make_shared<Job>(name, local_size);
   if (job->local_size() != local_size) {
-    *error = "job '" + name + "' has local_size " + std::to_string(job->local_size()) + ", this worker says " +
-             std::to_string(local_size);
+    *error = "job '" + name + "' has local_size " + std::to_string(job->local_size()) +
+             ", this worker says " + std::to_string(local_size);
     return PX_ERR_MISMATCH;
   }
   if (!job->broken().empty()) {
@@ -220,7 +223,8 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
   if (rank < 0) rank = job->first_free_rank();
   auto& slot = job->members()[static_cast<size_t>(rank)];
   if (slot) {
-    *error = "local rank " + std::to_string(rank) + " of job '" + name + "' is already taken by " + slot->label();
+    *error = "local rank " + std::to_string(rank) + " of job '" + name + "' is already taken by " +
+             slot->label();
     return PX_ERR_INVALID;
   }
   slot = session;
@@ -252,6 +256,8 @@ void Server::leave_job(Session& session, const std::string& why) {
   if (job->connected() == 0) jobs_.erase(it);
 }
 
-void Server::forget_session(uint64_t id) { sessions_.erase(id); }
+void Server::forget_session(uint64_t id) {
+  sessions_.erase(id);
+}
 
 }  // namespace px

@@ -38,8 +38,9 @@ class Server {
 
   // Adds session to job name as rank (or the first free rank when rank < 0). On success
   // returns PX_OK and, when the job became complete, activates all its members.
-  px_status join_job(const std::shared_ptr<Session>& session, const std::string& name, int local_size,
-                     int rank, std::shared_ptr<Job>* job, int* assigned_rank, std::string* error);
+  px_status join_job(const std::shared_ptr<Session>& session, const std::string& name,
+                     int local_size, int rank, std::shared_ptr<Job>* job, int* assigned_rank,
+                     std::string* error);
   // A member left (cleanly or not). A started job is broken from then on.
   void leave_job(Session& session, const std::string& why);
   void forget_session(uint64_t id);

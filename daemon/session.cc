@@ -19,7 +19,9 @@ constexpr int kMaxLocalSize = 4096;
 constexpr uint64_t kMinArenaBytes = 1ull << 20;
 constexpr uint64_t kMaxVariableBytes = 1ull << 40;
 
-std::string abi_string(uint32_t v) { return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff); }
+std::string abi_string(uint32_t v) {
+  return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
+}
 
 }  // namespace
 
@@ -71,7 +73,8 @@ void Session::read_socket() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     // EOF or error: the process is gone (or closed its socket).
-    close(left_cleanly_ ? "left (px_disconnect)" : "lost its connection (process exited or was killed)");
+    close(left_cleanly_ ? "left (px_disconnect)"
+                        : "lost its connection (process exited or was killed)");
     return;
   }
   std::string payload;
@@ -155,8 +158,9 @@ void Session::handle_frame(const std::string& payload) {
 void Session::handle_hello(const control::Hello& hello) {
   uint32_t client_abi = hello.abi_version();
   if ((client_abi >> 16) != PX_ABI_VERSION_MAJOR || (client_abi & 0xffff) > PX_ABI_VERSION_MINOR) {
-    std::string message = "client ABI " + abi_string(client_abi) + " is not supported by parallaxd " +
-                          "(ABI " + abi_string(PX_ABI_VERSION) + ")";
+    std::string message = "client ABI " + abi_string(client_abi) +
+                          " is not supported by parallaxd " + "(ABI " + abi_string(PX_ABI_VERSION) +
+                          ")";
     PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
     return refuse(PX_ERR_VERSION, message);
   }
@@ -170,7 +174,8 @@ void Session::handle_hello(const control::Hello& hello) {
   if (hello.local_rank() < -1 || hello.local_rank() >= local_size)
     return refuse(PX_ERR_INVALID, "local_rank " + std::to_string(hello.local_rank()) +
                                       " is not in 0.." + std::to_string(local_size - 1));
-  uint64_t arena_bytes = hello.arena_bytes() ? hello.arena_bytes() : server_.config().default_arena_bytes;
+  uint64_t arena_bytes =
+      hello.arena_bytes() ? hello.arena_bytes() : server_.config().default_arena_bytes;
   if (arena_bytes < kMinArenaBytes || arena_bytes > server_.config().max_arena_bytes)
     return refuse(PX_ERR_INVALID, "arena_bytes " + std::to_string(arena_bytes) + " is not in " +
                                       std::to_string(kMinArenaBytes) + ".." +
@@ -178,7 +183,8 @@ void Session::handle_hello(const control::Hello& hello) {
   std::string error;
   if (!SharedArena::create(arena_bytes, server_.config().ring_capacity, &arena_, &error) ||
       !Doorbell::create(&submit_bell_, &error) || !Doorbell::create(&completion_bell_, &error)) {
-    PX_LOG_ERROR("cannot set up shared memory for pid %d: %s", static_cast<int>(pid_), error.c_str());
+    PX_LOG_ERROR("cannot set up shared memory for pid %d: %s", static_cast<int>(pid_),
+                 error.c_str());
     return refuse(PX_ERR_NO_MEMORY, "parallaxd could not create the shared arena: " + error);
   }
   submit_ring_ = arena_.submit_ring();
@@ -186,8 +192,8 @@ void Session::handle_hello(const control::Hello& hello) {
   job_name_ = job;
   state_ = State::kWaitingForJob;
   int rank = -1;
-  px_status status =
-      server_.join_job(shared_from_this(), job, local_size, hello.local_rank(), &job_, &rank, &error);
+  px_status status = server_.join_job(shared_from_this(), job, local_size, hello.local_rank(),
+                                      &job_, &rank, &error);
   if (status != PX_OK) {
     state_ = State::kHandshake;
     job_.reset();
@@ -245,9 +251,12 @@ void Session::handle_register(const control::RegisterDense& request) {
     return reply(PX_ERR_INVALID, "variable '" + name + "': unknown dtype or reduce op", 0);
   Fingerprint fingerprint{static_cast<DType>(request.dtype()), request.count(),
                           static_cast<ReduceOp>(request.op())};
-  if (fingerprint.count == 0 || fingerprint.count > kMaxVariableBytes / dtype_size(fingerprint.dtype))
-    return reply(PX_ERR_INVALID, "variable '" + name + "': count " + std::to_string(fingerprint.count) +
-                                     " is zero or too large", 0);
+  if (fingerprint.count == 0 ||
+      fingerprint.count > kMaxVariableBytes / dtype_size(fingerprint.dtype))
+    return reply(PX_ERR_INVALID,
+                 "variable '" + name + "': count " + std::to_string(fingerprint.count) +
+                     " is zero or too large",
+                 0);
   Job& job = *job_;
   Variable* var = job.find(name);
   if (!var) {

@@ -38,20 +38,20 @@ extern "C" {
 
 typedef enum px_status {
   PX_OK = 0,
-  PX_ERR_INVALID = 1,         /* a bad argument: null pointer, wrong size, overlapping buffers */
-  PX_ERR_VERSION = 2,         /* client and daemon ABI versions are incompatible */
-  PX_ERR_CONNECT = 3,         /* the daemon could not be reached or refused the connection */
-  PX_ERR_TIMEOUT = 4,         /* a deadline passed; the request stays valid and can be freed */
-  PX_ERR_PEER_LOST = 5,       /* another worker (or node) of the job died or disconnected */
-  PX_ERR_MISMATCH = 6,        /* the same variable was registered with another shape/type/op */
-  PX_ERR_NOT_FOUND = 7,       /* unknown variable or handle */
-  PX_ERR_NO_MEMORY = 8,       /* the shared-memory arena (or the daemon) is out of memory */
-  PX_ERR_BUSY = 9,            /* too many requests outstanding on this client; wait some first */
-  PX_ERR_PROTOCOL = 10,       /* malformed message between client and daemon */
-  PX_ERR_INDEX = 11,          /* a row index out of range (sparse variables) */
-  PX_ERR_NOT_IMPLEMENTED = 12,/* listed in the README's limits table */
-  PX_ERR_INTERNAL = 13,       /* a bug: please report it with the daemon's log */
-  PX_ERR_PERMISSION = 14      /* the daemon refused this process's credentials */
+  PX_ERR_INVALID = 1,          /* a bad argument: null pointer, wrong size, overlapping buffers */
+  PX_ERR_VERSION = 2,          /* client and daemon ABI versions are incompatible */
+  PX_ERR_CONNECT = 3,          /* the daemon could not be reached or refused the connection */
+  PX_ERR_TIMEOUT = 4,          /* a deadline passed; the request stays valid and can be freed */
+  PX_ERR_PEER_LOST = 5,        /* another worker (or node) of the job died or disconnected */
+  PX_ERR_MISMATCH = 6,         /* the same variable was registered with another shape/type/op */
+  PX_ERR_NOT_FOUND = 7,        /* unknown variable or handle */
+  PX_ERR_NO_MEMORY = 8,        /* the shared-memory arena (or the daemon) is out of memory */
+  PX_ERR_BUSY = 9,             /* too many requests outstanding on this client; wait some first */
+  PX_ERR_PROTOCOL = 10,        /* malformed message between client and daemon */
+  PX_ERR_INDEX = 11,           /* a row index out of range (sparse variables) */
+  PX_ERR_NOT_IMPLEMENTED = 12, /* listed in the README's limits table */
+  PX_ERR_INTERNAL = 13,        /* a bug: please report it with the daemon's log */
+  PX_ERR_PERMISSION = 14       /* the daemon refused this process's credentials */
 } px_status;
 
 typedef enum px_dtype {
@@ -98,10 +98,10 @@ typedef struct px_world_info {
 typedef struct px_var_stats {
   uint32_t struct_size; /* sizeof(px_var_stats), set by the caller */
   uint32_t reserved;
-  uint64_t ops;         /* completed operations on this node (all workers' steps counted once) */
-  uint64_t bytes;       /* bytes reduced on this node (input bytes of all local workers) */
-  uint64_t wait_ns;     /* total time from first to last local submission of each step */
-  uint64_t reduce_ns;   /* total time spent reducing and fanning out */
+  uint64_t ops;       /* completed operations on this node (all workers' steps counted once) */
+  uint64_t bytes;     /* bytes reduced on this node (input bytes of all local workers) */
+  uint64_t wait_ns;   /* total time from first to last local submission of each step */
+  uint64_t reduce_ns; /* total time spent reducing and fanning out */
 } px_var_stats;
 
 /* --- versions and errors ----------------------------------------------------------- */

@@ -6,8 +6,8 @@
 //     measured in the same run for reference.
 #include <limits.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -117,8 +117,8 @@ void start_daemon(Daemon& d, const std::string& path) {
   d.socket = "/tmp/px-bench-" + std::to_string(getpid()) + ".sock";
   d.pid = fork();
   if (d.pid == 0) {
-    execl(path.c_str(), path.c_str(), "--foreground", "--socket", d.socket.c_str(), "--log-level", "warn",
-          static_cast<char*>(nullptr));
+    execl(path.c_str(), path.c_str(), "--foreground", "--socket", d.socket.c_str(), "--log-level",
+          "warn", static_cast<char*>(nullptr));
     _exit(127);
   }
   double start = now_s();
@@ -248,34 +248,42 @@ int bench_local(bool json, const std::string& daemon_path, int iterations) {
   Daemon daemon;
   start_daemon(daemon, daemon_path);
   std::vector<double> rtt = round_trips(daemon, iterations);
-  struct Row { int workers; const char* memory; double gbps; };
+  struct Row {
+    int workers;
+    const char* memory;
+    double gbps;
+  };
   std::vector<Row> rows;
   for (int workers : {2, 4}) {
     for (bool arena : {true, false}) {
       std::vector<double> t = big_allreduce(daemon, workers, arena, 8);
-      rows.push_back({workers, arena ? "arena" : "ordinary", (64.0 * 1048576.0) / percentile(t, 0.5) / 1e9});
+      rows.push_back(
+          {workers, arena ? "arena" : "ordinary", (64.0 * 1048576.0) / percentile(t, 0.5) / 1e9});
     }
   }
   double median = percentile(rtt, 0.5), p99 = percentile(rtt, 0.99);
   if (json) {
-    printf("{\"scenario\":\"local\",\"cores\":%u,\"memcpy_gbps\":%.3f,", std::thread::hardware_concurrency(),
-           memcpy_rate);
-    printf("\"rtt_4k_2_workers_us\":{\"median\":%.2f,\"p99\":%.2f,\"samples\":%zu},", median, p99, rtt.size());
+    printf("{\"scenario\":\"local\",\"cores\":%u,\"memcpy_gbps\":%.3f,",
+           std::thread::hardware_concurrency(), memcpy_rate);
+    printf("\"rtt_4k_2_workers_us\":{\"median\":%.2f,\"p99\":%.2f,\"samples\":%zu},", median, p99,
+           rtt.size());
     printf("\"eventfd_ping_pong_us\":{\"median\":%.2f,\"p99\":%.2f},", percentile(floor_us, 0.5),
            percentile(floor_us, 0.99));
     printf("\"allreduce_64mib\":[");
     for (size_t i = 0; i < rows.size(); ++i)
-      printf("%s{\"workers\":%d,\"memory\":\"%s\",\"algbw_gbps\":%.3f,\"fraction_of_memcpy\":%.3f}", i ? "," : "",
-             rows[i].workers, rows[i].memory, rows[i].gbps, rows[i].gbps / memcpy_rate);
+      printf("%s{\"workers\":%d,\"memory\":\"%s\",\"algbw_gbps\":%.3f,\"fraction_of_memcpy\":%.3f}",
+             i ? "," : "", rows[i].workers, rows[i].memory, rows[i].gbps,
+             rows[i].gbps / memcpy_rate);
     printf("]}\n");
   } else {
     printf("single-thread memcpy (64 MiB):     %.2f GB/s\n", memcpy_rate);
-    printf("4 KiB allreduce round trip, 2 wk:  median %.1f us, p99 %.1f us (%zu samples)\n", median, p99, rtt.size());
+    printf("4 KiB allreduce round trip, 2 wk:  median %.1f us, p99 %.1f us (%zu samples)\n", median,
+           p99, rtt.size());
     printf("eventfd ping-pong, 2 processes:    median %.1f us, p99 %.1f us (wake-up floor)\n",
            percentile(floor_us, 0.5), percentile(floor_us, 0.99));
     for (const Row& r : rows)
-      printf("64 MiB allreduce, %d workers, %-8s %.2f GB/s (%.0f%% of memcpy)\n", r.workers, r.memory, r.gbps,
-             100 * r.gbps / memcpy_rate);
+      printf("64 MiB allreduce, %d workers, %-8s %.2f GB/s (%.0f%% of memcpy)\n", r.workers,
+             r.memory, r.gbps, 100 * r.gbps / memcpy_rate);
   }
   return 0;
 }
@@ -293,10 +301,14 @@ int main(int argc, char** argv) {
   int iterations = 5000;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--json") json = true;
-    else if (a == "--daemon" && i + 1 < argc) daemon_path = argv[++i];
-    else if (a == "--iterations" && i + 1 < argc) iterations = std::max(10, atoi(argv[++i]));
-    else die("unknown option " + a);
+    if (a == "--json")
+      json = true;
+    else if (a == "--daemon" && i + 1 < argc)
+      daemon_path = argv[++i];
+    else if (a == "--iterations" && i + 1 < argc)
+      iterations = std::max(10, atoi(argv[++i]));
+    else
+      die("unknown option " + a);
   }
   if (scenario == "local") return bench_local(json, daemon_path, iterations);
   die("unknown scenario '" + scenario + "' (this build has: local)");

@@ -33,7 +33,9 @@ static uint64_t next_random(uint64_t* state) {
   *state = *state * 6364136223846793005ull + 1442695040888963407ull;
   return *state >> 11;
 }
-static float uniform(uint64_t* state) { return (float)(next_random(state) % 2000001) / 1000000.0f - 1.0f; }
+static float uniform(uint64_t* state) {
+  return (float)(next_random(state) % 2000001) / 1000000.0f - 1.0f;
+}
 
 static void check(px_status s, const char* what) {
   if (s != PX_OK) {
@@ -54,7 +56,8 @@ static int run_worker(const char* socket_path, int rank, int workers, int steps)
   check(px_connect(&options, &client), "px_connect");
 
   px_var *weight_grad = NULL, *loss_sum = NULL, *samples = NULL;
-  check(px_register_dense(client, "linear.weight.grad", PX_F32, kFeatures, PX_MEAN, &weight_grad), "register");
+  check(px_register_dense(client, "linear.weight.grad", PX_F32, kFeatures, PX_MEAN, &weight_grad),
+        "register");
   check(px_register_dense(client, "loss", PX_F64, 1, PX_SUM, &loss_sum), "register");
   check(px_register_dense(client, "samples_seen", PX_I64, 1, PX_SUM, &samples), "register");
 
@@ -120,9 +123,12 @@ int main(int argc, char** argv) {
   const char* daemon_path = NULL;
   int workers = 4, steps = 30;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--daemon") && i + 1 < argc) daemon_path = argv[++i];
-    else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--daemon") && i + 1 < argc)
+      daemon_path = argv[++i];
+    else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: px-demo --daemon PATH [--workers N] [--steps N]\n");
       return 2;
@@ -134,11 +140,13 @@ int main(int argc, char** argv) {
   }
   char socket_path[108];
   snprintf(socket_path, sizeof socket_path, "/tmp/px-demo-%d.sock", (int)getpid());
-  printf("px-demo: parallaxd on %s, %d workers, %d steps of data-parallel SGD\n", socket_path, workers, steps);
+  printf("px-demo: parallaxd on %s, %d workers, %d steps of data-parallel SGD\n", socket_path,
+         workers, steps);
   fflush(stdout);
   pid_t daemon = fork();
   if (daemon == 0) {
-    execl(daemon_path, daemon_path, "--foreground", "--socket", socket_path, "--log-level", "warn", (char*)NULL);
+    execl(daemon_path, daemon_path, "--foreground", "--socket", socket_path, "--log-level", "warn",
+          (char*)NULL);
     perror("px-demo: exec parallaxd");
     _exit(127);
   }

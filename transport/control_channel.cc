@@ -49,7 +49,8 @@ const control::Message* parse_frame(const std::string& payload, std::string* err
 int FrameDecoder::next(std::string* payload, std::string* error) {
   if (buffer_.size() < 4) return 0;
   uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(buffer_[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    n |= static_cast<uint32_t>(static_cast<uint8_t>(buffer_[i])) << (8 * i);
   if (n == 0 || n > kMaxControlFrameBytes) {
     *error = "control frame length " + std::to_string(n) + " out of range";
     return -1;

@@ -14,17 +14,27 @@ enum class ReduceOp : uint32_t { kSum = 0, kMean = 1, kMin = 2, kMax = 3 };
 constexpr uint32_t kDTypeCount = 6;
 constexpr uint32_t kReduceOpCount = 4;
 
-inline bool valid_dtype(uint32_t v) { return v < kDTypeCount; }
-inline bool valid_reduce_op(uint32_t v) { return v < kReduceOpCount; }
+inline bool valid_dtype(uint32_t v) {
+  return v < kDTypeCount;
+}
+inline bool valid_reduce_op(uint32_t v) {
+  return v < kReduceOpCount;
+}
 
 inline size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF64:
+      return 8;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }

@@ -18,7 +18,9 @@ inline float bits_float(uint32_t u) {
   return f;
 }
 
-inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_float(uint16_t h) {
+  return bits_float(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = float_bits(f);

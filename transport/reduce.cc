@@ -44,7 +44,8 @@ void reduce_native(T* dst, const void* const* srcs, size_t nsrc, size_t count) {
     T* out = dst + base;
     const T* first = static_cast<const T*>(srcs[0]) + base;
     if (out != first) std::memcpy(out, first, n * sizeof(T));
-    for (size_t k = 1; k < nsrc; ++k) combine_into<T, Op>(out, static_cast<const T*>(srcs[k]) + base, n);
+    for (size_t k = 1; k < nsrc; ++k)
+      combine_into<T, Op>(out, static_cast<const T*>(srcs[k]) + base, n);
   }
 }
 
@@ -66,7 +67,8 @@ void mean_int(T* dst, const void* const* srcs, size_t nsrc, size_t count, unsign
       for (size_t i = 0; i < n; ++i)
         acc[i] = static_cast<int64_t>(static_cast<uint64_t>(acc[i]) + static_cast<uint64_t>(s[i]));
     }
-    for (size_t i = 0; i < n; ++i) dst[base + i] = static_cast<T>(acc[i] / static_cast<int64_t>(divisor));
+    for (size_t i = 0; i < n; ++i)
+      dst[base + i] = static_cast<T>(acc[i] / static_cast<int64_t>(divisor));
   }
 }
 
@@ -95,11 +97,14 @@ void dispatch_half(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc,
                    unsigned divisor) {
   auto* d = static_cast<uint16_t*>(dst);
   switch (op) {
-    case ReduceOp::kSum: return reduce_half<Widen, Narrow, Sum<float>>(d, srcs, nsrc, count, false, 1);
+    case ReduceOp::kSum:
+      return reduce_half<Widen, Narrow, Sum<float>>(d, srcs, nsrc, count, false, 1);
     case ReduceOp::kMean:
       return reduce_half<Widen, Narrow, Sum<float>>(d, srcs, nsrc, count, true, divisor);
-    case ReduceOp::kMin: return reduce_half<Widen, Narrow, Min<float>>(d, srcs, nsrc, count, false, 1);
-    case ReduceOp::kMax: return reduce_half<Widen, Narrow, Max<float>>(d, srcs, nsrc, count, false, 1);
+    case ReduceOp::kMin:
+      return reduce_half<Widen, Narrow, Min<float>>(d, srcs, nsrc, count, false, 1);
+    case ReduceOp::kMax:
+      return reduce_half<Widen, Narrow, Max<float>>(d, srcs, nsrc, count, false, 1);
   }
 }
 
@@ -108,12 +113,15 @@ void dispatch_float(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc
                     unsigned divisor) {
   T* d = static_cast<T*>(dst);
   switch (op) {
-    case ReduceOp::kSum: return reduce_native<T, Sum<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kSum:
+      return reduce_native<T, Sum<T>>(d, srcs, nsrc, count);
     case ReduceOp::kMean:
       reduce_native<T, Sum<T>>(d, srcs, nsrc, count);
       return divide_float(d, count, divisor);
-    case ReduceOp::kMin: return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
-    case ReduceOp::kMax: return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kMin:
+      return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kMax:
+      return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
   }
 }
 
@@ -122,10 +130,14 @@ void dispatch_int(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc, 
                   unsigned divisor) {
   T* d = static_cast<T*>(dst);
   switch (op) {
-    case ReduceOp::kSum: return reduce_native<T, WrapSum<T>>(d, srcs, nsrc, count);
-    case ReduceOp::kMean: return mean_int<T>(d, srcs, nsrc, count, divisor);
-    case ReduceOp::kMin: return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
-    case ReduceOp::kMax: return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kSum:
+      return reduce_native<T, WrapSum<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kMean:
+      return mean_int<T>(d, srcs, nsrc, count, divisor);
+    case ReduceOp::kMin:
+      return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kMax:
+      return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
   }
 }
 
@@ -136,14 +148,18 @@ void reduce_buffers(DType dtype, ReduceOp op, void* dst, const void* const* srcs
   if (nsrc == 0 || count == 0) return;
   if (mean_divisor == 0) mean_divisor = 1;
   switch (dtype) {
-    case DType::kF32: return dispatch_float<float>(op, dst, srcs, nsrc, count, mean_divisor);
-    case DType::kF64: return dispatch_float<double>(op, dst, srcs, nsrc, count, mean_divisor);
+    case DType::kF32:
+      return dispatch_float<float>(op, dst, srcs, nsrc, count, mean_divisor);
+    case DType::kF64:
+      return dispatch_float<double>(op, dst, srcs, nsrc, count, mean_divisor);
     case DType::kF16:
       return dispatch_half<f16_to_float, float_to_f16>(op, dst, srcs, nsrc, count, mean_divisor);
     case DType::kBF16:
       return dispatch_half<bf16_to_float, float_to_bf16>(op, dst, srcs, nsrc, count, mean_divisor);
-    case DType::kI32: return dispatch_int<int32_t>(op, dst, srcs, nsrc, count, mean_divisor);
-    case DType::kI64: return dispatch_int<int64_t>(op, dst, srcs, nsrc, count, mean_divisor);
+    case DType::kI32:
+      return dispatch_int<int32_t>(op, dst, srcs, nsrc, count, mean_divisor);
+    case DType::kI64:
+      return dispatch_int<int64_t>(op, dst, srcs, nsrc, count, mean_divisor);
   }
 }
 

@@ -13,7 +13,9 @@
 
 namespace px {
 
-SharedArena::~SharedArena() { reset(); }
+SharedArena::~SharedArena() {
+  reset();
+}
 
 SharedArena::SharedArena(SharedArena&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
@@ -88,7 +90,8 @@ bool SharedArena::attach(int fd, SharedArena* out, std::string* error) {
     *error = "the arena fd from the daemon is not a usable memory file";
     return false;
   }
-  void* base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base =
+      mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     *error = std::string("mmap arena: ") + strerror(errno);
     return false;
@@ -96,7 +99,8 @@ bool SharedArena::attach(int fd, SharedArena* out, std::string* error) {
   arena.base_ = static_cast<char*>(base);
   arena.size_ = static_cast<uint64_t>(st.st_size);
   if (!arena_header_valid(arena.header(), arena.size_)) {
-    *error = "the arena from the daemon has an unknown layout (daemon and library versions differ?)";
+    *error =
+        "the arena from the daemon has an unknown layout (daemon and library versions differ?)";
     return false;
   }
   *out = std::move(arena);

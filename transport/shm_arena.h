@@ -19,7 +19,8 @@ class SharedArena {
   SharedArena& operator=(const SharedArena&) = delete;
 
   // Daemon side: a new memfd with heap_bytes of heap, formatted and size-sealed.
-  static bool create(uint64_t heap_bytes, uint32_t ring_capacity, SharedArena* out, std::string* error);
+  static bool create(uint64_t heap_bytes, uint32_t ring_capacity, SharedArena* out,
+                     std::string* error);
   // Client side: maps an arena received from the daemon and validates its header.
   // Takes ownership of fd.
   static bool attach(int fd, SharedArena* out, std::string* error);

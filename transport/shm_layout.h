@@ -1,6 +1,7 @@
 // The byte layout of a client's shared-memory arena, shared by libparallax and parallaxd.
 //
-//   [ ArenaHeader | submission ring (client -> daemon) | completion ring (daemon -> client) | heap ]
+//   [ ArenaHeader | submission ring (client -> daemon) | completion ring (daemon -> client) | heap
+//   ]
 //
 // The daemon creates the memfd, formats it, seals its size and passes it to the client, so a
 // client can never shrink the mapping under the daemon. Buffers are named by offsets from
@@ -34,9 +35,9 @@ enum class Opcode : uint16_t { kAllreduce = 1, kBarrier = 2 };
 struct SubmitEntry {
   uint64_t request_id;  // chosen by the client, echoed in the completion
   uint64_t step;
-  uint32_t var_id;      // from registration; 0 is the job's barrier
-  uint16_t opcode;      // Opcode
-  uint8_t priority;     // larger goes first when transfers queue (used by the cluster routes)
+  uint32_t var_id;   // from registration; 0 is the job's barrier
+  uint16_t opcode;   // Opcode
+  uint8_t priority;  // larger goes first when transfers queue (used by the cluster routes)
   uint8_t reserved0;
   uint32_t reserved1;
   BufferRef in;
@@ -75,7 +76,9 @@ struct ArenaLayout {
   uint64_t heap_bytes;
 };
 
-inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+inline uint64_t align_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 // Lays out an arena of (at least) heap_bytes usable heap. ring_capacity must be a power of 2.
 inline ArenaLayout compute_arena_layout(uint64_t heap_bytes, uint32_t ring_capacity) {
@@ -84,8 +87,9 @@ inline ArenaLayout compute_arena_layout(uint64_t heap_bytes, uint32_t ring_capac
   l.submit_ring_offset = align_up(sizeof(ArenaHeader), 64);
   l.completion_ring_offset =
       align_up(l.submit_ring_offset + SpscRing<SubmitEntry>::bytes_for(ring_capacity), 64);
-  l.heap_offset = align_up(
-      l.completion_ring_offset + SpscRing<CompletionEntry>::bytes_for(ring_capacity), kArenaHeapAlign);
+  l.heap_offset =
+      align_up(l.completion_ring_offset + SpscRing<CompletionEntry>::bytes_for(ring_capacity),
+               kArenaHeapAlign);
   l.heap_bytes = align_up(heap_bytes, kArenaHeapAlign);
   l.arena_bytes = l.heap_offset + l.heap_bytes;
   return l;
@@ -98,7 +102,8 @@ inline bool arena_header_valid(const ArenaHeader& h, uint64_t mapped_bytes) {
   ArenaLayout want = compute_arena_layout(h.heap_bytes, h.ring_capacity);
   return want.arena_bytes == h.arena_bytes && h.arena_bytes <= mapped_bytes &&
          want.submit_ring_offset == h.submit_ring_offset &&
-         want.completion_ring_offset == h.completion_ring_offset && want.heap_offset == h.heap_offset;
+         want.completion_ring_offset == h.completion_ring_offset &&
+         want.heap_offset == h.heap_offset;
 }
 
 }  // namespace px

@@ -23,7 +23,9 @@ class SpscRing {
   static_assert(std::is_trivially_copyable_v<Entry>, "ring entries are raw bytes in shared memory");
 
  public:
-  static size_t bytes_for(uint32_t capacity) { return sizeof(RingIndices) + capacity * sizeof(Entry); }
+  static size_t bytes_for(uint32_t capacity) {
+    return sizeof(RingIndices) + capacity * sizeof(Entry);
+  }
 
   // Lays out a fresh ring at memory (done once, by the daemon, before sharing it).
   static void format(void* memory, uint32_t capacity) {

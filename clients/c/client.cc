@@ -44,7 +44,9 @@ bool env_int(const char* name, long long* out) {
   return true;
 }
 
-std::string abi_string(uint32_t v) { return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff); }
+std::string abi_string(uint32_t v) {
+  return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
+}
 
 // Connects to the daemon's socket, retrying while it is not there yet (a daemon and its
 // workers are often started together) until the deadline.
@@ -74,17 +76,20 @@ px_status connect_socket(const std::string& path, int64_t deadline_ns, int* out_
 
 }  // namespace
 
-px_status control_call(px_client* c, const std::string& frame, control::Body expected, std::string* payload,
-                       const control::Message** reply) {
+px_status control_call(px_client* c, const std::string& frame, control::Body expected,
+                       std::string* payload, const control::Message** reply) {
   std::string error;
   bool timed_out = false;
   int64_t deadline = monotonic_ns() + c->control_timeout_ms * 1000000;
   if (!send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) ||
-      !recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error, &timed_out))
-    return fail(timed_out ? PX_ERR_TIMEOUT : PX_ERR_PEER_LOST, "parallaxd at " + c->socket_path + ": " + error);
+      !recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error,
+                           &timed_out))
+    return fail(timed_out ? PX_ERR_TIMEOUT : PX_ERR_PEER_LOST,
+                "parallaxd at " + c->socket_path + ": " + error);
   const control::Message* message = parse_frame(*payload, &error);
   if (!message || message->body_type() != expected)
-    return fail(PX_ERR_PROTOCOL, "parallaxd sent an unexpected reply: " + (message ? std::string("wrong type") : error));
+    return fail(PX_ERR_PROTOCOL, "parallaxd sent an unexpected reply: " +
+                                     (message ? std::string("wrong type") : error));
   *reply = message;
   return PX_OK;
 }
@@ -120,26 +125,30 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   px_connect_options o = defaults;
   if (options) {
     if (options->struct_size < offsetof(px_connect_options, socket_path))
-      return fail(PX_ERR_INVALID, "px_connect: options->struct_size is " + std::to_string(options->struct_size) +
+      return fail(PX_ERR_INVALID, "px_connect: options->struct_size is " +
+                                      std::to_string(options->struct_size) +
                                       "; fill options with px_connect_options_init");
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
     o.struct_size = sizeof o;
   }
-  std::string socket_path = o.socket_path ? o.socket_path : env_or("PARALLAX_SOCKET", kDefaultSocket);
+  std::string socket_path =
+      o.socket_path ? o.socket_path : env_or("PARALLAX_SOCKET", kDefaultSocket);
   std::string job = o.job_name ? o.job_name : env_or("PARALLAX_JOB", "default");
   long long v;
   int32_t local_rank = o.local_rank;
   if (local_rank < 0 && env_int("PARALLAX_LOCAL_RANK", &v)) local_rank = static_cast<int32_t>(v);
   int32_t local_size = o.local_size;
-  if (local_size == 0) local_size = env_int("PARALLAX_LOCAL_SIZE", &v) ? static_cast<int32_t>(v) : 1;
+  if (local_size == 0)
+    local_size = env_int("PARALLAX_LOCAL_SIZE", &v) ? static_cast<int32_t>(v) : 1;
   uint64_t arena_bytes = o.arena_bytes;
-  if (arena_bytes == 0 && env_int("PARALLAX_ARENA_BYTES", &v) && v > 0) arena_bytes = static_cast<uint64_t>(v);
+  if (arena_bytes == 0 && env_int("PARALLAX_ARENA_BYTES", &v) && v > 0)
+    arena_bytes = static_cast<uint64_t>(v);
   if (arena_bytes == 0) arena_bytes = kDefaultArenaBytes;
   int64_t timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : kDefaultTimeoutMs;
   if (local_size < 1) return fail(PX_ERR_INVALID, "px_connect: local_size must be at least 1");
   if (local_rank >= local_size)
-    return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) + " is not below local_size " +
-                                    std::to_string(local_size));
+    return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) +
+                                    " is not below local_size " + std::to_string(local_size));
 
   auto client = std::make_unique<px_client>();
   client->socket_path = socket_path;
@@ -151,19 +160,21 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
 
   flatbuffers::FlatBufferBuilder b;
   auto job_offset = b.CreateString(job);
-  auto hello = control::CreateHello(b, o.abi_version, job_offset, local_rank < 0 ? -1 : local_rank, local_size,
-                                    static_cast<int32_t>(getpid()), arena_bytes);
+  auto hello = control::CreateHello(b, o.abi_version, job_offset, local_rank < 0 ? -1 : local_rank,
+                                    local_size, static_cast<int32_t>(getpid()), arena_bytes);
   std::string frame = finish_frame(b, control::Body::Hello, hello.Union());
   std::string error;
   bool timed_out = false;
   std::string payload;
   std::vector<int> fds;
   if (!send_frame_blocking(client->socket_fd, frame, deadline, &error, &timed_out) ||
-      !recv_frame_blocking(client->socket_fd, client->decoder, &payload, &fds, deadline, &error, &timed_out)) {
+      !recv_frame_blocking(client->socket_fd, client->decoder, &payload, &fds, deadline, &error,
+                           &timed_out)) {
     for (int fd : fds) ::close(fd);
     if (timed_out)
-      return fail(PX_ERR_TIMEOUT, "px_connect: job '" + job + "' did not gather its " + std::to_string(local_size) +
-                                      " local workers at " + socket_path + " within " + std::to_string(timeout_ms) +
+      return fail(PX_ERR_TIMEOUT, "px_connect: job '" + job + "' did not gather its " +
+                                      std::to_string(local_size) + " local workers at " +
+                                      socket_path + " within " + std::to_string(timeout_ms) +
                                       " ms");
     return fail(PX_ERR_CONNECT, "px_connect to " + socket_path + ": " + error);
   }
@@ -171,7 +182,8 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   const control::HelloReply* reply = message ? message->body_as_HelloReply() : nullptr;
   if (!reply) {
     for (int fd : fds) ::close(fd);
-    return fail(PX_ERR_PROTOCOL, "px_connect: parallaxd sent an unexpected handshake reply " + error);
+    return fail(PX_ERR_PROTOCOL,
+                "px_connect: parallaxd sent an unexpected handshake reply " + error);
   }
   if (reply->status() != PX_OK) {
     for (int fd : fds) ::close(fd);
@@ -183,11 +195,13 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   }
   if (fds.size() != 3) {
     for (int fd : fds) ::close(fd);
-    return fail(PX_ERR_PROTOCOL, "px_connect: parallaxd sent " + std::to_string(fds.size()) + " fds, expected 3");
+    return fail(PX_ERR_PROTOCOL,
+                "px_connect: parallaxd sent " + std::to_string(fds.size()) + " fds, expected 3");
   }
   client->submit_bell = Doorbell(fds[1]);
   client->completion_bell = Doorbell(fds[2]);
-  if (!SharedArena::attach(fds[0], &client->arena, &error)) return fail(PX_ERR_PROTOCOL, "px_connect: " + error);
+  if (!SharedArena::attach(fds[0], &client->arena, &error))
+    return fail(PX_ERR_PROTOCOL, "px_connect: " + error);
   client->arena.close_fd();
   client->submit_ring = client->arena.submit_ring();
   client->completion_ring = client->arena.completion_ring();
@@ -232,15 +246,17 @@ PX_API px_status px_world(px_client* client, px_world_info* out_info) {
   return succeed();
 }
 
-PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype, uint64_t count,
-                                   px_reduce_op op, px_var** out_var) {
+PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype,
+                                   uint64_t count, px_reduce_op op, px_var** out_var) {
   using namespace px;
   if (!client || !name || !out_var) return fail(PX_ERR_INVALID, "px_register_dense: NULL argument");
   *out_var = nullptr;
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown dtype " + std::to_string(dtype));
+    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown dtype " +
+                                    std::to_string(dtype));
   if (!valid_reduce_op(static_cast<uint32_t>(op)))
-    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown reduce op " + std::to_string(op));
+    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name +
+                                    "'): unknown reduce op " + std::to_string(op));
   std::lock_guard<std::mutex> lock(client->mutex);
   if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
   flatbuffers::FlatBufferBuilder b;
@@ -249,12 +265,14 @@ PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype
                                               static_cast<uint32_t>(op));
   std::string payload;
   const control::Message* message = nullptr;
-  px_status status = control_call(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
-                                  control::Body::RegisterReply, &payload, &message);
+  px_status status =
+      control_call(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
+                   control::Body::RegisterReply, &payload, &message);
   if (status != PX_OK) return status;
   const control::RegisterReply* reply = message->body_as_RegisterReply();
   if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()), reply->message() ? reply->message()->str() : "");
+    return fail(static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
   for (auto& existing : client->vars) {
     if (existing->id == reply->var_id()) {
       *out_var = existing.get();
@@ -278,7 +296,8 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   using namespace px;
   if (!var || !out_stats) return fail(PX_ERR_INVALID, "px_var_stats_get: NULL argument");
   if (out_stats->struct_size < sizeof(uint32_t))
-    return fail(PX_ERR_INVALID, "px_var_stats_get: set out_stats->struct_size = sizeof(px_var_stats)");
+    return fail(PX_ERR_INVALID,
+                "px_var_stats_get: set out_stats->struct_size = sizeof(px_var_stats)");
   px_client* client = var->client;
   std::lock_guard<std::mutex> lock(client->mutex);
   if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
@@ -286,12 +305,14 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   auto request = control::CreateStatsRequest(b, var->id);
   std::string payload;
   const control::Message* message = nullptr;
-  px_status status = control_call(client, finish_frame(b, control::Body::StatsRequest, request.Union()),
-                                  control::Body::StatsReply, &payload, &message);
+  px_status status =
+      control_call(client, finish_frame(b, control::Body::StatsRequest, request.Union()),
+                   control::Body::StatsReply, &payload, &message);
   if (status != PX_OK) return status;
   const control::StatsReply* reply = message->body_as_StatsReply();
   if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()), reply->message() ? reply->message()->str() : "");
+    return fail(static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
   px_var_stats s{};
   s.struct_size = std::min<uint32_t>(out_stats->struct_size, sizeof s);
   s.ops = reply->ops();

@@ -46,7 +46,8 @@ void mark_lost(px_client* c, const std::string& why) {
   c->lost_message = why;
   std::vector<px_request*> pending;
   for (auto& [id, r] : c->in_flight) pending.push_back(r);
-  for (px_request* r : pending) finish_request(c, r, PX_ERR_PEER_LOST, why + " before " + r->describe() + " completed");
+  for (px_request* r : pending)
+    finish_request(c, r, PX_ERR_PEER_LOST, why + " before " + r->describe() + " completed");
 }
 
 // Waits for the daemon to complete something (or the deadline). One thread polls the
@@ -67,7 +68,9 @@ bool wait_for_completions(px_client* c, std::unique_lock<std::mutex>& lock, int6
   if (c->completion_ring.arm_and_check_empty()) {
     lock.unlock();
     pollfd fds[2] = {{c->completion_bell.fd(), POLLIN, 0}, {c->socket_fd, POLLIN, 0}};
-    int64_t left_ms = deadline_ns < 0 ? -1 : std::max<int64_t>(0, (deadline_ns - monotonic_ns() + 999999) / 1000000);
+    int64_t left_ms = deadline_ns < 0
+                          ? -1
+                          : std::max<int64_t>(0, (deadline_ns - monotonic_ns() + 999999) / 1000000);
     int r = poll(fds, 2, static_cast<int>(std::min<int64_t>(left_ms, 0x7fffffff)));
     lock.lock();
     if (r > 0 && (fds[0].revents & POLLIN)) c->completion_bell.drain();
@@ -104,24 +107,28 @@ px_status deliver(px_client* c, std::unique_lock<std::mutex>& lock, px_request* 
 }
 
 px_status submit(px_client* c, const SubmitEntry& entry, px_request* r) {
-  if (!c->submit_ring.try_push(entry)) return fail(PX_ERR_INTERNAL, "submission ring unexpectedly full");
+  if (!c->submit_ring.try_push(entry))
+    return fail(PX_ERR_INTERNAL, "submission ring unexpectedly full");
   if (c->submit_ring.consumer_needs_wakeup()) c->submit_bell.ring();
   c->in_flight[r->id] = r;
   return PX_OK;
 }
 
-int64_t deadline_after(int64_t timeout_ms) { return timeout_ms < 0 ? -1 : monotonic_ns() + timeout_ms * 1000000; }
+int64_t deadline_after(int64_t timeout_ms) {
+  return timeout_ms < 0 ? -1 : monotonic_ns() + timeout_ms * 1000000;
+}
 
-px_status wait_locked(px_client* c, std::unique_lock<std::mutex>& lock, px_request* r, int64_t deadline_ns,
-                      int64_t timeout_ms) {
+px_status wait_locked(px_client* c, std::unique_lock<std::mutex>& lock, px_request* r,
+                      int64_t deadline_ns, int64_t timeout_ms) {
   for (;;) {
     drain_completions(c);
     if (r->done) return deliver(c, lock, r);
     if (c->lost_status != PX_OK) mark_lost(c, c->lost_message);
     if (!wait_for_completions(c, lock, deadline_ns))
-      return fail(PX_ERR_TIMEOUT, r->describe() + " did not complete within " + std::to_string(timeout_ms) +
-                                      " ms (worker local rank " + std::to_string(c->world.local_rank) +
-                                      " of job '" + c->job + "')");
+      return fail(PX_ERR_TIMEOUT, r->describe() + " did not complete within " +
+                                      std::to_string(timeout_ms) + " ms (worker local rank " +
+                                      std::to_string(c->world.local_rank) + " of job '" + c->job +
+                                      "')");
   }
 }
 
@@ -152,11 +159,13 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
   const char* ip = static_cast<const char*>(in);
   const char* op = static_cast<const char*>(out);
   if (ip != op && ip < op + bytes && op < ip + bytes)
-    return fail(PX_ERR_INVALID, "px_allreduce('" + var->name + "'): in and out overlap without being equal");
+    return fail(PX_ERR_INVALID,
+                "px_allreduce('" + var->name + "'): in and out overlap without being equal");
   std::lock_guard<std::mutex> guard(c->mutex);
   if (c->lost_status != PX_OK) return fail(c->lost_status, c->lost_message);
   if (c->in_flight.size() >= c->submit_ring.capacity())
-    return fail(PX_ERR_BUSY, "px_allreduce('" + var->name + "'): " + std::to_string(c->in_flight.size()) +
+    return fail(PX_ERR_BUSY, "px_allreduce('" + var->name +
+                                 "'): " + std::to_string(c->in_flight.size()) +
                                  " requests in flight, the most parallaxd allows; wait some first");
   auto request = std::make_unique<px_request>();
   px_request* r = request.get();
@@ -169,10 +178,11 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
   if (!out_arena) {
     auto staging = c->allocator.allocate(bytes);
     if (!staging)
-      return fail(PX_ERR_NO_MEMORY, "px_allreduce('" + var->name + "'): no room in the arena to stage " +
-                                        std::to_string(bytes) + " bytes of ordinary memory (largest free block " +
-                                        std::to_string(c->allocator.largest_free_block()) +
-                                        "); use px_alloc buffers or a larger arena");
+      return fail(PX_ERR_NO_MEMORY,
+                  "px_allreduce('" + var->name + "'): no room in the arena to stage " +
+                      std::to_string(bytes) + " bytes of ordinary memory (largest free block " +
+                      std::to_string(c->allocator.largest_free_block()) +
+                      "); use px_alloc buffers or a larger arena");
     r->has_staging = true;
     r->staging_offset = out_offset = *staging;
     r->copy_out_to = out;
@@ -227,7 +237,8 @@ PX_API px_status px_wait_all(px_request* const* requests, uint64_t n, int64_t ti
   px_status first = PX_OK;
   std::string first_message;
   for (uint64_t i = 0; i < n; ++i) {
-    if (!requests[i]) return fail(PX_ERR_INVALID, "px_wait_all: request " + std::to_string(i) + " is NULL");
+    if (!requests[i])
+      return fail(PX_ERR_INVALID, "px_wait_all: request " + std::to_string(i) + " is NULL");
     px_client* c = requests[i]->client;
     std::unique_lock<std::mutex> lock(c->mutex);
     px_status s = wait_locked(c, lock, requests[i], deadline, timeout_ms);
@@ -271,7 +282,8 @@ PX_API px_status px_barrier(px_client* client, int64_t timeout_ms) {
   r->step = entry.step;
   client->requests[r] = std::move(request);
   px_status status = submit(client, entry, r);
-  if (status == PX_OK) status = wait_locked(client, lock, r, deadline_after(timeout_ms), timeout_ms);
+  if (status == PX_OK)
+    status = wait_locked(client, lock, r, deadline_after(timeout_ms), timeout_ms);
   std::string message = px_last_error();
   if (r->done) {
     destroy_request(client, r);

@@ -52,9 +52,16 @@ enum RefOp { kRefSum = 0, kRefMean = 1, kRefMin = 2, kRefMax = 3 };
 template <typename T>
 T ref_combine(T a, T b, int op) {
   switch (op) {
-    case kRefMin: return (std::isnan(static_cast<double>(a)) || std::isnan(static_cast<double>(b))) ? (std::isnan(static_cast<double>(a)) ? a : b) : (b < a ? b : a);
-    case kRefMax: return (std::isnan(static_cast<double>(a)) || std::isnan(static_cast<double>(b))) ? (std::isnan(static_cast<double>(a)) ? a : b) : (b > a ? b : a);
-    default: return a + b;
+    case kRefMin:
+      return (std::isnan(static_cast<double>(a)) || std::isnan(static_cast<double>(b)))
+                 ? (std::isnan(static_cast<double>(a)) ? a : b)
+                 : (b < a ? b : a);
+    case kRefMax:
+      return (std::isnan(static_cast<double>(a)) || std::isnan(static_cast<double>(b)))
+                 ? (std::isnan(static_cast<double>(a)) ? a : b)
+                 : (b > a ? b : a);
+    default:
+      return a + b;
   }
 }
 

@@ -22,7 +22,8 @@ namespace {
 int g_counter = 0;
 
 int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -77,7 +78,8 @@ std::string slurp(const std::string& path) {
 }
 
 std::string unique_path(const std::string& tag, const char* suffix) {
-  return "/tmp/pxt-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) + suffix;
+  return "/tmp/pxt-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) +
+         suffix;
 }
 
 }  // namespace
@@ -85,12 +87,14 @@ std::string unique_path(const std::string& tag, const char* suffix) {
 DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args) {
   socket_ = unique_path(tag, ".sock");
   log_path_ = unique_path(tag, ".log");
-  std::vector<std::string> argv = {PX_DAEMON_PATH, "--foreground", "--socket", socket_, "--threads", "2"};
+  std::vector<std::string> argv = {PX_DAEMON_PATH, "--foreground", "--socket",
+                                   socket_,        "--threads",    "2"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = spawn(argv, {}, log_path_);
   int64_t deadline = now_ms() + 10000;
   while (!can_connect(socket_)) {
-    if (now_ms() > deadline || !alive()) throw std::runtime_error("parallaxd did not start: " + log());
+    if (now_ms() > deadline || !alive())
+      throw std::runtime_error("parallaxd did not start: " + log());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -109,7 +113,9 @@ bool DaemonProcess::alive() const {
   return waitpid(pid_, &status, WNOHANG) == 0;
 }
 
-std::string DaemonProcess::log() const { return slurp(log_path_); }
+std::string DaemonProcess::log() const {
+  return slurp(log_path_);
+}
 
 int DaemonProcess::open_fds() const {
   std::string dir = "/proc/" + std::to_string(pid_) + "/fd";
@@ -149,8 +155,9 @@ bool DaemonProcess::settles_to(int fds, int maps, int timeout_ms) const {
   return false;
 }
 
-std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::string& job, int local_size,
-                                      const std::vector<std::string>& args, int timeout_ms,
+std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::string& job,
+                                      int local_size, const std::vector<std::string>& args,
+                                      int timeout_ms,
                                       const std::map<std::string, std::string>& env) {
   std::vector<pid_t> pids;
   std::vector<std::string> outputs;
@@ -182,7 +189,8 @@ bool all_ok(const std::vector<WorkerResult>& results) {
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].exit_code != 0) {
       ok = false;
-      fprintf(stderr, "worker %zu exited %d:\n%s\n", i, results[i].exit_code, results[i].output.c_str());
+      fprintf(stderr, "worker %zu exited %d:\n%s\n", i, results[i].exit_code,
+              results[i].output.c_str());
     }
   }
   return ok;

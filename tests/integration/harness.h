@@ -20,10 +20,10 @@ class DaemonProcess {
   pid_t pid() const { return pid_; }
   bool alive() const;
   std::string log() const;
-  int open_fds() const;           // entries in /proc/PID/fd
+  int open_fds() const;  // entries in /proc/PID/fd
   // open_fds() once the daemon is idle (the start-up probe connection is closed).
   int idle_fds() const;
-  int arena_mappings() const;     // memfd arenas still mapped
+  int arena_mappings() const;  // memfd arenas still mapped
   // Waits (up to timeout_ms) until open_fds() == fds and arena_mappings() == maps.
   bool settles_to(int fds, int maps, int timeout_ms) const;
 
@@ -39,8 +39,9 @@ struct WorkerResult {
 };
 
 // Runs local_size workers (px_test_worker ARGS...) of job on the daemon; waits for all.
-std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::string& job, int local_size,
-                                      const std::vector<std::string>& args, int timeout_ms = 120000,
+std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::string& job,
+                                      int local_size, const std::vector<std::string>& args,
+                                      int timeout_ms = 120000,
                                       const std::map<std::string, std::string>& env = {});
 
 // Every worker exited 0 (prints the outputs otherwise, for the test log).

@@ -1,11 +1,10 @@
 // Integration tests on one node: a real parallaxd, real worker processes, real shared memory.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <poll.h>
 
 #include <cstring>
 #include <string>
@@ -16,7 +15,9 @@ using namespace pxt;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 int raw_connect(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -55,9 +56,14 @@ TEST_CASE("allreduce: every dtype, op and memory mode, 4 workers") {
 TEST_CASE("allreduce: 64 MiB across 2 and 4 workers, arena and ordinary memory") {
   DaemonProcess daemon("big");
   std::map<std::string, std::string> env = {{"PX_TEST_ARENA_BYTES", std::to_string(160ull << 20)}};
-  CHECK(all_ok(run_workers(daemon, "big-f32", 2, {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
-  CHECK(all_ok(run_workers(daemon, "big-bf16", 4, {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
-  CHECK(all_ok(run_workers(daemon, "big-i64", 2, {"allreduce", "i64", "max", "8388608", "inplace-arena", "1"}, 240000, env)));
+  CHECK(all_ok(run_workers(daemon, "big-f32", 2,
+                           {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
+  CHECK(
+      all_ok(run_workers(daemon, "big-bf16", 4,
+                         {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
+  CHECK(all_ok(run_workers(daemon, "big-i64", 2,
+                           {"allreduce", "i64", "max", "8388608", "inplace-arena", "1"}, 240000,
+                           env)));
 }
 
 TEST_CASE("allreduce: many variables submitted in different orders, several steps in flight") {
@@ -71,7 +77,9 @@ TEST_CASE("barrier: repeated barriers across 4 workers") {
   CHECK(all_ok(run_workers(daemon, "barrier", 4, {"barriers", "200"})));
 }
 
-TEST_CASE("failure: a worker killed mid-step gives PX_ERR_PEER_LOST and its memory and fds are reclaimed") {
+TEST_CASE(
+    "failure: a worker killed mid-step gives PX_ERR_PEER_LOST and its memory and fds are "
+    "reclaimed") {
   DaemonProcess daemon("crash");
   int base_fds = daemon.idle_fds();
   REQUIRE(base_fds > 0);
@@ -83,11 +91,13 @@ TEST_CASE("failure: a worker killed mid-step gives PX_ERR_PEER_LOST and its memo
   CHECK(daemon.settles_to(base_fds, 0, 5000));
   CHECK(contains(daemon.log(), "lost its connection"));
   // The daemon still serves new jobs.
-  CHECK(all_ok(run_workers(daemon, "after-crash", 2, {"allreduce", "f32", "sum", "1000", "arena", "3"})));
+  CHECK(all_ok(
+      run_workers(daemon, "after-crash", 2, {"allreduce", "f32", "sum", "1000", "arena", "3"})));
   CHECK(daemon.settles_to(base_fds, 0, 5000));
 }
 
-TEST_CASE("failure: the same variable registered with another dtype is PX_ERR_MISMATCH for everyone") {
+TEST_CASE(
+    "failure: the same variable registered with another dtype is PX_ERR_MISMATCH for everyone") {
   DaemonProcess daemon("mismatch");
   auto results = run_workers(daemon, "mismatch", 2, {"mismatch"}, 60000);
   CHECK(all_ok(results));
@@ -138,7 +148,8 @@ TEST_CASE("failure: garbage and truncated bytes on the socket drop that connecti
   std::string log = daemon.log();
   CHECK(contains(log, "malformed control stream"));
   CHECK(contains(log, "malformed control message"));
-  CHECK(all_ok(run_workers(daemon, "after-garbage", 2, {"allreduce", "i32", "sum", "100", "ordinary", "2"})));
+  CHECK(all_ok(run_workers(daemon, "after-garbage", 2,
+                           {"allreduce", "i32", "sum", "100", "ordinary", "2"})));
 }
 
 TEST_CASE("daemon: a second parallaxd on the same socket is refused") {

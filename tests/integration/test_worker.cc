@@ -33,11 +33,13 @@ void check(px_status s, const char* what) {
 
 void expect_status(px_status got, px_status want, const char* what) {
   if (got != want)
-    die(std::string(what) + ": expected " + px_strerror(want) + ", got " + px_strerror(got) + " (" + px_last_error() + ")");
+    die(std::string(what) + ": expected " + px_strerror(want) + ", got " + px_strerror(got) + " (" +
+        px_last_error() + ")");
 }
 
 void expect_contains(const std::string& text, const std::string& part) {
-  if (text.find(part) == std::string::npos) die("message '" + text + "' does not contain '" + part + "'");
+  if (text.find(part) == std::string::npos)
+    die("message '" + text + "' does not contain '" + part + "'");
 }
 
 px_client* connect_default() {
@@ -63,13 +65,15 @@ int world_size(px_client* c) {
 
 px_dtype parse_dtype(const std::string& s) {
   const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
-  for (int i = 0; i < 6; ++i) if (s == names[i]) return static_cast<px_dtype>(i);
+  for (int i = 0; i < 6; ++i)
+    if (s == names[i]) return static_cast<px_dtype>(i);
   die("unknown dtype " + s);
 }
 
 px_reduce_op parse_op(const std::string& s) {
   const char* names[] = {"sum", "mean", "min", "max"};
-  for (int i = 0; i < 4; ++i) if (s == names[i]) return static_cast<px_reduce_op>(i);
+  for (int i = 0; i < 4; ++i)
+    if (s == names[i]) return static_cast<px_reduce_op>(i);
   die("unknown op " + s);
 }
 
@@ -85,11 +89,24 @@ struct Buffers {
     bool in_is_arena = mode == "arena" || mode == "inplace-arena" || mode == "arena-in";
     bool out_is_arena = mode == "arena" || mode == "inplace-arena" || mode == "arena-out";
     bool inplace = mode.rfind("inplace", 0) == 0;
-    if (in_is_arena) { check(px_alloc(c, bytes, &in_arena), "px_alloc"); in = in_arena; }
-    else { in_plain.resize(bytes); in = in_plain.data(); }
-    if (inplace) { out = in; return; }
-    if (out_is_arena) { check(px_alloc(c, bytes, &out_arena), "px_alloc"); out = out_arena; }
-    else { out_plain.resize(bytes); out = out_plain.data(); }
+    if (in_is_arena) {
+      check(px_alloc(c, bytes, &in_arena), "px_alloc");
+      in = in_arena;
+    } else {
+      in_plain.resize(bytes);
+      in = in_plain.data();
+    }
+    if (inplace) {
+      out = in;
+      return;
+    }
+    if (out_is_arena) {
+      check(px_alloc(c, bytes, &out_arena), "px_alloc");
+      out = out_arena;
+    } else {
+      out_plain.resize(bytes);
+      out = out_plain.data();
+    }
   }
   ~Buffers() {
     px_free(client, in_arena);
@@ -130,23 +147,27 @@ int scenario_allreduce(px_client* c, char** args) {
   px_var_stats stats;
   stats.struct_size = sizeof stats;
   check(px_var_stats_get(var, &stats), "px_var_stats_get");
-  if (stats.ops < static_cast<uint64_t>(steps)) die("stats.ops " + std::to_string(stats.ops) + " < steps");
+  if (stats.ops < static_cast<uint64_t>(steps))
+    die("stats.ops " + std::to_string(stats.ops) + " < steps");
   printf("OK allreduce %s %s %s %s\n", args[0], args[1], args[2], mode.c_str());
   return 0;
 }
 
 // sweep COUNT... : every dtype x op x memory mode at each count, 2 steps each.
 int scenario_sweep(px_client* c, int nargs, char** args) {
-  const char* modes[] = {"arena", "ordinary", "inplace-arena", "inplace-ordinary", "arena-in", "arena-out"};
+  const char* modes[] = {"arena",    "ordinary", "inplace-arena", "inplace-ordinary",
+                         "arena-in", "arena-out"};
   int world = world_size(c);
   int checked = 0;
   for (int a = 0; a < nargs; ++a) {
     uint64_t count = strtoull(args[a], nullptr, 10);
     for (int t = 0; t < 6; ++t) {
       for (int op = 0; op < 4; ++op) {
-        std::string name = "sweep_" + std::to_string(t) + "_" + std::to_string(op) + "_" + std::to_string(count);
+        std::string name =
+            "sweep_" + std::to_string(t) + "_" + std::to_string(op) + "_" + std::to_string(count);
         px_var* var = nullptr;
-        check(px_register_dense(c, name.c_str(), static_cast<px_dtype>(t), count, static_cast<px_reduce_op>(op), &var),
+        check(px_register_dense(c, name.c_str(), static_cast<px_dtype>(t), count,
+                                static_cast<px_reduce_op>(op), &var),
               "px_register_dense");
         for (int m = 0; m < 6; ++m) {
           Buffers b(c, modes[m], count * element_size(static_cast<px_dtype>(t)));
@@ -155,8 +176,9 @@ int scenario_sweep(px_client* c, int nargs, char** args) {
           check(px_allreduce(var, b.in, b.out, &req), "px_allreduce");
           check(px_wait(req, 60000), "px_wait");
           px_request_free(req);
-          verify(b.out, expected_result(static_cast<px_dtype>(t), static_cast<px_reduce_op>(op), world,
-                                        static_cast<uint64_t>(m), 3, count),
+          verify(b.out,
+                 expected_result(static_cast<px_dtype>(t), static_cast<px_reduce_op>(op), world,
+                                 static_cast<uint64_t>(m), 3, count),
                  name + " " + modes[m]);
           ++checked;
         }
@@ -173,7 +195,13 @@ int scenario_shuffle(px_client* c, char** args) {
   int nvars = atoi(args[0]);
   int steps = atoi(args[1]);
   int world = world_size(c);
-  struct Slot { px_var* var; px_dtype t; px_reduce_op op; uint64_t count; std::vector<void*> bufs; };
+  struct Slot {
+    px_var* var;
+    px_dtype t;
+    px_reduce_op op;
+    uint64_t count;
+    std::vector<void*> bufs;
+  };
   std::vector<Slot> slots(static_cast<size_t>(nvars));
   for (int v = 0; v < nvars; ++v) {
     Slot& s = slots[static_cast<size_t>(v)];
@@ -190,7 +218,8 @@ int scenario_shuffle(px_client* c, char** args) {
     }
   }
   std::vector<int> order;
-  for (int v = 0; v < nvars; ++v) for (int k = 0; k < steps; ++k) order.push_back(v);
+  for (int v = 0; v < nvars; ++v)
+    for (int k = 0; k < steps; ++k) order.push_back(v);
   std::mt19937 rng(static_cast<unsigned>(1000 + g_rank * 7919));
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<int> next(static_cast<size_t>(nvars), 0);
@@ -200,7 +229,8 @@ int scenario_shuffle(px_client* c, char** args) {
     int k = next[static_cast<size_t>(v)]++;
     Slot& s = slots[static_cast<size_t>(v)];
     px_request* r = nullptr;
-    check(px_allreduce(s.var, s.bufs[static_cast<size_t>(k)], s.bufs[static_cast<size_t>(k)], &r), "px_allreduce");
+    check(px_allreduce(s.var, s.bufs[static_cast<size_t>(k)], s.bufs[static_cast<size_t>(k)], &r),
+          "px_allreduce");
     reqs.push_back(r);
     what.push_back({v, k});
   }
@@ -208,7 +238,9 @@ int scenario_shuffle(px_client* c, char** args) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto [v, k] = what[i];
     Slot& s = slots[static_cast<size_t>(v)];
-    verify(s.bufs[static_cast<size_t>(k)], expected_result(s.t, s.op, world, static_cast<uint64_t>(k), static_cast<uint64_t>(v), s.count),
+    verify(s.bufs[static_cast<size_t>(k)],
+           expected_result(s.t, s.op, world, static_cast<uint64_t>(k), static_cast<uint64_t>(v),
+                           s.count),
            "shuffle var " + std::to_string(v) + " step " + std::to_string(k));
     px_request_free(reqs[i]);
   }
@@ -303,7 +335,8 @@ int scenario_timeout(px_client* c) {
   check(px_allreduce(var, again.data(), again.data(), &req), "px_allreduce step 1");
   check(px_wait(req, 20000), "px_wait step 1");
   px_request_free(req);
-  for (float v : again) if (v != 4.0f) die("step 1 after the timeout gave " + std::to_string(v));
+  for (float v : again)
+    if (v != 4.0f) die("step 1 after the timeout gave " + std::to_string(v));
   printf("OK timeout\n");
   return 0;
 }
@@ -328,12 +361,14 @@ int scenario_abi() {
 // errors: argument checks that never reach the daemon, and an unknown-variable error.
 int scenario_errors(px_client* c) {
   px_var* var = nullptr;
-  expect_status(px_register_dense(c, "bad", static_cast<px_dtype>(17), 10, PX_SUM, &var), PX_ERR_INVALID, "bad dtype");
+  expect_status(px_register_dense(c, "bad", static_cast<px_dtype>(17), 10, PX_SUM, &var),
+                PX_ERR_INVALID, "bad dtype");
   expect_status(px_register_dense(c, "bad", PX_F32, 0, PX_SUM, &var), PX_ERR_INVALID, "zero count");
   check(px_register_dense(c, "ok", PX_F32, 256, PX_SUM, &var), "px_register_dense");
   std::vector<float> buf(512);
   px_request* req = nullptr;
-  expect_status(px_allreduce(var, buf.data(), buf.data() + 1, &req), PX_ERR_INVALID, "overlapping in/out");
+  expect_status(px_allreduce(var, buf.data(), buf.data() + 1, &req), PX_ERR_INVALID,
+                "overlapping in/out");
   expect_status(px_allreduce(var, nullptr, buf.data(), &req), PX_ERR_INVALID, "NULL in");
   void* p = nullptr;
   expect_status(px_alloc(c, 1ull << 40, &p), PX_ERR_NO_MEMORY, "huge px_alloc");
@@ -362,15 +397,24 @@ int main(int argc, char** argv) {
   if (scenario == "abi") return scenario_abi();
   px_client* c = connect_default();
   int rc = 1;
-  if (scenario == "allreduce" && argc >= 7) rc = scenario_allreduce(c, argv + 2);
-  else if (scenario == "sweep" && argc >= 3) rc = scenario_sweep(c, argc - 2, argv + 2);
-  else if (scenario == "shuffle" && argc >= 4) rc = scenario_shuffle(c, argv + 2);
-  else if (scenario == "crash") rc = scenario_crash(c);
-  else if (scenario == "mismatch") rc = scenario_mismatch(c);
-  else if (scenario == "timeout") rc = scenario_timeout(c);
-  else if (scenario == "errors") rc = scenario_errors(c);
-  else if (scenario == "barriers" && argc >= 3) rc = scenario_barriers(c, argv + 2);
-  else die("unknown scenario or missing arguments: " + scenario);
+  if (scenario == "allreduce" && argc >= 7)
+    rc = scenario_allreduce(c, argv + 2);
+  else if (scenario == "sweep" && argc >= 3)
+    rc = scenario_sweep(c, argc - 2, argv + 2);
+  else if (scenario == "shuffle" && argc >= 4)
+    rc = scenario_shuffle(c, argv + 2);
+  else if (scenario == "crash")
+    rc = scenario_crash(c);
+  else if (scenario == "mismatch")
+    rc = scenario_mismatch(c);
+  else if (scenario == "timeout")
+    rc = scenario_timeout(c);
+  else if (scenario == "errors")
+    rc = scenario_errors(c);
+  else if (scenario == "barriers" && argc >= 3)
+    rc = scenario_barriers(c, argv + 2);
+  else
+    die("unknown scenario or missing arguments: " + scenario);
   check(px_disconnect(c), "px_disconnect");
   return rc;
 }

@@ -22,13 +22,15 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 template <typename T>
-std::vector<T> run_reduce(DType dtype, ReduceOp op, const std::vector<std::vector<T>>& srcs, bool in_place) {
+std::vector<T> run_reduce(DType dtype, ReduceOp op, const std::vector<std::vector<T>>& srcs,
+                          bool in_place) {
   std::vector<std::vector<T>> copy = srcs;
   std::vector<const void*> ptrs;
   for (auto& s : copy) ptrs.push_back(s.data());
   std::vector<T> out(srcs[0].size());
   void* dst = in_place ? copy[0].data() : out.data();
-  px::reduce_buffers(dtype, op, dst, ptrs.data(), ptrs.size(), srcs[0].size(), static_cast<unsigned>(srcs.size()));
+  px::reduce_buffers(dtype, op, dst, ptrs.data(), ptrs.size(), srcs[0].size(),
+                     static_cast<unsigned>(srcs.size()));
   return in_place ? copy[0] : out;
 }
 
@@ -49,7 +51,8 @@ std::vector<T> ref_int(const std::vector<std::vector<T>>& srcs, int op) {
   for (size_t i = 0; i < out.size(); ++i) {
     if (op == kRefMin || op == kRefMax) {
       T v = srcs[0][i];
-      for (size_t k = 1; k < srcs.size(); ++k) v = op == kRefMin ? std::min(v, srcs[k][i]) : std::max(v, srcs[k][i]);
+      for (size_t k = 1; k < srcs.size(); ++k)
+        v = op == kRefMin ? std::min(v, srcs[k][i]) : std::max(v, srcs[k][i]);
       out[i] = v;
     } else if (op == kRefSum) {
       U v = 0;
@@ -57,7 +60,9 @@ std::vector<T> ref_int(const std::vector<std::vector<T>>& srcs, int op) {
       out[i] = static_cast<T>(v);
     } else {
       int64_t total = 0;
-      for (auto& s : srcs) total = static_cast<int64_t>(static_cast<uint64_t>(total) + static_cast<uint64_t>(static_cast<int64_t>(s[i])));
+      for (auto& s : srcs)
+        total = static_cast<int64_t>(static_cast<uint64_t>(total) +
+                                     static_cast<uint64_t>(static_cast<int64_t>(s[i])));
       out[i] = static_cast<T>(total / static_cast<int64_t>(srcs.size()));
     }
   }
@@ -91,7 +96,8 @@ std::vector<std::vector<T>> random_inputs(size_t nsrc, size_t count, std::mt1993
   return srcs;
 }
 
-std::vector<std::vector<uint16_t>> random_half_inputs(size_t nsrc, size_t count, std::mt19937_64& rng, bool bf16) {
+std::vector<std::vector<uint16_t>> random_half_inputs(size_t nsrc, size_t count,
+                                                      std::mt19937_64& rng, bool bf16) {
   std::vector<std::vector<uint16_t>> srcs(nsrc, std::vector<uint16_t>(count));
   for (auto& s : srcs)
     for (auto& v : s) {
@@ -150,9 +156,11 @@ TEST_CASE("reduce: NaN in any input propagates through sum, mean, min and max") 
       auto out64 = run_reduce(DType::kF64, static_cast<ReduceOp>(op), f64, false);
       CHECK(std::isnan(out64[0]));
       for (bool bf16 : {false, true}) {
-        std::vector<std::vector<uint16_t>> h(3, std::vector<uint16_t>{bf16 ? ref_float_to_bf16(1) : ref_float_to_f16(1)});
+        std::vector<std::vector<uint16_t>> h(
+            3, std::vector<uint16_t>{bf16 ? ref_float_to_bf16(1) : ref_float_to_f16(1)});
         h[nan_at][0] = bf16 ? 0x7fc0 : 0x7e00;
-        auto outh = run_reduce(bf16 ? DType::kBF16 : DType::kF16, static_cast<ReduceOp>(op), h, false);
+        auto outh =
+            run_reduce(bf16 ? DType::kBF16 : DType::kF16, static_cast<ReduceOp>(op), h, false);
         CHECK(std::isnan(bf16 ? ref_bf16_to_float(outh[0]) : ref_f16_to_float(outh[0])));
       }
     }
@@ -173,7 +181,8 @@ TEST_CASE("half: f16 conversions agree with the compiler's _Float16 everywhere")
   size_t mismatches = 0;
   for (int i = 0; i < 2000000; ++i) {
     uint32_t bits = rng();
-    if (i % 2) bits = (bits & 0x807fffffu) | ((100u + rng() % 60u) << 23);  // mostly near f16's range
+    if (i % 2)
+      bits = (bits & 0x807fffffu) | ((100u + rng() % 60u) << 23);  // mostly near f16's range
     float f;
     std::memcpy(&f, &bits, 4);
     uint16_t want = ref_float_to_f16(f), got = px::float_to_f16(f);

@@ -14,7 +14,8 @@ struct Item {
 
 TEST_CASE("ring: fills to capacity, refuses more, drains in order") {
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(8) + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
   px::SpscRing<Item>::format(aligned, 8);
   px::SpscRing<Item> ring(aligned, 8);
   for (uint64_t i = 0; i < 8; ++i) CHECK(ring.try_push({i, ~i}));
@@ -31,7 +32,8 @@ TEST_CASE("ring: fills to capacity, refuses more, drains in order") {
 
 TEST_CASE("ring: wakeup flag is consumed once per arming") {
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(4) + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
   px::SpscRing<Item>::format(aligned, 4);
   px::SpscRing<Item> ring(aligned, 4);
   CHECK(ring.consumer_needs_wakeup());  // a fresh consumer counts as asleep
@@ -47,12 +49,16 @@ TEST_CASE("ring: two threads pass a million items without loss or reordering") {
   constexpr uint32_t kCapacity = 64;
   constexpr uint64_t kItems = 1000000;
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(kCapacity) + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
   px::SpscRing<Item>::format(aligned, kCapacity);
   px::SpscRing<Item> producer(aligned, kCapacity), consumer(aligned, kCapacity);
   std::thread t([&] {
     for (uint64_t i = 0; i < kItems;)
-      if (producer.try_push({i, i * 3})) ++i; else std::this_thread::yield();
+      if (producer.try_push({i, i * 3}))
+        ++i;
+      else
+        std::this_thread::yield();
   });
   uint64_t expected = 0, bad = 0;
   Item item;
