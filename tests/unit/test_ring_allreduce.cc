@@ -1,0 +1,195 @@
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "fabric_endpoint.h"
+#include "inproc_transport.h"
+#include "ring_allreduce.h"
+
+using namespace px;
+
+namespace {
+
+// Collects the done() of every rank; waits with a deadline.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  std::vector<std::string> errors;
+  std::function<void(bool, const std::string&)> callback() {
+    return [this](bool ok, const std::string& error) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++finished;
+      if (!ok) errors.push_back(error);
+      cv.notify_all();
+    };
+  }
+  bool wait_for(int n, int seconds = 30) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
+  }
+};
+
+// Small integers: every summation order gives the exact same float result.
+template <typename T>
+std::vector<std::vector<T>> inputs(int n, size_t count, int salt) {
+  std::vector<std::vector<T>> v(static_cast<size_t>(n), std::vector<T>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      v[static_cast<size_t>(r)][i] = static_cast<T>(
+          static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(salt)) %
+                           101) -
+          50);
+  return v;
+}
+
+template <typename T>
+std::vector<T> expected(const std::vector<std::vector<T>>& in, ReduceOp op) {
+  std::vector<T> out = in[0];
+  for (size_t r = 1; r < in.size(); ++r)
+    for (size_t i = 0; i < out.size(); ++i) {
+      T v = in[r][i];
+      out[i] = op == ReduceOp::kMin   ? std::min(out[i], v)
+               : op == ReduceOp::kMax ? std::max(out[i], v)
+                                      : out[i] + v;
+    }
+  return out;
+}
+
+template <typename T>
+void check_group(std::vector<CollectiveTransport*> group, DType dtype, ReduceOp op, size_t count,
+                 size_t chunk_bytes, int salt) {
+  int n = static_cast<int>(group.size());
+  auto data = inputs<T>(n, count, salt);
+  auto want = expected(data, op);
+  Completion done;
+  for (int r = 0; r < n; ++r) {
+    RingAllreduceSpec spec;
+    spec.buffer = data[static_cast<size_t>(r)].data();
+    spec.count = count;
+    spec.dtype = dtype;
+    spec.op = op;
+    spec.tag_base = make_tag(TagKind::kAllreduce, 5, static_cast<uint64_t>(salt));
+    spec.chunk_bytes = chunk_bytes;
+    start_ring_allreduce(*group[static_cast<size_t>(r)], spec, nullptr, done.callback());
+  }
+  REQUIRE(done.wait_for(n));
+  CHECK(done.errors.empty());
+  for (int r = 0; r < n; ++r)
+    CHECK(std::memcmp(data[static_cast<size_t>(r)].data(), want.data(), count * sizeof(T)) == 0);
+}
+
+std::vector<std::unique_ptr<FabricEndpoint>> open_endpoints(int n) {
+  std::vector<std::unique_ptr<FabricEndpoint>> eps;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < n; ++r) {
+    FabricOptions options;
+    options.provider = "tcp;ofi_rxm";
+    options.address = "127.0.0.1";
+    std::string error;
+    auto ep = FabricEndpoint::open(options, &error);
+    REQUIRE_MESSAGE(ep, error);
+    addresses.push_back(ep->address());
+    eps.push_back(std::move(ep));
+  }
+  for (int r = 0; r < n; ++r) {
+    std::string error;
+    REQUIRE_MESSAGE(eps[static_cast<size_t>(r)]->set_peers(addresses, r, &error), error);
+    eps[static_cast<size_t>(r)]->start();
+  }
+  return eps;
+}
+
+}  // namespace
+
+TEST_CASE("ring allreduce over the in-process transport: 1-5 ranks, dtypes, ops, chunking") {
+  for (int n = 1; n <= 5; ++n) {
+    InProcGroup group(n);
+    std::vector<CollectiveTransport*> members;
+    for (int r = 0; r < n; ++r) members.push_back(&group.member(r));
+    int salt = 0;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}, size_t{100003}}) {
+      for (size_t chunk : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+        CAPTURE(n);
+        CAPTURE(count);
+        CAPTURE(chunk);
+        check_group<float>(members, DType::kF32, ReduceOp::kSum, count, chunk, ++salt);
+        check_group<double>(members, DType::kF64, ReduceOp::kMax, count, chunk, ++salt);
+        check_group<int32_t>(members, DType::kI32, ReduceOp::kMin, count, chunk, ++salt);
+        check_group<int64_t>(members, DType::kI64, ReduceOp::kSum, count, chunk, ++salt);
+      }
+    }
+  }
+}
+
+TEST_CASE("ring allreduce over real libfabric endpoints (tcp;ofi_rxm on loopback)") {
+  for (int n : {2, 3, 4}) {
+    auto eps = open_endpoints(n);
+    std::vector<CollectiveTransport*> members;
+    for (auto& ep : eps) members.push_back(ep.get());
+    int salt = 100;
+    for (size_t count : {size_t{1}, size_t{4097}, size_t{1} << 20}) {
+      CAPTURE(n);
+      CAPTURE(count);
+      check_group<float>(members, DType::kF32, ReduceOp::kSum, count, 64 * 1024, ++salt);
+      check_group<int64_t>(members, DType::kI64, ReduceOp::kMax, count, 1 << 20, ++salt);
+    }
+  }
+}
+
+TEST_CASE("ring allreduce: concurrent operations with different tags do not mix") {
+  auto eps = open_endpoints(3);
+  const size_t count = 200000;
+  std::vector<std::vector<std::vector<float>>> data;
+  Completion done;
+  for (int op = 0; op < 6; ++op) {
+    data.push_back(inputs<float>(3, count, op));
+  }
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 6; ++i) {
+      int op = (i + r * 2) % 6;  // every rank starts the operations in another order
+      RingAllreduceSpec spec;
+      spec.buffer = data[static_cast<size_t>(op)][static_cast<size_t>(r)].data();
+      spec.count = count;
+      spec.tag_base = make_tag(TagKind::kAllreduce, static_cast<uint32_t>(op + 1), 0);
+      spec.chunk_bytes = 32 * 1024;
+      start_ring_allreduce(*eps[static_cast<size_t>(r)], spec, nullptr, done.callback());
+    }
+  }
+  REQUIRE(done.wait_for(18));
+  CHECK(done.errors.empty());
+  for (int op = 0; op < 6; ++op) {
+    auto want = expected(inputs<float>(3, count, op), ReduceOp::kSum);
+    for (int r = 0; r < 3; ++r)
+      CHECK(std::memcmp(data[static_cast<size_t>(op)][static_cast<size_t>(r)].data(), want.data(),
+                        count * 4) == 0);
+  }
+}
+
+TEST_CASE("ring allreduce: a lost node fails the operation on the survivors, no hang") {
+  auto eps = open_endpoints(3);
+  const size_t count = 100000;
+  auto data = inputs<float>(3, count, 1);
+  Completion done;
+  for (int r = 0; r < 2; ++r) {  // rank 2 never takes part
+    RingAllreduceSpec spec;
+    spec.buffer = data[static_cast<size_t>(r)].data();
+    spec.count = count;
+    spec.tag_base = make_tag(TagKind::kAllreduce, 9, 0);
+    spec.chunk_bytes = 16 * 1024;
+    start_ring_allreduce(*eps[static_cast<size_t>(r)], spec, nullptr, done.callback());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(done.finished == 0);
+  eps[2].reset();  // node 2 dies
+  for (int r = 0; r < 2; ++r) eps[static_cast<size_t>(r)]->fail_all("node 2 lost (test)");
+  REQUIRE(done.wait_for(2, 10));
+  REQUIRE(done.errors.size() == 2);
+  CHECK(done.errors[0].find("node 2 lost") != std::string::npos);
+}

@@ -1,0 +1,38 @@
+// The narrow interface collectives are written against: tagged, asynchronous point-to-point
+// messages between the ranks of a group. Implemented by FabricEndpoint (libfabric) and
+// InProcTransport (threads in one process, for tests).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace px {
+
+// Called once when a posted send or receive finishes; ok is false on failure (error names
+// the peer). Runs on the transport's progress thread: keep it short.
+using TransferCallback = std::function<void(bool ok, const std::string& error)>;
+
+class CollectiveTransport {
+ public:
+  virtual ~CollectiveTransport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A receive matches the send from peer with the same tag; messages with equal
+  // (peer, tag) must not be in flight at the same time.
+  virtual void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
+                    TransferCallback done) = 0;
+  virtual void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) = 0;
+};
+
+// Tag layout: kind (4 bits) | variable id (24) | step (16, wraps) | per-algorithm (20).
+enum class TagKind : uint64_t { kAllreduce = 1, kAllgatherv = 2, kBroadcast = 3, kBarrier = 4 };
+
+inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {
+  return (static_cast<uint64_t>(kind) << 60) | (static_cast<uint64_t>(var_id & 0xffffff) << 36) |
+         ((step & 0xffff) << 20);
+}
+constexpr uint64_t kTagAlgorithmBits = 20;
+
+}  // namespace px
