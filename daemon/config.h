@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "log.h"
 
@@ -17,6 +18,28 @@ struct DaemonConfig {
   uint64_t max_arena_bytes = 16ull << 30;
   uint32_t ring_capacity = 1024;
   LogLevel log_level = LogLevel::kInfo;
+
+  // Cluster (node_count > 1). Either nodes (host:port of every node's control port; node 0
+  // is the coordinator) or coordinator + node_count.
+  std::string cluster = "parallax";
+  int node_index = 0;
+  int node_count = 1;
+  std::vector<std::string> nodes;
+  std::string coordinator;
+  std::string listen;  // what the coordinator binds (default: its entry in nodes)
+  std::string fabric_provider = "tcp;ofi_rxm";
+  std::string fabric_address;  // local address for the fabric endpoint (default: this node's host)
+  uint64_t chunk_bytes = 1ull << 20;
+  int64_t startup_timeout_ms = 60000;
 };
+
+// Reads a TOML file into config (keys as in the README). Unknown keys and bad values are
+// errors naming the key.
+bool load_config_file(const std::string& path, DaemonConfig* config, std::string* error);
+// Parses the command line (after --config FILE, whose values it overrides). Exits with a
+// message on bad usage; --help and --version print and exit.
+DaemonConfig parse_command_line(int argc, char** argv);
+// Checks cross-field consistency and fills derived fields; false with error if invalid.
+bool finalize_config(DaemonConfig* config, std::string* error);
 
 }  // namespace px

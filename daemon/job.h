@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +63,18 @@ struct Variable {
   std::string poison_message;
   std::map<uint64_t, PendingStep> pending;
   VarStats stats;
+  // Cluster: the id every node uses for this variable's bulk messages, once all nodes
+  // agreed on its fingerprint (0 until then); steps that got there first wait here.
+  uint32_t global_id = 0;
+  std::vector<std::function<void()>> awaiting_global_id;
+};
+
+// Where a job's workers sit in the cluster; single-node jobs are node 0 of 1.
+struct JobWorld {
+  int node_index = 0;
+  int node_count = 1;
+  int rank_offset = 0;  // global rank of local rank 0 (ranks are node-major)
+  int world_size = 0;
 };
 
 class Job {
@@ -74,6 +87,11 @@ class Job {
   void mark_ready() { ready_ = true; }
   // Non-empty once a started job lost a worker: nothing can complete any more.
   const std::string& broken() const { return broken_; }
+  const JobWorld& world() const { return world_; }
+  void set_world(const JobWorld& world) { world_ = world; }
+  // Cluster: the tag id of the job's barrier (0 on a single node).
+  uint32_t barrier_id() const { return barrier_id_; }
+  void set_barrier_id(uint32_t id) { barrier_id_ = id; }
   void mark_broken(std::string why) { broken_ = std::move(why); }
 
   std::vector<std::shared_ptr<Session>>& members() { return members_; }
@@ -92,6 +110,8 @@ class Job {
   int local_size_;
   bool ready_ = false;
   std::string broken_;
+  JobWorld world_;
+  uint32_t barrier_id_ = 0;
   std::vector<std::shared_ptr<Session>> members_;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;

@@ -7,6 +7,7 @@
 #include "control_channel.h"
 #include "log.h"
 #include "reduce.h"
+#include "ring_allreduce.h"
 #include "session.h"
 #include "thread_pool.h"
 
@@ -42,6 +43,7 @@ struct Scheduler::Run {
   size_t count = 0;
   unsigned mean_divisor = 1;
   int64_t start_ns = 0;
+  int32_t barrier_word = 0;  // what a cluster barrier allreduces
   std::atomic<unsigned> slices_left{0};
 };
 
@@ -125,8 +127,7 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   if (!everyone_arrived) return;
   PendingStep complete_step = std::move(pending);
   var->pending.erase(entry.step);
-  launch(session->job_ref(), *var, std::move(complete_step));
-  (void)rank;
+  launch(session->job_ref(), *var, entry.step, std::move(complete_step));
 }
 
 void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
@@ -142,46 +143,95 @@ void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
   for (auto& var : job.variables()) fail_variable(*var, status, why);
 }
 
-void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, PendingStep step) {
+void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending) {
   auto run = std::make_shared<Run>();
   run->job = std::move(job);
   run->var = &var;
+  run->step = step;
   run->dtype = var.fingerprint.dtype;
   run->op = var.fingerprint.op;
-  run->count = var.fingerprint.count;
-  run->mean_divisor = static_cast<unsigned>(run->job->local_size());
+  run->count = var.id == 0 ? 0 : var.fingerprint.count;
+  run->mean_divisor = static_cast<unsigned>(run->job->world().world_size);
   run->start_ns = monotonic_ns();
-  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - step.first_ns);
-  for (auto& c : step.by_rank) {
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  for (auto& c : pending.by_rank) {
     run->sessions.push_back(c->session);
     run->request_ids.push_back(c->request_id);
     run->inputs.push_back(c->session->arena().base() + c->in.offset);
     run->outputs.push_back(c->session->arena().base() + c->out.offset);
   }
-  uint64_t bytes = var.id == 0 ? 0 : var.fingerprint.bytes();
-  if (bytes <= kInlineReduceBytes) {
-    execute_slice(*run, 0, run->count);
-    finish(*run);
+  if (!fabric_) {
+    run_sliced(run, reduce_and_fan_out, [run] { finish(*run, PX_OK, ""); });
     return;
   }
-  // Split into one slice per pool thread, each a whole number of 64-byte lines.
-  size_t elem = dtype_size(run->dtype);
-  size_t line_elems = 64 / elem;
-  unsigned slices =
-      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
+  run_sliced(run, reduce_only, [this, run] { cross_node(run); });
+}
+
+void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then) {
+  uint64_t bytes = run->count * dtype_size(run->dtype);
+  if (bytes <= kInlineReduceBytes) {
+    work(*run, 0, run->count);
+    then();
+    return;
+  }
+  // One slice per pool thread, each a whole number of 64-byte lines.
+  size_t line_elems = 64 / dtype_size(run->dtype);
+  unsigned slices = std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
   size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
   run->slices_left.store(slices);
+  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
   for (unsigned s = 0; s < slices; ++s) {
     size_t begin = std::min(run->count, s * per_slice);
     size_t end = s + 1 == slices ? run->count : std::min(run->count, begin + per_slice);
-    pool_.submit([this, run, begin, end] {
-      execute_slice(*run, begin, end);
-      if (run->slices_left.fetch_sub(1) == 1) post_([run] { finish(*run); });
+    pool_.submit([this, run, work, begin, end, shared_then] {
+      work(*run, begin, end);
+      if (run->slices_left.fetch_sub(1) == 1) post_([shared_then] { (*shared_then)(); });
     });
   }
 }
 
-void Scheduler::execute_slice(Run& run, size_t begin, size_t end) {
+void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
+  Variable& var = *run->var;
+  Job& job = *run->job;
+  if (!job.broken().empty()) return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
+  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  uint32_t id = var.id == 0 ? job.barrier_id() : var.global_id;
+  if (id == 0) {  // the nodes have not all registered the variable yet
+    var.awaiting_global_id.push_back([this, run] { cross_node(run); });
+    return;
+  }
+  RingAllreduceSpec spec;
+  if (var.id == 0) {
+    spec.buffer = &run->barrier_word;
+    spec.count = 1;
+    spec.dtype = DType::kI32;
+    spec.tag_base = make_tag(TagKind::kBarrier, id, run->step);
+  } else {
+    spec.buffer = run->outputs[0];
+    spec.count = run->count;
+    spec.dtype = run->dtype;
+    spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
+    spec.tag_base = make_tag(TagKind::kAllreduce, id, run->step);
+  }
+  spec.chunk_bytes = chunk_bytes_;
+  ThreadPool& pool = pool_;
+  start_ring_allreduce(
+      *fabric_, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
+      [this, run](bool ok, const std::string& error) {
+        post_([this, run, ok, error] { after_cross_node(run, ok, error); });
+      });
+}
+
+void Scheduler::after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error) {
+  if (!ok) {
+    Job& job = *run->job;
+    std::string why = !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
+    return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
+  }
+  run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
+}
+
+void Scheduler::reduce_and_fan_out(Run& run, size_t begin, size_t end) {
   size_t elem = dtype_size(run.dtype);
   size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
   size_t n = run.inputs.size();
@@ -196,13 +246,38 @@ void Scheduler::execute_slice(Run& run, size_t begin, size_t end) {
   }
 }
 
-void Scheduler::finish(Run& run) {
+void Scheduler::reduce_only(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + begin * elem;
+  // Means are divided after the cross-node sum, by the global worker count.
+  ReduceOp op = run.op == ReduceOp::kMean ? ReduceOp::kSum : run.op;
+  reduce_buffers(run.dtype, op, run.outputs[0] + begin * elem, sources.data(), n, end - begin, 1);
+}
+
+void Scheduler::scale_and_fan_out(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    char* result = run.outputs[0] + at * elem;
+    if (run.op == ReduceOp::kMean) {
+      const void* self[1] = {result};
+      reduce_buffers(run.dtype, ReduceOp::kMean, result, self, 1, len, run.mean_divisor);
+    }
+    for (size_t r = 1; r < run.outputs.size(); ++r) std::memcpy(run.outputs[r] + at * elem, result, len * elem);
+  }
+}
+
+void Scheduler::finish(Run& run, px_status status, const std::string& message) {
   Variable& var = *run.var;
-  var.stats.ops += 1;
-  if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
+  if (status == PX_OK) {
+    var.stats.ops += 1;
+    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
+  }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
-  for (size_t r = 0; r < run.sessions.size(); ++r)
-    run.sessions[r]->complete(run.request_ids[r], PX_OK, "");
+  for (size_t r = 0; r < run.sessions.size(); ++r) run.sessions[r]->complete(run.request_ids[r], status, message);
 }
 
 }  // namespace px

@@ -1,12 +1,14 @@
 // Matches (variable, step) across a job's local workers and runs each complete step:
-// validation, local reduction (inline when small, on the pool when large), fan-out of the
-// result into every worker's output buffer, completions.
+// validation, local reduction (inline when small, on the pool when large), then on a
+// cluster the ring allreduce across nodes, then the result into every worker's output
+// buffer, and completions.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "collective_transport.h"
 #include "job.h"
 #include "shm_layout.h"
 
@@ -20,6 +22,12 @@ class Scheduler {
   using PostToLoop = std::function<void(std::function<void()>)>;
   Scheduler(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
 
+  // Cross-node stage: every complete local step also runs a ring allreduce over transport.
+  void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
+    fabric_ = transport;
+    chunk_bytes_ = chunk_bytes;
+  }
+
   // Loop thread only. The session is active and belongs to a ready job.
   void submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry);
 
@@ -30,14 +38,22 @@ class Scheduler {
 
  private:
   struct Run;
-  void reject(const std::shared_ptr<Session>& session, Variable& var, const SubmitEntry& entry,
-              px_status status, const std::string& why);
-  void launch(std::shared_ptr<Job> job, Variable& var, PendingStep step);
-  static void execute_slice(Run& run, size_t begin, size_t end);
-  static void finish(Run& run);
+  using SliceWork = void (*)(Run& run, size_t begin, size_t end);
+  void launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending);
+  // Runs work over [0, count) in slices (inline when small, else on the pool), then `then`
+  // on the loop thread.
+  void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then);
+  void cross_node(const std::shared_ptr<Run>& run);
+  void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error);
+  static void reduce_and_fan_out(Run& run, size_t begin, size_t end);
+  static void reduce_only(Run& run, size_t begin, size_t end);
+  static void scale_and_fan_out(Run& run, size_t begin, size_t end);
+  static void finish(Run& run, px_status status, const std::string& message);
 
   ThreadPool& pool_;
   PostToLoop post_;
+  CollectiveTransport* fabric_ = nullptr;
+  size_t chunk_bytes_ = 1 << 20;
 };
 
 }  // namespace px

@@ -94,7 +94,97 @@ bool Server::listen(std::string* error) {
   uv_poll_init(&loop_, &listen_poll_, listen_fd_);
   listen_poll_.data = this;
   uv_poll_start(&listen_poll_, UV_READABLE, on_listen_event);
-  return true;
+  return config_.node_count > 1 ? start_cluster(error) : true;
+}
+
+bool Server::start_cluster(std::string* error) {
+  FabricOptions options;
+  options.provider = config_.fabric_provider;
+  options.address = config_.fabric_address;
+  options.max_posted = 1 << 16;
+  fabric_ = FabricEndpoint::open(options, error);
+  if (!fabric_) return false;
+  Cluster::Events events;
+  events.ready = [this] {
+    scheduler_.set_cluster_transport(fabric_.get(), config_.chunk_bytes);
+    for (auto& name : jobs_waiting_for_cluster_) {
+      auto it = jobs_.find(name);
+      if (it != jobs_.end()) cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()));
+    }
+    jobs_waiting_for_cluster_.clear();
+  };
+  events.fatal = [this](const std::string& why) { on_fatal(why); };
+  events.job_world = [this](const std::string& name, const std::vector<uint32_t>& sizes, uint32_t barrier_id) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || !it->second->ready()) return;
+    JobWorld world;
+    world.node_index = config_.node_index;
+    world.node_count = config_.node_count;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (static_cast<int>(i) < config_.node_index) world.rank_offset += static_cast<int>(sizes[i]);
+      world.world_size += static_cast<int>(sizes[i]);
+    }
+    it->second->set_world(world);
+    it->second->set_barrier_id(barrier_id);
+    activate(it->second);
+  };
+  events.var_ready = [this](const std::string& job, const std::string& name, uint32_t id) {
+    auto it = jobs_.find(job);
+    Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
+    if (!var) return;
+    var->global_id = id;
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();
+  };
+  events.var_mismatch = [this](const std::string& job, const std::string& name, const std::string& why) {
+    auto it = jobs_.find(job);
+    Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
+    PX_LOG_ERROR("%s", why.c_str());
+    if (!var || var->poison_status != PX_OK) return;
+    var->poison_status = PX_ERR_MISMATCH;
+    var->poison_message = why;
+    scheduler_.fail_variable(*var, PX_ERR_MISMATCH, why);
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();  // they see the poison and fail
+  };
+  events.node_lost = [this](int node, const std::string& why) { on_node_lost(node, why); };
+  cluster_ = std::make_unique<Cluster>(&loop_, config_, *fabric_, std::move(events));
+  return cluster_->start(error);
+}
+
+std::string Server::node_label() const { return cluster_ ? cluster_->node_label(config_.node_index) : ""; }
+
+void Server::variable_added(Job& job, Variable& var) {
+  if (cluster_) cluster_->register_var(job.name(), var.name, var.fingerprint);
+}
+
+void Server::on_node_lost(int node, const std::string& why) {
+  if (!cluster_broken_.empty()) return;
+  cluster_broken_ = why;
+  PX_LOG_ERROR("%s; every job on this node fails from now on (restart the cluster)", why.c_str());
+  (void)node;
+  if (fabric_) fabric_->fail_all(why);
+  for (auto& [name, job] : jobs_) {
+    if (!job->broken().empty()) continue;
+    job->mark_broken(why);
+    scheduler_.fail_job(*job, PX_ERR_PEER_LOST, why);
+  }
+}
+
+void Server::on_fatal(const std::string& why) {
+  if (stopping_) return;
+  PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
+  exit_code_ = 1;
+  // Give queued messages (the rejection we may be sending) a moment to leave.
+  uv_timer_init(&loop_, &exit_timer_);
+  exit_timer_.data = this;
+  uv_timer_start(
+      &exit_timer_,
+      [](uv_timer_t* t) {
+        uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
+        static_cast<Server*>(t->data)->shutdown();
+      },
+      200, 0);
 }
 
 int Server::run() {
@@ -106,7 +196,8 @@ int Server::run() {
   signal(SIGPIPE, SIG_IGN);
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
   uv_run(&loop_, UV_RUN_DEFAULT);
-  return 0;
+  if (fabric_) fabric_->stop();
+  return exit_code_;
 }
 
 void Server::on_signal(uv_signal_t* handle, int signum) {
@@ -125,6 +216,7 @@ void Server::shutdown() {
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  if (cluster_) cluster_->stop();
   ::unlink(config_.socket_path.c_str());
 }
 
@@ -211,6 +303,10 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
              ", this worker says " + std::to_string(local_size);
     return PX_ERR_MISMATCH;
   }
+  if (!cluster_broken_.empty()) {
+    *error = "parallaxd on " + node_label() + " lost its cluster: " + cluster_broken_;
+    return PX_ERR_PEER_LOST;
+  }
   if (!job->broken().empty()) {
     *error = "job '" + name + "' cannot take new workers: " + job->broken() +
              "; disconnect its remaining workers and start again";
@@ -230,16 +326,28 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
   slot = session;
   *job_out = job;
   *assigned_rank = rank;
-  if (job->connected() == local_size) {
-    job->mark_ready();
-    PX_LOG_INFO("job '%s': all %d local workers connected", name.c_str(), local_size);
-    // Activation happens after this call returns, so the joining session has its rank.
-    post([job] {
-      for (auto& member : job->members())
-        if (member) member->activate();
-    });
-  }
+  if (job->connected() == local_size) job_complete_locally(job);
   return PX_OK;
+}
+
+void Server::job_complete_locally(const std::shared_ptr<Job>& job) {
+  job->mark_ready();
+  PX_LOG_INFO("job '%s': all %d local workers connected", job->name().c_str(), job->local_size());
+  if (!cluster_) return activate(job);
+  // Ranks and world size come once every node has its part of the job.
+  if (cluster_->ready()) {
+    cluster_->join_job(job->name(), static_cast<uint32_t>(job->local_size()));
+  } else {
+    jobs_waiting_for_cluster_.push_back(job->name());
+  }
+}
+
+void Server::activate(const std::shared_ptr<Job>& job) {
+  // After the current callback returns, so a joining session has its rank first.
+  post([job] {
+    for (auto& member : job->members())
+      if (member) member->activate();
+  });
 }
 
 void Server::leave_job(Session& session, const std::string& why) {

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cluster.h"
 #include "config.h"
+#include "fabric_endpoint.h"
 #include "job.h"
 #include "scheduler.h"
 #include "thread_pool.h"
@@ -24,9 +26,10 @@ class Server {
   explicit Server(DaemonConfig config);
   ~Server();
 
-  // Binds the socket; false with error set if it cannot.
+  // Binds the socket and, on a cluster, opens the fabric endpoint and starts the
+  // rendezvous; false with error set if it cannot.
   bool listen(std::string* error);
-  // Runs until SIGINT/SIGTERM. Returns the process exit code.
+  // Runs until SIGINT/SIGTERM (exit code 0) or a fatal cluster error (1).
   int run();
 
   const DaemonConfig& config() const { return config_; }
@@ -44,6 +47,10 @@ class Server {
   // A member left (cleanly or not). A started job is broken from then on.
   void leave_job(Session& session, const std::string& why);
   void forget_session(uint64_t id);
+  // A variable was registered on this node for the first time (cluster: agree on it).
+  void variable_added(Job& job, Variable& var);
+  // "node 1 (10.0.0.2:7070)" on a cluster, "" on a single node.
+  std::string node_label() const;
 
  private:
   static void on_listen_event(uv_poll_t* handle, int status, int events);
@@ -52,6 +59,11 @@ class Server {
   void accept_connections();
   bool peer_allowed(int fd, pid_t* pid, uid_t* uid, std::string* why);
   void shutdown();
+  bool start_cluster(std::string* error);
+  void job_complete_locally(const std::shared_ptr<Job>& job);
+  void activate(const std::shared_ptr<Job>& job);
+  void on_node_lost(int node, const std::string& why);
+  void on_fatal(const std::string& why);
 
   DaemonConfig config_;
   uv_loop_t loop_{};
@@ -69,6 +81,12 @@ class Server {
   std::vector<std::function<void()>> posted_;
   ThreadPool pool_;
   Scheduler scheduler_;
+  std::unique_ptr<FabricEndpoint> fabric_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::string> jobs_waiting_for_cluster_;
+  std::string cluster_broken_;  // set once a node is lost
+  int exit_code_ = 0;
+  uv_timer_t exit_timer_{};
 };
 
 }  // namespace px

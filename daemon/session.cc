@@ -35,7 +35,8 @@ Session::~Session() {
 std::string Session::label() const {
   std::string rank = local_rank_ >= 0 ? "local rank " + std::to_string(local_rank_) + " " : "";
   std::string job = job_name_.empty() ? "" : " of job '" + job_name_ + "'";
-  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job;
+  std::string node = server_.node_label();
+  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job + (node.empty() ? "" : " on " + node);
 }
 
 void Session::start() {
@@ -212,10 +213,11 @@ void Session::activate() {
   control::HelloReplyBuilder reply(b);
   reply.add_status(PX_OK);
   reply.add_daemon_abi_version(PX_ABI_VERSION);
-  reply.add_node_index(0);
-  reply.add_node_count(1);
-  reply.add_rank(local_rank_);
-  reply.add_world_size(job.local_size());
+  const JobWorld& world = job.world();
+  reply.add_node_index(world.node_index);
+  reply.add_node_count(world.node_count);
+  reply.add_rank(world.rank_offset + local_rank_);
+  reply.add_world_size(world.world_size);
   reply.add_local_rank(local_rank_);
   reply.add_local_size(job.local_size());
   auto body = reply.Finish();
@@ -261,6 +263,7 @@ void Session::handle_register(const control::RegisterDense& request) {
   Variable* var = job.find(name);
   if (!var) {
     var = &job.add(name, fingerprint, label());
+    server_.variable_added(job, *var);
   } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
     var->poison_status = PX_ERR_MISMATCH;
     var->poison_message = "variable '" + name + "' of job '" + job.name() + "' registered as " +

@@ -1,0 +1,86 @@
+# Daemon <-> daemon control protocol (rendezvous, job and variable agreement, failures).
+# Each message on the TCP control connection is a little-endian uint32 byte length
+# followed by one Envelope in capnp's flat-array serialization. Bulk data never travels
+# here: it goes over libfabric, tagged (see collective_transport.h).
+@0xd7c5a1e4b3f29a61;
+
+struct Envelope {
+  protocolVersion @0 :UInt32;   # kClusterProtocolVersion; others are refused
+  epoch @1 :UInt64;             # cluster epoch: 1 today; elastic restarts will bump it
+  cluster @2 :Text;
+  body :union {
+    join @3 :Join;
+    reject @4 :Reject;
+    addressTable @5 :AddressTable;
+    jobJoin @6 :JobJoin;
+    jobWorld @7 :JobWorld;
+    registerVar @8 :RegisterVar;
+    varReady @9 :VarReady;
+    varMismatch @10 :VarMismatch;
+    nodeLost @11 :NodeLost;
+  }
+}
+
+# node -> coordinator, first message on the connection.
+struct Join {
+  nodeIndex @0 :UInt32;
+  nodeCount @1 :UInt32;
+  fabricAddress @2 :Data;       # fi_getname of the node's endpoint
+  fabricProvider @3 :Text;
+  host @4 :Text;                # for messages only
+}
+
+# coordinator -> node: the rendezvous failed; the node exits with this reason.
+struct Reject {
+  reason @0 :Text;
+}
+
+# coordinator -> every node once all joined: fabric addresses by node index.
+struct AddressTable {
+  fabricAddresses @0 :List(Data);
+  hosts @1 :List(Text);
+}
+
+# node -> coordinator: all local workers of a job connected here.
+struct JobJoin {
+  job @0 :Text;
+  localSize @1 :UInt32;
+  nodeIndex @2 :UInt32;
+}
+
+# coordinator -> every node once every node joined the job: local sizes by node.
+struct JobWorld {
+  job @0 :Text;
+  localSizes @1 :List(UInt32);
+  barrierId @2 :UInt32;         # the job barrier's id in bulk-message tags
+}
+
+# node -> coordinator: a variable's fingerprint as registered on this node.
+struct RegisterVar {
+  job @0 :Text;
+  name @1 :Text;
+  dtype @2 :UInt32;
+  count @3 :UInt64;
+  op @4 :UInt32;
+  nodeIndex @5 :UInt32;
+}
+
+# coordinator -> every node: all nodes agree; bulk messages of the variable use globalId.
+struct VarReady {
+  job @0 :Text;
+  name @1 :Text;
+  globalId @2 :UInt32;
+}
+
+# coordinator -> every node: the nodes disagree (message names them and their shapes).
+struct VarMismatch {
+  job @0 :Text;
+  name @1 :Text;
+  message @2 :Text;
+}
+
+# coordinator -> every node: a node's daemon is gone; the epoch is over.
+struct NodeLost {
+  nodeIndex @0 :UInt32;
+  reason @1 :Text;
+}
