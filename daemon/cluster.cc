@@ -9,7 +9,8 @@
 namespace px {
 
 struct Cluster::Connection {
-  Connection(Cluster* owner, const std::string& cluster_name) : cluster(owner), reader(cluster_name) {}
+  Connection(Cluster* owner, const std::string& cluster_name)
+      : cluster(owner), reader(cluster_name) {}
   Cluster* cluster;
   uv_tcp_t tcp{};
   EnvelopeReader reader;
@@ -59,7 +60,8 @@ std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, c
 }
 
 Fingerprint read_fingerprint(RegisterVar::Reader r) {
-  return Fingerprint{static_cast<DType>(r.getDtype()), r.getCount(), static_cast<ReduceOp>(r.getOp())};
+  return Fingerprint{static_cast<DType>(r.getDtype()), r.getCount(),
+                     static_cast<ReduceOp>(r.getOp())};
 }
 
 }  // namespace
@@ -79,14 +81,17 @@ Cluster::Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fa
 Cluster::~Cluster() = default;
 
 std::string Cluster::node_label(int node) const {
-  std::string host = node >= 0 && static_cast<size_t>(node) < hosts_.size() ? hosts_[static_cast<size_t>(node)] : "";
+  std::string host = node >= 0 && static_cast<size_t>(node) < hosts_.size()
+                         ? hosts_[static_cast<size_t>(node)]
+                         : "";
   return "node " + std::to_string(node) + (host.empty() ? "" : " (" + host + ")");
 }
 
 bool Cluster::start(std::string* error) {
   uv_timer_init(loop_, &startup_timer_);
   startup_timer_.data = this;
-  uv_timer_start(&startup_timer_, on_startup_deadline, static_cast<uint64_t>(config_.startup_timeout_ms), 0);
+  uv_timer_start(&startup_timer_, on_startup_deadline,
+                 static_cast<uint64_t>(config_.startup_timeout_ms), 0);
   uv_timer_init(loop_, &retry_timer_);
   retry_timer_.data = this;
   if (coordinator_) {
@@ -138,13 +143,15 @@ void Cluster::on_connection(uv_stream_t* server, int status) {
   Connection& c = *self->connections_.back();
   uv_tcp_init(self->loop_, &c.tcp);
   c.tcp.data = &c;
-  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0) return self->close_connection(c);
+  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0)
+    return self->close_connection(c);
   uv_tcp_nodelay(&c.tcp, 1);
   self->start_reading(c);
 }
 
 void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
-  if (envelope.getBody().which() == Envelope::Body::JOIN) return handle_join(from, envelope.getBody().getJoin());
+  if (envelope.getBody().which() == Envelope::Body::JOIN)
+    return handle_join(from, envelope.getBody().getJoin());
   if (from.node < 0) {
     PX_LOG_WARN("cluster: a connection sent a message before joining; dropping it");
     return close_connection(from);
@@ -155,10 +162,12 @@ void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
 void Cluster::handle_join(Connection& from, Join::Reader join) {
   int node = static_cast<int>(join.getNodeIndex());
   std::string host = join.getHost();
-  if (static_cast<int>(join.getNodeCount()) != config_.node_count || node <= 0 || node >= config_.node_count) {
+  if (static_cast<int>(join.getNodeCount()) != config_.node_count || node <= 0 ||
+      node >= config_.node_count) {
     std::string why = "node " + std::to_string(node) + " (" + host + ") expects " +
                       std::to_string(join.getNodeCount()) + " nodes; the coordinator has " +
-                      std::to_string(config_.node_count) + " (index must be 1.." + std::to_string(config_.node_count - 1) + ")";
+                      std::to_string(config_.node_count) + " (index must be 1.." +
+                      std::to_string(config_.node_count - 1) + ")";
     return abort_rendezvous(why);
   }
   if (node_links_[static_cast<size_t>(node)] || ready_) {
@@ -168,10 +177,12 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   from.node = node;
   node_links_[static_cast<size_t>(node)] = &from;
   auto address = join.getFabricAddress();
-  fabric_addresses_[static_cast<size_t>(node)].assign(reinterpret_cast<const char*>(address.begin()), address.size());
+  fabric_addresses_[static_cast<size_t>(node)].assign(
+      reinterpret_cast<const char*>(address.begin()), address.size());
   if (hosts_[static_cast<size_t>(node)].empty()) hosts_[static_cast<size_t>(node)] = host;
   ++joined_;
-  PX_LOG_INFO("cluster: %s joined (%d of %d)", node_label(node).c_str(), joined_, config_.node_count);
+  PX_LOG_INFO("cluster: %s joined (%d of %d)", node_label(node).c_str(), joined_,
+              config_.node_count);
   if (joined_ < config_.node_count) return;
   auto message = build(config_.cluster, [&](Envelope::Body::Builder body) {
     auto table = body.initAddressTable();
@@ -179,7 +190,8 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
     auto hosts = table.initHosts(static_cast<unsigned>(config_.node_count));
     for (int i = 0; i < config_.node_count; ++i) {
       const std::string& a = fabric_addresses_[static_cast<size_t>(i)];
-      addresses.set(static_cast<unsigned>(i), kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
+      addresses.set(static_cast<unsigned>(i),
+                    kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
       hosts.set(static_cast<unsigned>(i), hosts_[static_cast<size_t>(i)]);
     }
   });
@@ -223,7 +235,8 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       std::string shapes;
       for (size_t i = 0; i < agreement.by_node.size(); ++i) {
         same = same && *agreement.by_node[i] == *agreement.by_node[0];
-        shapes += (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " + agreement.by_node[i]->describe();
+        shapes += (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " +
+                  agreement.by_node[i]->describe();
       }
       auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
         if (same) {
@@ -259,7 +272,8 @@ void Cluster::broadcast(const std::string& frame) {
 
 void Cluster::abort_rendezvous(const std::string& why) {
   PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
+  auto message =
+      build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
   std::string frame = frame_envelope(*message);
   for (auto& c : connections_)
     if (!c->closing) write(*c, frame);
@@ -279,7 +293,8 @@ void Cluster::connect_to_coordinator() {
   uv_tcp_init(loop_, &c.tcp);
   c.tcp.data = &c;
   connect_request_.data = this;
-  int rc = uv_tcp_connect(&connect_request_, &c.tcp, reinterpret_cast<sockaddr*>(&addr), on_connected);
+  int rc =
+      uv_tcp_connect(&connect_request_, &c.tcp, reinterpret_cast<sockaddr*>(&addr), on_connected);
   if (rc != 0) {
     close_connection(c);
     coordinator_link_ = nullptr;
@@ -312,7 +327,9 @@ void Cluster::on_connected(uv_connect_t* request, int status) {
     const std::string& a = self->fabric_.address();
     join.setFabricAddress(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
     join.setFabricProvider(self->fabric_.provider_name());
-    join.setHost(self->config_.nodes.empty() ? "" : self->config_.nodes[static_cast<size_t>(self->config_.node_index)]);
+    join.setHost(self->config_.nodes.empty()
+                     ? ""
+                     : self->config_.nodes[static_cast<size_t>(self->config_.node_index)]);
   });
   self->write(*c, frame_envelope(*message));
 }
@@ -321,12 +338,14 @@ void Cluster::member_handle(Envelope::Reader envelope) {
   auto body = envelope.getBody();
   switch (body.which()) {
     case Envelope::Body::REJECT:
-      return events_.fatal(std::string("the coordinator refused this node: ") + body.getReject().getReason().cStr());
+      return events_.fatal(std::string("the coordinator refused this node: ") +
+                           body.getReject().getReason().cStr());
     case Envelope::Body::ADDRESS_TABLE: {
       if (ready_) return;
       auto table = body.getAddressTable();
       std::vector<std::string> addresses;
-      for (auto a : table.getFabricAddresses()) addresses.emplace_back(reinterpret_cast<const char*>(a.begin()), a.size());
+      for (auto a : table.getFabricAddresses())
+        addresses.emplace_back(reinterpret_cast<const char*>(a.begin()), a.size());
       auto hosts = table.getHosts();
       for (unsigned i = 0; i < hosts.size() && i < hosts_.size(); ++i)
         if (hosts_[i].empty()) hosts_[i] = hosts[i];
@@ -337,14 +356,16 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       fabric_.start();
       ready_ = true;
       uv_timer_stop(&startup_timer_);
-      PX_LOG_INFO("cluster '%s' ready: %d nodes, this is %s, fabric provider %s", config_.cluster.c_str(),
-                  config_.node_count, node_label(config_.node_index).c_str(), fabric_.provider_name().c_str());
+      PX_LOG_INFO("cluster '%s' ready: %d nodes, this is %s, fabric provider %s",
+                  config_.cluster.c_str(), config_.node_count,
+                  node_label(config_.node_index).c_str(), fabric_.provider_name().c_str());
       return events_.ready();
     }
     case Envelope::Body::JOB_WORLD: {
       std::vector<uint32_t> sizes;
       for (auto s : body.getJobWorld().getLocalSizes()) sizes.push_back(s);
-      return events_.job_world(body.getJobWorld().getJob(), sizes, body.getJobWorld().getBarrierId());
+      return events_.job_world(body.getJobWorld().getJob(), sizes,
+                               body.getJobWorld().getBarrierId());
     }
     case Envelope::Body::VAR_READY:
       return events_.var_ready(body.getVarReady().getJob(), body.getVarReady().getName(),
@@ -353,7 +374,8 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       return events_.var_mismatch(body.getVarMismatch().getJob(), body.getVarMismatch().getName(),
                                   body.getVarMismatch().getMessage());
     case Envelope::Body::NODE_LOST:
-      return events_.node_lost(static_cast<int>(body.getNodeLost().getNodeIndex()), body.getNodeLost().getReason());
+      return events_.node_lost(static_cast<int>(body.getNodeLost().getNodeIndex()),
+                               body.getNodeLost().getReason());
     default:
       PX_LOG_WARN("cluster: unexpected message from the coordinator");
   }
@@ -372,7 +394,8 @@ void Cluster::join_job(const std::string& job, uint32_t local_size) {
   send_to_coordinator(frame_envelope(*message));
 }
 
-void Cluster::register_var(const std::string& job, const std::string& var, const Fingerprint& fingerprint) {
+void Cluster::register_var(const std::string& job, const std::string& var,
+                           const Fingerprint& fingerprint) {
   auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
     auto r = b.initRegisterVar();
     r.setJob(job);
@@ -396,8 +419,9 @@ void Cluster::write(Connection& c, const std::string& frame) {
   w->data = frame;
   w->request.data = w;
   uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-  int rc = uv_write(&w->request, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
-                    [](uv_write_t* request, int) { delete static_cast<WriteRequest*>(request->data); });
+  int rc =
+      uv_write(&w->request, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
+               [](uv_write_t* request, int) { delete static_cast<WriteRequest*>(request->data); });
   if (rc != 0) delete w;
 }
 
@@ -413,24 +437,30 @@ void Cluster::start_reading(Connection& c) {
         Cluster* self = c->cluster;
         if (n < 0) {
           free(buf->base);
-          return self->lost_connection(*c, n == UV_EOF ? "connection closed" : uv_strerror(static_cast<int>(n)));
+          return self->lost_connection(
+              *c, n == UV_EOF ? "connection closed" : uv_strerror(static_cast<int>(n)));
         }
         std::string error;
-        bool ok = c->reader.feed(buf->base, static_cast<size_t>(n), [&](Envelope::Reader envelope) {
-          if (c->closing) return;
-          if (self->coordinator_) {
-            self->coordinator_receive(*c, envelope);
-          } else {
-            self->member_handle(envelope);
-          }
-        }, &error);
+        bool ok = c->reader.feed(
+            buf->base, static_cast<size_t>(n),
+            [&](Envelope::Reader envelope) {
+              if (c->closing) return;
+              if (self->coordinator_) {
+                self->coordinator_receive(*c, envelope);
+              } else {
+                self->member_handle(envelope);
+              }
+            },
+            &error);
         free(buf->base);
         if (!ok) {
           PX_LOG_WARN("cluster: dropping a connection from %s: %s",
-                      c->node >= 0 ? self->node_label(c->node).c_str() : "an unjoined peer", error.c_str());
+                      c->node >= 0 ? self->node_label(c->node).c_str() : "an unjoined peer",
+                      error.c_str());
           if (self->coordinator_ && c->node < 0) {
             auto message = build(self->config_.cluster, [&](Envelope::Body::Builder b) {
-              b.initReject().setReason("refused by the coordinator of cluster '" + self->config_.cluster + "': " + error);
+              b.initReject().setReason("refused by the coordinator of cluster '" +
+                                       self->config_.cluster + "': " + error);
             });
             self->write(*c, frame_envelope(*message));
           }
@@ -449,7 +479,8 @@ void Cluster::lost_connection(Connection& c, const std::string& why) {
     if (!ready_) {  // a node left during rendezvous: it may come back before the deadline
       node_links_[static_cast<size_t>(node)] = nullptr;
       --joined_;
-      PX_LOG_WARN("cluster: %s left before the cluster formed: %s", node_label(node).c_str(), why.c_str());
+      PX_LOG_WARN("cluster: %s left before the cluster formed: %s", node_label(node).c_str(),
+                  why.c_str());
       return;
     }
     node_links_[static_cast<size_t>(node)] = nullptr;
@@ -490,11 +521,12 @@ void Cluster::on_startup_deadline(uv_timer_t* timer) {
   if (self->coordinator_) {
     std::string missing;
     for (int node = 1; node < self->config_.node_count; ++node)
-      if (!self->node_links_[static_cast<size_t>(node)]) missing += (missing.empty() ? "" : ", ") + self->node_label(node);
+      if (!self->node_links_[static_cast<size_t>(node)])
+        missing += (missing.empty() ? "" : ", ") + self->node_label(node);
     return self->abort_rendezvous("nodes missing after " + seconds + ": " + missing);
   }
-  self->events_.fatal("no address table from the coordinator at " + self->hosts_[0] + " within " + seconds +
-                      " (is node 0 running, with the same cluster name?)");
+  self->events_.fatal("no address table from the coordinator at " + self->hosts_[0] + " within " +
+                      seconds + " (is node 0 running, with the same cluster name?)");
 }
 
 }  // namespace px

@@ -22,12 +22,15 @@ namespace px {
 class Cluster {
  public:
   struct Events {
-    std::function<void()> ready;                            // fabric peers set, progress running
-    std::function<void(const std::string& why)> fatal;      // rendezvous failed: exit
-    std::function<void(const std::string& job, const std::vector<uint32_t>& local_sizes, uint32_t barrier_id)>
+    std::function<void()> ready;                        // fabric peers set, progress running
+    std::function<void(const std::string& why)> fatal;  // rendezvous failed: exit
+    std::function<void(const std::string& job, const std::vector<uint32_t>& local_sizes,
+                       uint32_t barrier_id)>
         job_world;
-    std::function<void(const std::string& job, const std::string& var, uint32_t global_id)> var_ready;
-    std::function<void(const std::string& job, const std::string& var, const std::string& why)> var_mismatch;
+    std::function<void(const std::string& job, const std::string& var, uint32_t global_id)>
+        var_ready;
+    std::function<void(const std::string& job, const std::string& var, const std::string& why)>
+        var_mismatch;
     std::function<void(int node, const std::string& why)> node_lost;
   };
 

@@ -60,11 +60,16 @@ bool parse_u64(const std::string& text, uint64_t* out) {
 }
 
 bool parse_log_level(const std::string& level, LogLevel* out) {
-  if (level == "error") *out = LogLevel::kError;
-  else if (level == "warn") *out = LogLevel::kWarn;
-  else if (level == "info") *out = LogLevel::kInfo;
-  else if (level == "debug") *out = LogLevel::kDebug;
-  else return false;
+  if (level == "error")
+    *out = LogLevel::kError;
+  else if (level == "warn")
+    *out = LogLevel::kWarn;
+  else if (level == "info")
+    *out = LogLevel::kInfo;
+  else if (level == "debug")
+    *out = LogLevel::kDebug;
+  else
+    return false;
   return true;
 }
 
@@ -85,33 +90,62 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   uint64_t n = 0;
   auto number = [&](uint64_t lo, uint64_t hi) {
     if (!parse_u64(value, &n) || n < lo || n > hi) {
-      *error = key + ": '" + value + "' is not an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+      *error = key + ": '" + value + "' is not an integer in " + std::to_string(lo) + ".." +
+               std::to_string(hi);
       return false;
     }
     return true;
   };
-  if (key == "socket") c->socket_path = value;
-  else if (key == "group") c->group = value;
-  else if (key == "threads") { if (!number(0, 256)) return false; c->threads = static_cast<unsigned>(n); }
-  else if (key == "arena_bytes") { if (!number(1 << 20, UINT64_MAX)) return false; c->default_arena_bytes = n; }
-  else if (key == "max_arena_bytes") { if (!number(1 << 20, UINT64_MAX)) return false; c->max_arena_bytes = n; }
-  else if (key == "ring_capacity") {
+  if (key == "socket")
+    c->socket_path = value;
+  else if (key == "group")
+    c->group = value;
+  else if (key == "threads") {
+    if (!number(0, 256)) return false;
+    c->threads = static_cast<unsigned>(n);
+  } else if (key == "arena_bytes") {
+    if (!number(1 << 20, UINT64_MAX)) return false;
+    c->default_arena_bytes = n;
+  } else if (key == "max_arena_bytes") {
+    if (!number(1 << 20, UINT64_MAX)) return false;
+    c->max_arena_bytes = n;
+  } else if (key == "ring_capacity") {
     if (!number(2, 1 << 20)) return false;
-    if (n & (n - 1)) { *error = key + ": " + value + " is not a power of two"; return false; }
+    if (n & (n - 1)) {
+      *error = key + ": " + value + " is not a power of two";
+      return false;
+    }
     c->ring_capacity = static_cast<uint32_t>(n);
   } else if (key == "log_level") {
-    if (!parse_log_level(value, &c->log_level)) { *error = key + ": '" + value + "' is not error, warn, info or debug"; return false; }
-  } else if (key == "cluster") c->cluster = value;
-  else if (key == "node_index") { if (!number(0, 1023)) return false; c->node_index = static_cast<int>(n); }
-  else if (key == "node_count") { if (!number(1, 128)) return false; c->node_count = static_cast<int>(n); }
-  else if (key == "nodes") c->nodes = split_commas(value);
-  else if (key == "coordinator") c->coordinator = value;
-  else if (key == "listen") c->listen = value;
-  else if (key == "fabric.provider") c->fabric_provider = value;
-  else if (key == "fabric.address") c->fabric_address = value;
-  else if (key == "fabric.chunk_bytes") { if (!number(4096, 1ull << 30)) return false; c->chunk_bytes = n; }
-  else if (key == "timeouts.startup_ms") { if (!number(100, 86400000)) return false; c->startup_timeout_ms = static_cast<int64_t>(n); }
-  else {
+    if (!parse_log_level(value, &c->log_level)) {
+      *error = key + ": '" + value + "' is not error, warn, info or debug";
+      return false;
+    }
+  } else if (key == "cluster")
+    c->cluster = value;
+  else if (key == "node_index") {
+    if (!number(0, 1023)) return false;
+    c->node_index = static_cast<int>(n);
+  } else if (key == "node_count") {
+    if (!number(1, 128)) return false;
+    c->node_count = static_cast<int>(n);
+  } else if (key == "nodes")
+    c->nodes = split_commas(value);
+  else if (key == "coordinator")
+    c->coordinator = value;
+  else if (key == "listen")
+    c->listen = value;
+  else if (key == "fabric.provider")
+    c->fabric_provider = value;
+  else if (key == "fabric.address")
+    c->fabric_address = value;
+  else if (key == "fabric.chunk_bytes") {
+    if (!number(4096, 1ull << 30)) return false;
+    c->chunk_bytes = n;
+  } else if (key == "timeouts.startup_ms") {
+    if (!number(100, 86400000)) return false;
+    c->startup_timeout_ms = static_cast<int64_t>(n);
+  } else {
     *error = "unknown setting '" + key + "'";
     return false;
   }
@@ -122,8 +156,14 @@ const std::set<std::string> kTables = {"fabric", "timeouts"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {
-  if (auto s = node.value<std::string>()) { *out = *s; return true; }
-  if (node.is_integer()) { *out = std::to_string(*node.value<int64_t>()); return true; }
+  if (auto s = node.value<std::string>()) {
+    *out = *s;
+    return true;
+  }
+  if (node.is_integer()) {
+    *out = std::to_string(*node.value<int64_t>());
+    return true;
+  }
   if (auto a = node.as_array()) {
     std::string joined;
     for (auto& element : *a) {
@@ -144,7 +184,8 @@ bool load_config_file(const std::string& path, DaemonConfig* config, std::string
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    *error = path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description());
+    *error =
+        path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description());
     return false;
   }
   for (auto& [key, node] : root) {
@@ -248,7 +289,8 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
   }
   if (!c->nodes.empty()) {
     if (c->node_count > 1 && c->node_count != static_cast<int>(c->nodes.size())) {
-      *error = "node_count " + std::to_string(c->node_count) + " but nodes lists " + std::to_string(c->nodes.size());
+      *error = "node_count " + std::to_string(c->node_count) + " but nodes lists " +
+               std::to_string(c->nodes.size());
       return false;
     }
     c->node_count = static_cast<int>(c->nodes.size());
@@ -266,7 +308,8 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
                                          : (c->node_index == 0 ? c->coordinator : "");
     size_t colon = self.rfind(':');
     c->fabric_address = colon == std::string::npos ? "127.0.0.1" : self.substr(0, colon);
-    if (c->fabric_address.empty() || c->fabric_address == "0.0.0.0") c->fabric_address = "127.0.0.1";
+    if (c->fabric_address.empty() || c->fabric_address == "0.0.0.0")
+      c->fabric_address = "127.0.0.1";
   }
   return true;
 }

@@ -73,13 +73,15 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     return;
   }
   ++expected_step;
+  // A mismatch is reported before a lost peer: it is the first cause, and peers that
+  // learnt of it may have exited since.
+  if (var->poison_status != PX_OK) {
+    session->complete(entry.request_id, var->poison_status, var->poison_message);
+    return;
+  }
   if (!job.broken().empty()) {
     session->complete(entry.request_id, PX_ERR_PEER_LOST,
                       job.broken() + step_suffix(*var, entry.step));
-    return;
-  }
-  if (var->poison_status != PX_OK) {
-    session->complete(entry.request_id, var->poison_status, var->poison_message);
     return;
   }
 
@@ -143,7 +145,8 @@ void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
   for (auto& var : job.variables()) fail_variable(*var, status, why);
 }
 
-void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending) {
+void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,
+                       PendingStep pending) {
   auto run = std::make_shared<Run>();
   run->job = std::move(job);
   run->var = &var;
@@ -167,7 +170,8 @@ void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, P
   run_sliced(run, reduce_only, [this, run] { cross_node(run); });
 }
 
-void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then) {
+void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work,
+                           std::function<void()> then) {
   uint64_t bytes = run->count * dtype_size(run->dtype);
   if (bytes <= kInlineReduceBytes) {
     work(*run, 0, run->count);
@@ -176,7 +180,8 @@ void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std:
   }
   // One slice per pool thread, each a whole number of 64-byte lines.
   size_t line_elems = 64 / dtype_size(run->dtype);
-  unsigned slices = std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
+  unsigned slices =
+      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
   size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
   run->slices_left.store(slices);
   auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
@@ -193,8 +198,9 @@ void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std:
 void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
   Variable& var = *run->var;
   Job& job = *run->job;
-  if (!job.broken().empty()) return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
   if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  if (!job.broken().empty())
+    return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
   uint32_t id = var.id == 0 ? job.barrier_id() : var.global_id;
   if (id == 0) {  // the nodes have not all registered the variable yet
     var.awaiting_global_id.push_back([this, run] { cross_node(run); });
@@ -222,10 +228,12 @@ void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
       });
 }
 
-void Scheduler::after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error) {
+void Scheduler::after_cross_node(const std::shared_ptr<Run>& run, bool ok,
+                                 const std::string& error) {
   if (!ok) {
     Job& job = *run->job;
-    std::string why = !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
+    std::string why =
+        !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
     return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
   }
   run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
@@ -266,7 +274,8 @@ void Scheduler::scale_and_fan_out(Run& run, size_t begin, size_t end) {
       const void* self[1] = {result};
       reduce_buffers(run.dtype, ReduceOp::kMean, result, self, 1, len, run.mean_divisor);
     }
-    for (size_t r = 1; r < run.outputs.size(); ++r) std::memcpy(run.outputs[r] + at * elem, result, len * elem);
+    for (size_t r = 1; r < run.outputs.size(); ++r)
+      std::memcpy(run.outputs[r] + at * elem, result, len * elem);
   }
 }
 
@@ -277,7 +286,8 @@ void Scheduler::finish(Run& run, px_status status, const std::string& message) {
     if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
-  for (size_t r = 0; r < run.sessions.size(); ++r) run.sessions[r]->complete(run.request_ids[r], status, message);
+  for (size_t r = 0; r < run.sessions.size(); ++r)
+    run.sessions[r]->complete(run.request_ids[r], status, message);
 }
 
 }  // namespace px

@@ -109,12 +109,14 @@ bool Server::start_cluster(std::string* error) {
     scheduler_.set_cluster_transport(fabric_.get(), config_.chunk_bytes);
     for (auto& name : jobs_waiting_for_cluster_) {
       auto it = jobs_.find(name);
-      if (it != jobs_.end()) cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()));
+      if (it != jobs_.end())
+        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()));
     }
     jobs_waiting_for_cluster_.clear();
   };
   events.fatal = [this](const std::string& why) { on_fatal(why); };
-  events.job_world = [this](const std::string& name, const std::vector<uint32_t>& sizes, uint32_t barrier_id) {
+  events.job_world = [this](const std::string& name, const std::vector<uint32_t>& sizes,
+                            uint32_t barrier_id) {
     auto it = jobs_.find(name);
     if (it == jobs_.end() || !it->second->ready()) return;
     JobWorld world;
@@ -136,7 +138,8 @@ bool Server::start_cluster(std::string* error) {
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();
   };
-  events.var_mismatch = [this](const std::string& job, const std::string& name, const std::string& why) {
+  events.var_mismatch = [this](const std::string& job, const std::string& name,
+                               const std::string& why) {
     auto it = jobs_.find(job);
     Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
     PX_LOG_ERROR("%s", why.c_str());
@@ -152,7 +155,9 @@ bool Server::start_cluster(std::string* error) {
   return cluster_->start(error);
 }
 
-std::string Server::node_label() const { return cluster_ ? cluster_->node_label(config_.node_index) : ""; }
+std::string Server::node_label() const {
+  return cluster_ ? cluster_->node_label(config_.node_index) : "";
+}
 
 void Server::variable_added(Job& job, Variable& var) {
   if (cluster_) cluster_->register_var(job.name(), var.name, var.fingerprint);

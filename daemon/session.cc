@@ -36,7 +36,8 @@ std::string Session::label() const {
   std::string rank = local_rank_ >= 0 ? "local rank " + std::to_string(local_rank_) + " " : "";
   std::string job = job_name_.empty() ? "" : " of job '" + job_name_ + "'";
   std::string node = server_.node_label();
-  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job + (node.empty() ? "" : " on " + node);
+  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job +
+         (node.empty() ? "" : " on " + node);
 }
 
 void Session::start() {

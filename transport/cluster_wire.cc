@@ -12,17 +12,20 @@ std::string frame_envelope(capnp::MessageBuilder& message) {
   auto bytes = words.asBytes();
   uint32_t n = static_cast<uint32_t>(bytes.size());
   std::string frame(4 + bytes.size(), '\0');
-  for (int i = 0; i < 4; ++i) frame[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i)
+    frame[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
   return frame;
 }
 
-bool EnvelopeReader::feed(const char* data, size_t n, const std::function<void(Envelope::Reader)>& visit,
-                          std::string* error) {
+bool EnvelopeReader::feed(const char* data, size_t n,
+                          const std::function<void(Envelope::Reader)>& visit, std::string* error) {
   buffer_.append(data, n);
   while (buffer_.size() >= 4) {
     uint32_t len = 0;
-    for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(buffer_[static_cast<size_t>(i)])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      len |= static_cast<uint32_t>(static_cast<uint8_t>(buffer_[static_cast<size_t>(i)]))
+             << (8 * i);
     if (len == 0 || len % sizeof(capnp::word) != 0 || len > kMaxClusterFrameBytes) {
       *error = "bad frame length " + std::to_string(len);
       return false;
@@ -34,11 +37,12 @@ bool EnvelopeReader::feed(const char* data, size_t n, const std::function<void(E
     try {
       capnp::ReaderOptions options;
       options.traversalLimitInWords = len / sizeof(capnp::word) * 4;
-      capnp::FlatArrayMessageReader reader(kj::ArrayPtr<const capnp::word>(words.data(), words.size()), options);
+      capnp::FlatArrayMessageReader reader(
+          kj::ArrayPtr<const capnp::word>(words.data(), words.size()), options);
       Envelope::Reader envelope = reader.getRoot<Envelope>();
       if (envelope.getProtocolVersion() != kClusterProtocolVersion) {
-        *error = "protocol version " + std::to_string(envelope.getProtocolVersion()) + ", this daemon speaks " +
-                 std::to_string(kClusterProtocolVersion);
+        *error = "protocol version " + std::to_string(envelope.getProtocolVersion()) +
+                 ", this daemon speaks " + std::to_string(kClusterProtocolVersion);
         return false;
       }
       std::string cluster = envelope.getCluster();

@@ -25,7 +25,8 @@ std::string frame_envelope(capnp::MessageBuilder& message);
 class EnvelopeReader {
  public:
   explicit EnvelopeReader(std::string cluster) : cluster_(std::move(cluster)) {}
-  bool feed(const char* data, size_t n, const std::function<void(Envelope::Reader)>& visit, std::string* error);
+  bool feed(const char* data, size_t n, const std::function<void(Envelope::Reader)>& visit,
+            std::string* error);
 
  private:
   std::string cluster_;

@@ -1,7 +1,9 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -84,19 +86,41 @@ std::string unique_path(const std::string& tag, const char* suffix) {
 
 }  // namespace
 
-DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args) {
+DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args,
+                             bool wait_ready) {
   socket_ = unique_path(tag, ".sock");
   log_path_ = unique_path(tag, ".log");
   std::vector<std::string> argv = {PX_DAEMON_PATH, "--foreground", "--socket",
                                    socket_,        "--threads",    "2"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = spawn(argv, {}, log_path_);
+  if (!wait_ready) return;
   int64_t deadline = now_ms() + 10000;
   while (!can_connect(socket_)) {
     if (now_ms() > deadline || !alive())
       throw std::runtime_error("parallaxd did not start: " + log());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+int DaemonProcess::kill_and_reap(int signal) {
+  kill(pid_, signal);
+  int code = reap(pid_, now_ms() + 10000);
+  pid_ = -1;
+  return code;
+}
+
+int DaemonProcess::wait_exit(int timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  while (now_ms() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
 }
 
 DaemonProcess::~DaemonProcess() {
@@ -194,6 +218,88 @@ bool all_ok(const std::vector<WorkerResult>& results) {
     }
   }
   return ok;
+}
+
+}  // namespace pxt
+
+namespace pxt {
+
+std::vector<std::string> ClusterProcesses::free_endpoints(int n) {
+  // Ports the kernel hands out for port 0 are free right now; the daemons bind them soon.
+  std::vector<int> fds;
+  std::vector<std::string> endpoints;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    endpoints.push_back("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+    fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  return endpoints;
+}
+
+std::vector<std::string> ClusterProcesses::node_args(const std::string& cluster,
+                                                     const std::vector<std::string>& endpoints,
+                                                     int index) {
+  std::string nodes;
+  for (auto& e : endpoints) nodes += (nodes.empty() ? "" : ",") + e;
+  return {"--cluster",
+          cluster,
+          "--node-index",
+          std::to_string(index),
+          "--nodes",
+          nodes,
+          "--fabric-provider",
+          "tcp;ofi_rxm",
+          "--startup-timeout-ms",
+          "20000"};
+}
+
+ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes,
+                                   const std::vector<std::string>& extra_args) {
+  auto endpoints = free_endpoints(nodes);
+  for (int i = 0; i < nodes; ++i) {
+    auto args = node_args(tag, endpoints, i);
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args));
+  }
+}
+
+std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const std::string& job,
+                                              int per_node, const std::vector<std::string>& args,
+                                              int timeout_ms,
+                                              const std::map<std::string, std::string>& env) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> outputs;
+  for (int node = 0; node < cluster.size(); ++node) {
+    for (int rank = 0; rank < per_node; ++rank) {
+      std::map<std::string, std::string> e = env;
+      e["PARALLAX_SOCKET"] = cluster.node(node).socket();
+      e["PARALLAX_JOB"] = job;
+      e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
+      e["PARALLAX_LOCAL_SIZE"] = std::to_string(per_node);
+      std::vector<std::string> argv = {PX_WORKER_PATH};
+      argv.insert(argv.end(), args.begin(), args.end());
+      outputs.push_back(
+          unique_path(job + "-n" + std::to_string(node) + "w" + std::to_string(rank), ".out"));
+      pids.push_back(spawn(argv, e, outputs.back()));
+    }
+  }
+  int64_t deadline = now_ms() + timeout_ms;
+  std::vector<WorkerResult> results;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    WorkerResult r;
+    r.exit_code = reap(pids[i], deadline);
+    r.output = slurp(outputs[i]);
+    unlink(outputs[i].c_str());
+    results.push_back(r);
+  }
+  return results;
 }
 
 }  // namespace pxt

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,9 @@ namespace pxt {
 class DaemonProcess {
  public:
   // Starts parallaxd --foreground on a fresh socket and waits until it accepts.
-  explicit DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args = {});
+  // wait_ready: wait until the socket accepts (false for daemons expected to fail early).
+  explicit DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args = {},
+                         bool wait_ready = true);
   ~DaemonProcess();  // SIGTERM, then SIGKILL after 5 s
 
   const std::string& socket() const { return socket_; }
@@ -26,11 +29,31 @@ class DaemonProcess {
   int arena_mappings() const;  // memfd arenas still mapped
   // Waits (up to timeout_ms) until open_fds() == fds and arena_mappings() == maps.
   bool settles_to(int fds, int maps, int timeout_ms) const;
+  // Sends signal and waits for the exit; returns the exit code (128+N for signal N).
+  int kill_and_reap(int signal);
+  // Waits up to timeout_ms for the daemon to exit by itself; -1 if it did not.
+  int wait_exit(int timeout_ms);
 
  private:
   std::string socket_;
   std::string log_path_;
   pid_t pid_ = -1;
+};
+
+// K daemons forming one cluster on loopback, each with its own socket and control port.
+class ClusterProcesses {
+ public:
+  ClusterProcesses(const std::string& tag, int nodes,
+                   const std::vector<std::string>& extra_args = {});
+  DaemonProcess& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  // The flags a daemon needs to be node `index` of this cluster.
+  static std::vector<std::string> node_args(const std::string& cluster,
+                                            const std::vector<std::string>& endpoints, int index);
+  static std::vector<std::string> free_endpoints(int n);
+
+ private:
+  std::vector<std::unique_ptr<DaemonProcess>> nodes_;
 };
 
 struct WorkerResult {
@@ -43,6 +66,12 @@ std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::st
                                       int local_size, const std::vector<std::string>& args,
                                       int timeout_ms = 120000,
                                       const std::map<std::string, std::string>& env = {});
+
+// Runs per_node workers of job on every node of the cluster; results node-major.
+std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const std::string& job,
+                                              int per_node, const std::vector<std::string>& args,
+                                              int timeout_ms = 120000,
+                                              const std::map<std::string, std::string>& env = {});
 
 // Every worker exited 0 (prints the outputs otherwise, for the test log).
 bool all_ok(const std::vector<WorkerResult>& results);

@@ -1,0 +1,209 @@
+// Integration tests of a cluster on loopback: real parallaxd processes joined over TCP and
+// libfabric (tcp;ofi_rxm), real worker processes on every node.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "harness.h"
+
+using namespace pxt;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
+
+std::string field(const std::string& output, const std::string& key) {
+  size_t at = output.find(key + "=");
+  if (at == std::string::npos) return "";
+  size_t end = output.find_first_of(" \n", at);
+  return output.substr(at + key.size() + 1, end - at - key.size() - 1);
+}
+
+}  // namespace
+
+TEST_CASE("cluster: 2 nodes x 2 workers, every dtype, op and memory mode") {
+  ClusterProcesses cluster("c2x2", 2);
+  CHECK(all_ok(run_cluster_workers(cluster, "sweep", 2, {"sweep", "1", "7", "1000", "65537"},
+                                   180000, kExact)));
+}
+
+TEST_CASE("cluster: 3 nodes x 1 worker and 4 nodes x 2 workers, every dtype and op") {
+  {
+    ClusterProcesses cluster("c3x1", 3);
+    CHECK(all_ok(run_cluster_workers(cluster, "sweep3", 1, {"sweep", "1", "4099", "300000"}, 180000,
+                                     kExact)));
+  }
+  ClusterProcesses cluster("c4x2", 4);
+  CHECK(all_ok(run_cluster_workers(cluster, "sweep4", 2, {"sweep", "3", "20000"}, 180000, kExact)));
+}
+
+TEST_CASE("cluster: 64 MiB across 2 and 3 nodes") {
+  std::map<std::string, std::string> env = kExact;
+  env["PX_TEST_ARENA_BYTES"] = std::to_string(160ull << 20);
+  ClusterProcesses cluster("cbig", 3);
+  CHECK(all_ok(run_cluster_workers(
+      cluster, "big", 1, {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
+  ClusterProcesses pair("cbig2", 2);
+  CHECK(all_ok(run_cluster_workers(
+      pair, "big2", 2, {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
+}
+
+TEST_CASE("cluster: results are bitwise equal on every worker of every node") {
+  ClusterProcesses cluster("chash", 3);
+  std::map<std::string, std::string> env = {{"PX_TEST_NO_REFERENCE", "1"}};
+  auto results = run_cluster_workers(
+      cluster, "hash", 2, {"allreduce", "f32", "mean", "1000003", "arena", "3"}, 120000, env);
+  REQUIRE(all_ok(results));
+  std::set<std::string> hashes;
+  for (auto& r : results) hashes.insert(field(r.output, "hash"));
+  CHECK(hashes.size() == 1);
+  CHECK(!hashes.begin()->empty());
+}
+
+TEST_CASE("cluster: submission orders differ across workers and nodes without deadlock") {
+  ClusterProcesses cluster("cshuf", 3);
+  CHECK(all_ok(run_cluster_workers(cluster, "shuffle", 2, {"shuffle", "30", "4"}, 180000, kExact)));
+}
+
+TEST_CASE("cluster: global ranks are node-major and barriers span nodes") {
+  ClusterProcesses cluster("cworld", 3);
+  auto results = run_cluster_workers(cluster, "world", 2, {"world"});
+  REQUIRE(all_ok(results));
+  for (size_t i = 0; i < results.size(); ++i) {
+    int node = static_cast<int>(i) / 2, local = static_cast<int>(i) % 2;
+    std::string expected = "WORLD node=" + std::to_string(node) +
+                           "/3 rank=" + std::to_string(node * 2 + local) +
+                           "/6 local=" + std::to_string(local) + "/2";
+    CHECK_MESSAGE(contains(results[i].output, expected), results[i].output);
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "barriers", 2, {"barriers", "100"})));
+}
+
+TEST_CASE(
+    "cluster: a variable registered with other shapes on other nodes is PX_ERR_MISMATCH "
+    "everywhere") {
+  ClusterProcesses cluster("cmis", 2);
+  auto results = run_cluster_workers(cluster, "mismatch", 2, {"cluster-mismatch"}, 60000);
+  CHECK(all_ok(results));
+  CHECK(contains(results[0].output, "differs across nodes"));
+}
+
+TEST_CASE(
+    "cluster: a daemon killed mid-allreduce gives PX_ERR_PEER_LOST naming it on every survivor") {
+  ClusterProcesses cluster("ckill", 3);
+  std::vector<WorkerResult> results;
+  std::thread workers(
+      [&] { results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  cluster.node(2).kill_and_reap(SIGKILL);
+  workers.join();
+  REQUIRE(results.size() == 3);
+  for (int node = 0; node < 2; ++node) {
+    CHECK_MESSAGE(results[static_cast<size_t>(node)].exit_code == 0,
+                  results[static_cast<size_t>(node)].output);
+    CHECK(contains(results[static_cast<size_t>(node)].output, "first step done"));
+    CHECK_MESSAGE(contains(results[static_cast<size_t>(node)].output, "node 2"),
+                  results[static_cast<size_t>(node)].output);
+  }
+  // The worker on the dead node sees its daemon go away.
+  CHECK(contains(results[2].output, "closed the connection"));
+  CHECK(cluster.node(0).alive());
+  CHECK(cluster.node(1).alive());
+}
+
+TEST_CASE("cluster: rendezvous errors are clear on every daemon") {
+  SUBCASE("a missing node") {
+    auto endpoints = ClusterProcesses::free_endpoints(3);
+    auto args0 = ClusterProcesses::node_args("miss", endpoints, 0);
+    auto args1 = ClusterProcesses::node_args("miss", endpoints, 1);
+    args0.insert(args0.end(), {"--startup-timeout-ms", "1500"});
+    args1.insert(args1.end(), {"--startup-timeout-ms", "1500"});
+    DaemonProcess n0("miss-n0", args0), n1("miss-n1", args1);
+    CHECK(n0.wait_exit(10000) == 1);
+    CHECK(n1.wait_exit(10000) == 1);
+    CHECK(contains(n0.log(), "nodes missing after 1500 ms: node 2 (" + endpoints[2] + ")"));
+    CHECK(contains(n1.log(), "nodes missing"));
+  }
+  SUBCASE("a duplicate node index") {
+    auto endpoints = ClusterProcesses::free_endpoints(3);
+    DaemonProcess n0("dup-n0", ClusterProcesses::node_args("dup", endpoints, 0));
+    DaemonProcess n1("dup-n1", ClusterProcesses::node_args("dup", endpoints, 1));
+    auto clash = ClusterProcesses::node_args("dup", endpoints, 1);
+    DaemonProcess n1b("dup-n1b", clash, false);
+    CHECK(n0.wait_exit(10000) == 1);
+    CHECK(contains(n0.log(), "two daemons claim node index 1"));
+    CHECK(n1.wait_exit(10000) == 1);
+    CHECK(n1b.wait_exit(10000) == 1);
+    CHECK(contains(n1.log() + n1b.log(), "two daemons claim node index 1"));
+  }
+  SUBCASE("a wrong cluster name") {
+    auto endpoints = ClusterProcesses::free_endpoints(2);
+    auto args0 = ClusterProcesses::node_args("right", endpoints, 0);
+    args0.insert(args0.end(), {"--startup-timeout-ms", "3000"});
+    DaemonProcess n0("name-n0", args0);
+    DaemonProcess n1("name-n1", ClusterProcesses::node_args("wrong", endpoints, 1));
+    CHECK(n1.wait_exit(10000) == 1);
+    CHECK(contains(n1.log(), "cluster name 'wrong', this daemon's is 'right'"));
+    CHECK(contains(n0.log(), "cluster name 'wrong'"));
+    CHECK(n0.wait_exit(10000) == 1);
+  }
+}
+
+TEST_CASE(
+    "cluster: malformed protocol messages are refused and logged and the cluster still forms") {
+  auto endpoints = ClusterProcesses::free_endpoints(2);
+  DaemonProcess n0("garb-n0", ClusterProcesses::node_args("garb", endpoints, 0));
+  int port = std::stoi(endpoints[0].substr(endpoints[0].rfind(':') + 1));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // The control port opens just after the Unix socket the harness waited for.
+    bool connected = false;
+    for (int i = 0; i < 200 && !connected; ++i) {
+      connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      if (!connected) {
+        close(fd);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    REQUIRE(connected);
+    // A bad length, then a well-framed message that is not capnp.
+    const unsigned char bad_length[] = {0xff, 0xff, 0xff, 0x7f, 1, 2, 3};
+    const unsigned char junk[] = {16, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+    if (attempt == 0) {
+      REQUIRE(send(fd, bad_length, sizeof bad_length, 0) > 0);
+    } else {
+      REQUIRE(send(fd, junk, sizeof junk, 0) > 0);
+    }
+    char buf[512];
+    while (recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+    close(fd);
+  }
+  DaemonProcess n1("garb-n1", ClusterProcesses::node_args("garb", endpoints, 1));
+  std::string log = n0.log();
+  CHECK(contains(log, "bad frame length"));
+  CHECK(contains(log, "malformed message"));
+  // The refused connections did not stop the real node from joining.
+  for (int i = 0; i < 200 && !contains(n1.log(), "ready"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(contains(n1.log(), "cluster 'garb' ready"));
+  CHECK(n0.alive());
+}
