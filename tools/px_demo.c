@@ -5,6 +5,8 @@
  * applies the same update. Written in plain C99 against parallax_c.h only.
  *
  * usage: px-demo --daemon PATH [--workers N] [--steps N]
+ *        px-demo --worker [--steps N]   (one worker; PARALLAX_* from the environment,
+ *                                         as tools/px-cluster sets it)
  */
 #define _DEFAULT_SOURCE
 #include <signal.h>
@@ -44,16 +46,24 @@ static void check(px_status s, const char* what) {
   }
 }
 
-static int run_worker(const char* socket_path, int rank, int workers, int steps) {
+/* socket_path NULL: socket, job, rank and size come from the PARALLAX_* environment
+ * (as px-cluster sets it). */
+static int run_worker(const char* socket_path, int local_rank, int local_size, int steps) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   px_connect_options options;
   px_connect_options_init(&options);
   options.socket_path = socket_path;
-  options.job_name = "demo";
-  options.local_rank = rank;
-  options.local_size = workers;
+  if (socket_path) {
+    options.job_name = "demo";
+    options.local_rank = local_rank;
+    options.local_size = local_size;
+  }
   px_client* client = NULL;
   check(px_connect(&options, &client), "px_connect");
+  px_world_info world;
+  world.struct_size = sizeof world;
+  check(px_world(client, &world), "px_world");
+  int rank = world.rank, workers = world.world_size;
 
   px_var *weight_grad = NULL, *loss_sum = NULL, *samples = NULL;
   check(px_register_dense(client, "linear.weight.grad", PX_F32, kFeatures, PX_MEAN, &weight_grad),
@@ -66,7 +76,7 @@ static int run_worker(const char* socket_path, int rank, int workers, int steps)
   check(px_alloc(client, sizeof(float) * kFeatures, (void**)&grad), "px_alloc");
   static float x[kBatch][kFeatures], y[kBatch], w_true[kFeatures];
   float w[kFeatures];
-  uint64_t truth = 42, data = 1000 + (uint64_t)rank;
+  uint64_t truth = 42, data = 1000 + (uint64_t)rank; /* every worker its own data */
   for (int j = 0; j < kFeatures; ++j) w_true[j] = uniform(&truth), w[j] = 0.0f;
 
   double comm_seconds = 0;
@@ -100,8 +110,8 @@ static int run_worker(const char* socket_path, int rank, int workers, int steps)
   double checksum = 0;
   for (int j = 0; j < kFeatures; ++j) checksum += w[j] * (double)(j + 1);
   px_barrier(client, 30000);
-  printf("worker %d: weight checksum %.9f, allreduce wait %.3f ms/step\n", rank, checksum,
-         1e3 * comm_seconds / steps);
+  printf("worker %d (node %d of %d): weight checksum %.9f, allreduce wait %.3f ms/step\n", rank,
+         world.node_index, world.node_count, checksum, 1e3 * comm_seconds / steps);
   fflush(stdout);
   px_free(client, grad);
   px_disconnect(client);
@@ -121,9 +131,11 @@ static int can_connect(const char* path) {
 
 int main(int argc, char** argv) {
   const char* daemon_path = NULL;
-  int workers = 4, steps = 30;
+  int workers = 4, steps = 30, worker_only = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--daemon") && i + 1 < argc)
+    if (!strcmp(argv[i], "--worker"))
+      worker_only = 1;
+    else if (!strcmp(argv[i], "--daemon") && i + 1 < argc)
       daemon_path = argv[++i];
     else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
       workers = atoi(argv[++i]);
@@ -134,6 +146,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (worker_only) return run_worker(NULL, -1, 0, steps < 1 ? 30 : steps);
   if (!daemon_path || workers < 1 || workers > 64 || steps < 1) {
     fprintf(stderr, "usage: px-demo --daemon PATH [--workers 1..64] [--steps N]\n");
     return 2;
