@@ -1,9 +1,9 @@
 #include "ring_allreduce.h"
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
+#include "collective_state.h"
 #include "reduce.h"
 
 namespace px {
@@ -31,9 +31,10 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   }
 
   void start() {
-    if (n_ == 1 || spec_.count == 0) return finish_now(true, "");
+    if (n_ == 1 || spec_.count == 0) return done_(true, "");
     // Every chunk's first send and receive; the rest follow completions.
-    outstanding_ = chunks_ * static_cast<size_t>(steps_) * 2;
+    counter_ = std::make_unique<TransferCounter>(chunks_ * static_cast<size_t>(steps_) * 2,
+                                                 std::move(done_));
     for (size_t c = 0; c < chunks_; ++c) post_step(c, 0);
   }
 
@@ -73,17 +74,13 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
             });
     auto [slo, shi] = chunk_range(send_segment(step), c);
     t_.send(next(), tag(step, c), at(slo), (shi - slo) * elem_,
-            [self](bool ok, const std::string& error) { self->on_transfer_done(ok, error); });
+            [self](bool ok, const std::string& error) { self->counter_->finished(ok, error); });
   }
 
   void on_received(size_t c, int step, bool ok, const std::string& error) {
-    if (!ok || failed()) {
+    if (!ok || counter_->failed()) {
       // This chunk stops here: its later steps are never posted.
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        outstanding_ -= static_cast<size_t>(steps_ - step - 1) * 2;
-      }
-      return on_transfer_done(ok, error);
+      return counter_->finished(ok, error, static_cast<size_t>(steps_ - step - 1) * 2);
     }
     if (step < n_ - 1) {
       auto self = shared_from_this();
@@ -101,37 +98,12 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   }
 
   void advance(size_t c, int step) {
-    if (step + 1 < steps_ && !failed()) {
+    if (step + 1 < steps_ && !counter_->failed()) {
       post_step(c, step + 1);
-    } else if (step + 1 < steps_) {
-      // Failed: the remaining steps of this chunk will never be posted.
-      std::lock_guard<std::mutex> lock(mutex_);
-      outstanding_ -= static_cast<size_t>(steps_ - step - 1) * 2;
+      return counter_->finished(true, "");
     }
-    on_transfer_done(true, "");
-  }
-
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return !ok_;
-  }
-
-  void on_transfer_done(bool ok, const std::string& error) {
-    bool finished;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!ok && ok_) {
-        ok_ = false;
-        error_ = error;
-      }
-      finished = --outstanding_ == 0;
-    }
-    if (finished) finish_now(ok_, error_);
-  }
-
-  void finish_now(bool ok, const std::string& error) {
-    CollectiveDone done = std::move(done_);
-    done(ok, error);
+    // Last step, or failed: the remaining steps of this chunk are never posted.
+    counter_->finished(true, "", static_cast<size_t>(steps_ - step - 1) * 2);
   }
 
   CollectiveTransport& t_;
@@ -141,10 +113,7 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   int n_ = 1, rank_ = 0, steps_ = 0;
   size_t elem_ = 4, chunk_elems_ = 1, chunks_ = 1;
   std::vector<char> scratch_;
-  std::mutex mutex_;
-  size_t outstanding_ = 0;
-  bool ok_ = true;
-  std::string error_;
+  std::unique_ptr<TransferCounter> counter_;
 };
 
 }  // namespace

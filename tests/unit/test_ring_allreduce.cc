@@ -8,33 +8,15 @@
 #include <thread>
 #include <vector>
 
+#include "collective_test_util.h"
 #include "fabric_endpoint.h"
 #include "inproc_transport.h"
 #include "ring_allreduce.h"
 
 using namespace px;
+using namespace pxt;
 
 namespace {
-
-// Collects the done() of every rank; waits with a deadline.
-struct Completion {
-  std::mutex mutex;
-  std::condition_variable cv;
-  int finished = 0;
-  std::vector<std::string> errors;
-  std::function<void(bool, const std::string&)> callback() {
-    return [this](bool ok, const std::string& error) {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++finished;
-      if (!ok) errors.push_back(error);
-      cv.notify_all();
-    };
-  }
-  bool wait_for(int n, int seconds = 30) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
-  }
-};
 
 // Small integers: every summation order gives the exact same float result.
 template <typename T>
@@ -83,27 +65,6 @@ void check_group(std::vector<CollectiveTransport*> group, DType dtype, ReduceOp 
   CHECK(done.errors.empty());
   for (int r = 0; r < n && count > 0; ++r)
     CHECK(std::memcmp(data[static_cast<size_t>(r)].data(), want.data(), count * sizeof(T)) == 0);
-}
-
-std::vector<std::unique_ptr<FabricEndpoint>> open_endpoints(int n) {
-  std::vector<std::unique_ptr<FabricEndpoint>> eps;
-  std::vector<std::string> addresses;
-  for (int r = 0; r < n; ++r) {
-    FabricOptions options;
-    options.provider = "tcp;ofi_rxm";
-    options.address = "127.0.0.1";
-    std::string error;
-    auto ep = FabricEndpoint::open(options, &error);
-    REQUIRE_MESSAGE(ep, error);
-    addresses.push_back(ep->address());
-    eps.push_back(std::move(ep));
-  }
-  for (int r = 0; r < n; ++r) {
-    std::string error;
-    REQUIRE_MESSAGE(eps[static_cast<size_t>(r)]->set_peers(addresses, r, &error), error);
-    eps[static_cast<size_t>(r)]->start();
-  }
-  return eps;
 }
 
 }  // namespace

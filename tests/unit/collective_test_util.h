@@ -1,0 +1,62 @@
+// Helpers for the collective tests: completion tracking and libfabric endpoint groups.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fabric_endpoint.h"
+
+namespace pxt {
+
+using namespace px;
+
+// Collects the done() of every rank; waits with a deadline.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  std::vector<std::string> errors;
+  std::function<void(bool, const std::string&)> callback() {
+    return [this](bool ok, const std::string& error) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++finished;
+      if (!ok) errors.push_back(error);
+      cv.notify_all();
+    };
+  }
+  bool wait_for(int n, int seconds = 30) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
+  }
+};
+
+// N endpoints of one group over tcp;ofi_rxm on loopback, progress threads running.
+inline std::vector<std::unique_ptr<FabricEndpoint>> open_endpoints(int n) {
+  std::vector<std::unique_ptr<FabricEndpoint>> eps;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < n; ++r) {
+    FabricOptions options;
+    options.provider = "tcp;ofi_rxm";
+    options.address = "127.0.0.1";
+    std::string error;
+    auto ep = FabricEndpoint::open(options, &error);
+    REQUIRE_MESSAGE(ep, error);
+    addresses.push_back(ep->address());
+    eps.push_back(std::move(ep));
+  }
+  for (int r = 0; r < n; ++r) {
+    std::string error;
+    REQUIRE_MESSAGE(eps[static_cast<size_t>(r)]->set_peers(addresses, r, &error), error);
+    eps[static_cast<size_t>(r)]->start();
+  }
+  return eps;
+}
+
+}  // namespace pxt
