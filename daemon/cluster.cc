@@ -88,6 +88,7 @@ std::string Cluster::node_label(int node) const {
 }
 
 bool Cluster::start(std::string* error) {
+  uv_update_time(loop_);  // the loop has not run yet: its cached clock dates from its creation
   uv_timer_init(loop_, &startup_timer_);
   startup_timer_.data = this;
   uv_timer_start(&startup_timer_, on_startup_deadline,

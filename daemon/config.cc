@@ -39,7 +39,7 @@ const char kUsage[] =
     "  --listen H:P           address the coordinator binds (default its --nodes entry)\n"
     "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
-    "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 1048576)\n"
+    "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
     "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
     "  --version              print the version and exit\n"
     "  --help                 print this help and exit\n";

@@ -102,6 +102,7 @@ bool Server::start_cluster(std::string* error) {
   options.provider = config_.fabric_provider;
   options.address = config_.fabric_address;
   options.max_posted = 1 << 16;
+  options.eager_bytes = config_.chunk_bytes;
   fabric_ = FabricEndpoint::open(options, error);
   if (!fabric_) return false;
   Cluster::Events events;
@@ -177,7 +178,7 @@ void Server::on_node_lost(int node, const std::string& why) {
 }
 
 void Server::on_fatal(const std::string& why) {
-  if (stopping_) return;
+  if (stopping_ || exit_code_ != 0) return;  // already on the way out
   PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
   exit_code_ = 1;
   // Give queued messages (the rejection we may be sending) a moment to leave.

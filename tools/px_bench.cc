@@ -4,6 +4,14 @@
 //     4 KiB allreduce round trip between 2 workers (median, p99), 64 MiB allreduce across
 //     2 and 4 workers (GB/s of algorithm bandwidth), and single-thread memcpy bandwidth
 //     measured in the same run for reference.
+//
+//   px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,B,...]
+//                      [--iterations N] [--peers mpi,gloo] [--daemon PATH]
+//     Bus bandwidth (algbw x 2(N-1)/N) of a dense allreduce across N daemons with one
+//     worker each, through tools/px-cluster: netns links of X Gbit/s (0: unlimited) or
+//     plain loopback ("lo"); Open MPI and PyTorch gloo measured on the same links.
+//
+//   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,15 +297,186 @@ int bench_local(bool json, const std::string& daemon_path, int iterations) {
   return 0;
 }
 
+// One worker of `px-bench allreduce`: f32 sum in the arena, in place; rank 0 prints the
+// median seconds per size.
+int allreduce_worker(const std::string& sizes_text, int iterations) {
+  px_connect_options o;
+  px_connect_options_init(&o);
+  o.timeout_ms = 120000;
+  o.arena_bytes = 0;
+  std::vector<uint64_t> sizes;
+  for (size_t at = 0; at < sizes_text.size();) {
+    size_t comma = sizes_text.find(',', at);
+    if (comma == std::string::npos) comma = sizes_text.size();
+    sizes.push_back(std::stoull(sizes_text.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  o.arena_bytes = std::max<uint64_t>(64ull << 20, largest + (16ull << 20));
+  px_client* c = nullptr;
+  check(px_connect(&o, &c), "px_connect");
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  void* buf = nullptr;
+  check(px_alloc(c, largest, &buf), "px_alloc");
+  std::memset(buf, 0, largest);
+  for (uint64_t bytes : sizes) {
+    px_var* var = nullptr;
+    std::string name = "bench" + std::to_string(bytes);
+    check(px_register_dense(c, name.c_str(), PX_F32, bytes / 4, PX_SUM, &var), "register");
+    std::vector<double> seconds;
+    for (int i = 0; i < iterations + 1; ++i) {
+      check(px_barrier(c, 120000), "px_barrier");
+      px_request* r = nullptr;
+      double t0 = now_s();
+      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
+      check(px_wait(r, 300000), "px_wait");
+      double t = now_s() - t0;
+      px_request_free(r);
+      if (i > 0) seconds.push_back(t);
+    }
+    if (w.rank == 0)
+      printf("RESULT parallax %llu %.9f\n", static_cast<unsigned long long>(bytes),
+             percentile(seconds, 0.5));
+    fflush(stdout);
+  }
+  px_disconnect(c);
+  return 0;
+}
+
+std::string tools_dir() {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = '\0';
+  return std::string(self).substr(0, std::string(self).rfind('/'));
+}
+
+// Runs a shell command and collects its "RESULT system bytes seconds" lines.
+std::vector<std::pair<uint64_t, double>> collect(const std::string& command,
+                                                 const std::string& system) {
+  std::vector<std::pair<uint64_t, double>> out;
+  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
+  if (!p) return out;
+  char line[512];
+  while (fgets(line, sizeof line, p)) {
+    char name[64];
+    unsigned long long bytes;
+    double seconds;
+    if (sscanf(line, "RESULT %63s %llu %lf", name, &bytes, &seconds) == 3 && system == name)
+      out.push_back({bytes, seconds});
+  }
+  int status = pclose(p);
+  if (status != 0)
+    fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", system.c_str());
+  return out;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > at) out.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+int bench_allreduce(bool json, const std::string& daemon, const std::string& nodes_list,
+                    const std::string& links_list, const std::string& sizes, int iterations,
+                    const std::string& peers_list) {
+  std::string tools = tools_dir();
+  std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
+  std::string cluster = source_tools + "/px-cluster";
+  std::vector<std::string> peers = split(peers_list);
+  bool want_mpi = std::find(peers.begin(), peers.end(), "mpi") != peers.end();
+  bool want_gloo = std::find(peers.begin(), peers.end(), "gloo") != peers.end();
+  std::string mpi_binary = tools + "/px-mpi-allreduce";
+  if (want_mpi && access(mpi_binary.c_str(), X_OK) != 0) {
+    fprintf(stderr,
+            "px-bench: %s missing (install openmpi-bin libopenmpi-dev and rebuild); skipping MPI\n",
+            mpi_binary.c_str());
+    want_mpi = false;
+  }
+  if (want_gloo && system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    fprintf(
+        stderr,
+        "px-bench: /usr/bin/python3 cannot import torch (install python3-torch); skipping gloo\n");
+    want_gloo = false;
+  }
+  if (json)
+    printf("{\"scenario\":\"allreduce\",\"cores\":%u,\"results\":[",
+           std::thread::hardware_concurrency());
+  bool first = true;
+  for (const std::string& n_text : split(nodes_list)) {
+    int n = std::stoi(n_text);
+    for (const std::string& link : split(links_list)) {
+      std::string mode =
+          link == "lo" ? "--mode loopback"
+                       : "--mode netns" + (link == "0" ? std::string() : " --link-gbit " + link);
+      std::string base = cluster + " --nodes " + std::to_string(n) + " " + mode + " --timeout 1200";
+      std::string it = std::to_string(iterations);
+      std::map<std::string, std::vector<std::pair<uint64_t, double>>> by_system;
+      by_system["parallax"] = collect(base + " --daemon " + daemon + " -- " + tools +
+                                          "/px-bench allreduce-worker " + sizes + " " + it,
+                                      "parallax");
+      if (want_mpi)
+        by_system["mpi"] =
+            collect(base + " --no-daemons --once -- " + source_tools + "/bench/mpi_launch.sh " +
+                        mpi_binary + " " + sizes + " " + it,
+                    "mpi");
+      if (want_gloo)
+        by_system["gloo"] = collect(base + " --no-daemons -- /usr/bin/python3 " + source_tools +
+                                        "/bench/gloo_allreduce.py " + sizes + " " + it,
+                                    "gloo");
+      for (auto& [system_name, rows] : by_system) {
+        for (auto& [bytes, seconds] : rows) {
+          double algbw = static_cast<double>(bytes) / seconds;
+          double busbw_gbit = algbw * 2.0 * (n - 1) / n * 8 / 1e9;
+          if (json) {
+            printf(
+                "%s{\"system\":\"%s\",\"nodes\":%d,\"link\":\"%s\",\"bytes\":%llu,\"seconds\":%.6f,"
+                "\"busbw_gbit\":%.3f}",
+                first ? "" : ",", system_name.c_str(), n,
+                link == "lo"
+                    ? "loopback"
+                    : (link == "0" ? "netns-unlimited" : ("netns-" + link + "gbit").c_str()),
+                static_cast<unsigned long long>(bytes), seconds, busbw_gbit);
+            first = false;
+          } else {
+            printf("%-9s N=%d link=%-5s %10llu B  %9.3f ms  bus %7.3f Gbit/s\n",
+                   system_name.c_str(), n, link.c_str(), static_cast<unsigned long long>(bytes),
+                   seconds * 1e3, busbw_gbit);
+          }
+          fflush(stdout);
+        }
+      }
+    }
+  }
+  if (json) printf("]}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
-    fprintf(stderr, "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n");
+    fprintf(stderr,
+            "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
+            "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
+            "                          [--iterations N] [--peers mpi,gloo] [--daemon PATH]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
+  if (scenario == "allreduce-worker") {
+    if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
+    return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
+  }
   bool json = false;
+  std::string nodes = "2,4", links = "1,5,0,lo", peers = "mpi,gloo";
+  std::string sizes = "4096,65536,1048576,16777216,67108864,268435456";
   std::string daemon_path = default_daemon_path();
   int iterations = 5000;
   for (int i = 2; i < argc; ++i) {
@@ -306,10 +486,21 @@ int main(int argc, char** argv) {
     else if (a == "--daemon" && i + 1 < argc)
       daemon_path = argv[++i];
     else if (a == "--iterations" && i + 1 < argc)
-      iterations = std::max(10, atoi(argv[++i]));
+      iterations = std::max(1, atoi(argv[++i]));
+    else if (a == "--nodes" && i + 1 < argc)
+      nodes = argv[++i];
+    else if (a == "--links" && i + 1 < argc)
+      links = argv[++i];
+    else if (a == "--sizes" && i + 1 < argc)
+      sizes = argv[++i];
+    else if (a == "--peers" && i + 1 < argc)
+      peers = argv[++i];
     else
       die("unknown option " + a);
   }
   if (scenario == "local") return bench_local(json, daemon_path, iterations);
-  die("unknown scenario '" + scenario + "' (this build has: local)");
+  if (scenario == "allreduce")
+    return bench_allreduce(json, daemon_path, nodes, links, sizes,
+                           iterations == 5000 ? 5 : iterations, peers);
+  die("unknown scenario '" + scenario + "' (this build has: local, allreduce)");
 }

@@ -6,6 +6,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace px {
@@ -22,6 +23,8 @@ struct FabricEndpoint::Op {
 };
 
 namespace {
+
+constexpr size_t kMaxEagerBytes = 256 * 1024;
 
 std::string fi_error(const char* what, int rc) {
   return std::string(what) + ": " + fi_strerror(-rc);
@@ -50,6 +53,11 @@ FabricEndpoint::~FabricEndpoint() {
 
 std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& options,
                                                      std::string* error) {
+  if (options.eager_bytes > 0) {
+    size_t eager = std::min<size_t>(options.eager_bytes, kMaxEagerBytes);
+    std::string value = std::to_string(eager + 4096);    // + rxm's header
+    setenv("FI_OFI_RXM_BUFFER_SIZE", value.c_str(), 0);  // the environment wins
+  }
   std::unique_ptr<FabricEndpoint> e(new FabricEndpoint());
   e->max_posted_ = options.max_posted ? options.max_posted : 1;
   fi_info* hints = fi_allocinfo();

@@ -31,6 +31,11 @@ struct FabricOptions {
   std::string address = "127.0.0.1";     // local address to bind (FI_SOURCE)
   std::string service;                   // local port; empty: any
   size_t max_posted = 256;               // posted operations before the backlog holds more
+  // Largest message ofi_rxm sends eagerly (FI_OFI_RXM_BUFFER_SIZE, unless the environment
+  // sets it; capped at 256 KiB since rxm preallocates hundreds of such buffers): the
+  // collectives' chunk size. Larger messages take rxm's rendezvous path, which measured at
+  // half the link rate on tc-limited links.
+  size_t eager_bytes = 0;
 };
 
 class FabricEndpoint : public CollectiveTransport {

@@ -107,7 +107,7 @@ TEST_CASE(
   std::vector<WorkerResult> results;
   std::thread workers(
       [&] { results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));  // well past the first steps
   cluster.node(2).kill_and_reap(SIGKILL);
   workers.join();
   REQUIRE(results.size() == 3);

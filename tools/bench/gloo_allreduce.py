@@ -1,0 +1,43 @@
+#!/usr/bin/python3
+"""PyTorch gloo all_reduce peer for px-bench allreduce, one process per node.
+
+Run under tools/px-cluster --no-daemons (rank = PX_CLUSTER_NODE, rendezvous on the first
+of PX_CLUSTER_HOSTS). Prints "RESULT gloo <bytes> <median seconds>" from rank 0.
+Needs Debian's python3-torch, importable only from /usr/bin/python3.
+"""
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def main():
+    sizes = [int(s) for s in sys.argv[1].split(",")]
+    iterations = int(sys.argv[2])
+    port = int(sys.argv[3]) if len(sys.argv) > 3 else 29555
+    rank = int(os.environ["PX_CLUSTER_NODE"])
+    world = int(os.environ["PX_CLUSTER_NODES"])
+    master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=world)
+    for size in sizes:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        dist.all_reduce(t)  # warm-up: connections, page faults
+        times = []
+        for _ in range(iterations):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - start)
+        if rank == 0:
+            print(f"RESULT gloo {size} {statistics.median(times):.9f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
