@@ -6,10 +6,12 @@
 //     measured in the same run for reference.
 //
 //   px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,B,...]
-//                      [--iterations N] [--peers mpi,gloo] [--daemon PATH]
-//     Bus bandwidth (algbw x 2(N-1)/N) of a dense allreduce across N daemons with one
-//     worker each, through tools/px-cluster: netns links of X Gbit/s (0: unlimited) or
-//     plain loopback ("lo"); Open MPI and PyTorch gloo measured on the same links.
+//                      [--iterations N] [--peers mpi,gloo] [--workers-per-node W]
+//                      [--daemon PATH]
+//     Bus bandwidth (algbw x 2(N-1)/N, N = nodes) of a dense f32 allreduce across N
+//     daemons with W workers each, through tools/px-cluster: netns links of X Gbit/s
+//     (0: unlimited) or plain loopback ("lo"). Open MPI and PyTorch gloo run on the same
+//     links with W ranks per node (N x W ranks in all).
 //
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
@@ -386,7 +388,7 @@ std::vector<std::string> split(const std::string& text) {
 
 int bench_allreduce(bool json, const std::string& daemon, const std::string& nodes_list,
                     const std::string& links_list, const std::string& sizes, int iterations,
-                    const std::string& peers_list) {
+                    const std::string& peers_list, int per_node) {
   std::string tools = tools_dir();
   std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
   std::string cluster = source_tools + "/px-cluster";
@@ -416,7 +418,8 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
       std::string mode =
           link == "lo" ? "--mode loopback"
                        : "--mode netns" + (link == "0" ? std::string() : " --link-gbit " + link);
-      std::string base = cluster + " --nodes " + std::to_string(n) + " " + mode + " --timeout 1200";
+      std::string base = cluster + " --nodes " + std::to_string(n) + " --workers-per-node " +
+                         std::to_string(per_node) + " " + mode + " --timeout 1200";
       std::string it = std::to_string(iterations);
       std::map<std::string, std::vector<std::pair<uint64_t, double>>> by_system;
       by_system["parallax"] = collect(base + " --daemon " + daemon + " -- " + tools +
@@ -437,18 +440,18 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
           double busbw_gbit = algbw * 2.0 * (n - 1) / n * 8 / 1e9;
           if (json) {
             printf(
-                "%s{\"system\":\"%s\",\"nodes\":%d,\"link\":\"%s\",\"bytes\":%llu,\"seconds\":%.6f,"
-                "\"busbw_gbit\":%.3f}",
-                first ? "" : ",", system_name.c_str(), n,
+                "%s{\"system\":\"%s\",\"nodes\":%d,\"workers_per_node\":%d,\"link\":\"%s\","
+                "\"bytes\":%llu,\"seconds\":%.6f,\"busbw_gbit\":%.3f}",
+                first ? "" : ",", system_name.c_str(), n, per_node,
                 link == "lo"
                     ? "loopback"
                     : (link == "0" ? "netns-unlimited" : ("netns-" + link + "gbit").c_str()),
                 static_cast<unsigned long long>(bytes), seconds, busbw_gbit);
             first = false;
           } else {
-            printf("%-9s N=%d link=%-5s %10llu B  %9.3f ms  bus %7.3f Gbit/s\n",
-                   system_name.c_str(), n, link.c_str(), static_cast<unsigned long long>(bytes),
-                   seconds * 1e3, busbw_gbit);
+            printf("%-9s N=%d W=%d link=%-5s %10llu B  %9.3f ms  bus %7.3f Gbit/s\n",
+                   system_name.c_str(), n, per_node, link.c_str(),
+                   static_cast<unsigned long long>(bytes), seconds * 1e3, busbw_gbit);
           }
           fflush(stdout);
         }
@@ -466,7 +469,8 @@ int main(int argc, char** argv) {
     fprintf(stderr,
             "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
             "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
-            "                          [--iterations N] [--peers mpi,gloo] [--daemon PATH]\n");
+            "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
+            "                          [--daemon PATH]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
@@ -476,6 +480,7 @@ int main(int argc, char** argv) {
   }
   bool json = false;
   std::string nodes = "2,4", links = "1,5,0,lo", peers = "mpi,gloo";
+  int per_node = 1;
   std::string sizes = "4096,65536,1048576,16777216,67108864,268435456";
   std::string daemon_path = default_daemon_path();
   int iterations = 5000;
@@ -495,12 +500,14 @@ int main(int argc, char** argv) {
       sizes = argv[++i];
     else if (a == "--peers" && i + 1 < argc)
       peers = argv[++i];
+    else if (a == "--workers-per-node" && i + 1 < argc)
+      per_node = std::max(1, atoi(argv[++i]));
     else
       die("unknown option " + a);
   }
   if (scenario == "local") return bench_local(json, daemon_path, iterations);
   if (scenario == "allreduce")
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
-                           iterations == 5000 ? 5 : iterations, peers);
+                           iterations == 5000 ? 5 : iterations, peers, per_node);
   die("unknown scenario '" + scenario + "' (this build has: local, allreduce)");
 }

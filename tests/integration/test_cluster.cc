@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -206,4 +207,51 @@ TEST_CASE(
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(contains(n1.log(), "cluster 'garb' ready"));
   CHECK(n0.alive());
+}
+
+TEST_CASE("config: a TOML file forms the cluster; flags override it; bad keys and values are named") {
+  auto endpoints = ClusterProcesses::free_endpoints(2);
+  std::string dir = "/tmp/pxt-config-" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0700);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "w");
+    fputs(text.c_str(), f);
+    fclose(f);
+    return path;
+  };
+  std::string common = "cluster = \"from-file\"\nnodes = [\"" + endpoints[0] + "\", \"" + endpoints[1] +
+                       "\"]\n[fabric]\nprovider = \"tcp;ofi_rxm\"\nchunk_bytes = 65536\n[timeouts]\nstartup_ms = 20000\n";
+  std::string node0 = write("node0.toml", "node_index = 0\n" + common);
+  std::string node1 = write("node1.toml", "node_index = 0\n" + common);  // index fixed by the flag
+  {
+    DaemonProcess n0("cfg-n0", {"--config", node0});
+    DaemonProcess n1("cfg-n1", {"--config", node1, "--node-index", "1"});
+    for (int i = 0; i < 300 && !contains(n1.log(), "ready"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(contains(n0.log(), "cluster 'from-file' ready: 2 nodes, this is node 0"));
+    CHECK(contains(n1.log(), "cluster 'from-file' ready: 2 nodes, this is node 1"));
+  }
+  struct Bad {
+    std::string text, message;
+  };
+  std::vector<Bad> bad = {
+      {"node_index = 0\nflavour = \"x\"\n", "unknown setting 'flavour'"},
+      {"node_index = \"one\"\n", "node_index has the wrong type"},
+      {"threads = 100000\n", "threads: '100000' is not an integer in 0..256"},
+      {"[fabrik]\nprovider = \"tcp\"\n", "unknown table [fabrik]"},
+      {"[fabric]\nchunk = 4\n", "unknown setting 'fabric.chunk'"},
+      {"nodes = [\"a:1\", \"b:2\"]\nnode_index = 5\n", "node_index 5 is not below the node count 2"},
+      {"cluster = \n", "bad.toml:1"},
+  };
+  for (auto& b : bad) {
+    CAPTURE(b.text);
+    std::string path = write("bad.toml", b.text);
+    DaemonProcess d("cfg-bad", {"--config", path}, false);
+    CHECK(d.wait_exit(10000) == 2);
+    CHECK_MESSAGE(contains(d.log(), b.message), d.log());
+  }
+  DaemonProcess flag("cfg-flag", {"--ring-capacity", "1000"}, false);
+  CHECK(flag.wait_exit(10000) == 2);
+  CHECK(contains(flag.log(), "ring_capacity: 1000 is not a power of two"));
 }

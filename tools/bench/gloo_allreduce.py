@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""PyTorch gloo all_reduce peer for px-bench allreduce, one process per node.
+"""PyTorch gloo all_reduce peer for px-bench allreduce: one process per worker.
 
-Run under tools/px-cluster --no-daemons (rank = PX_CLUSTER_NODE, rendezvous on the first
-of PX_CLUSTER_HOSTS). Prints "RESULT gloo <bytes> <median seconds>" from rank 0.
+Run under tools/px-cluster --no-daemons (rank = node x workers-per-node + local rank,
+rendezvous on the first of PX_CLUSTER_HOSTS). Prints "RESULT gloo <bytes> <median seconds>" from rank 0.
 Needs Debian's python3-torch, importable only from /usr/bin/python3.
 """
 import os
@@ -20,8 +20,9 @@ def main():
     sizes = [int(s) for s in sys.argv[1].split(",")]
     iterations = int(sys.argv[2])
     port = int(sys.argv[3]) if len(sys.argv) > 3 else 29555
-    rank = int(os.environ["PX_CLUSTER_NODE"])
-    world = int(os.environ["PX_CLUSTER_NODES"])
+    per_node = int(os.environ.get("PX_CLUSTER_WORKERS_PER_NODE", "1"))
+    rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ.get("PARALLAX_LOCAL_RANK", "0"))
+    world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
     master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=world)
