@@ -106,9 +106,23 @@ TEST_CASE(
     "cluster: a daemon killed mid-allreduce gives PX_ERR_PEER_LOST naming it on every survivor") {
   ClusterProcesses cluster("ckill", 3);
   std::vector<WorkerResult> results;
-  std::thread workers(
-      [&] { results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(4000));  // well past the first steps
+  std::string ready_dir = "/tmp/pxt-ready-" + std::to_string(getpid());
+  mkdir(ready_dir.c_str(), 0700);
+  std::thread workers([&] {
+    results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000,
+                                  {{"PX_TEST_READY_DIR", ready_dir}});
+  });
+  // Kill node 2 once every worker has completed a step, so the loss comes mid-run.
+  auto ready = [&] {
+    int n = 0;
+    for (int node = 0; node < 3; ++node)
+      n += access((ready_dir + "/" + std::to_string(node)).c_str(), F_OK) == 0;
+    return n;
+  };
+  for (int i = 0; i < 3000 && ready() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(ready() == 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   cluster.node(2).kill_and_reap(SIGKILL);
   workers.join();
   REQUIRE(results.size() == 3);
@@ -136,7 +150,8 @@ TEST_CASE("cluster: rendezvous errors are clear on every daemon") {
     CHECK(n0.wait_exit(10000) == 1);
     CHECK(n1.wait_exit(10000) == 1);
     CHECK(contains(n0.log(), "nodes missing after 1500 ms: node 2 (" + endpoints[2] + ")"));
-    CHECK(contains(n1.log(), "nodes missing"));
+    // Node 1 hears the coordinator's verdict, or, if it was too slow to reach it, its own.
+    CHECK((contains(n1.log(), "nodes missing") || contains(n1.log(), "no address table")));
   }
   SUBCASE("a duplicate node index") {
     auto endpoints = ClusterProcesses::free_endpoints(3);
@@ -203,13 +218,14 @@ TEST_CASE(
   CHECK(contains(log, "bad frame length"));
   CHECK(contains(log, "malformed message"));
   // The refused connections did not stop the real node from joining.
-  for (int i = 0; i < 200 && !contains(n1.log(), "ready"); ++i)
+  for (int i = 0; i < 1000 && !contains(n1.log(), "ready"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(contains(n1.log(), "cluster 'garb' ready"));
   CHECK(n0.alive());
 }
 
-TEST_CASE("config: a TOML file forms the cluster; flags override it; bad keys and values are named") {
+TEST_CASE(
+    "config: a TOML file forms the cluster, flags override it, bad keys and values are named") {
   auto endpoints = ClusterProcesses::free_endpoints(2);
   std::string dir = "/tmp/pxt-config-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
@@ -220,8 +236,10 @@ TEST_CASE("config: a TOML file forms the cluster; flags override it; bad keys an
     fclose(f);
     return path;
   };
-  std::string common = "cluster = \"from-file\"\nnodes = [\"" + endpoints[0] + "\", \"" + endpoints[1] +
-                       "\"]\n[fabric]\nprovider = \"tcp;ofi_rxm\"\nchunk_bytes = 65536\n[timeouts]\nstartup_ms = 20000\n";
+  std::string common = "cluster = \"from-file\"\nnodes = [\"" + endpoints[0] + "\", \"" +
+                       endpoints[1] +
+                       "\"]\n[fabric]\nprovider = \"tcp;ofi_rxm\"\nchunk_bytes = "
+                       "65536\n[timeouts]\nstartup_ms = 20000\n";
   std::string node0 = write("node0.toml", "node_index = 0\n" + common);
   std::string node1 = write("node1.toml", "node_index = 0\n" + common);  // index fixed by the flag
   {
@@ -237,11 +255,13 @@ TEST_CASE("config: a TOML file forms the cluster; flags override it; bad keys an
   };
   std::vector<Bad> bad = {
       {"node_index = 0\nflavour = \"x\"\n", "unknown setting 'flavour'"},
-      {"node_index = \"one\"\n", "node_index has the wrong type"},
+      {"node_index = \"one\"\n", "node_index: 'one' is not an integer"},
       {"threads = 100000\n", "threads: '100000' is not an integer in 0..256"},
+      {"threads = [1, 2]\n", "threads has the wrong type"},
       {"[fabrik]\nprovider = \"tcp\"\n", "unknown table [fabrik]"},
       {"[fabric]\nchunk = 4\n", "unknown setting 'fabric.chunk'"},
-      {"nodes = [\"a:1\", \"b:2\"]\nnode_index = 5\n", "node_index 5 is not below the node count 2"},
+      {"nodes = [\"a:1\", \"b:2\"]\nnode_index = 5\n",
+       "node_index 5 is not below the node count 2"},
       {"cluster = \n", "bad.toml:1"},
   };
   for (auto& b : bad) {

@@ -417,7 +417,16 @@ int scenario_until_lost(px_client* c) {
     std::string message = px_last_error();
     px_request_free(req);
     if (s == PX_OK) {
-      if (step == 0) printf("first step done\n");
+      if (step == 0) {
+        printf("first step done\n");
+        if (const char* dir = getenv("PX_TEST_READY_DIR")) {
+          px_world_info w;
+          w.struct_size = sizeof w;
+          px_world(c, &w);
+          std::string path = std::string(dir) + "/" + std::to_string(w.node_index);
+          if (FILE* f = fopen(path.c_str(), "w")) fclose(f);
+        }
+      }
       std::fill(buf.begin(), buf.end(), 1.0f);
       continue;
     }
