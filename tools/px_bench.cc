@@ -184,6 +184,24 @@ std::vector<double> run_workers(int workers, Fn fn) {
   return result;
 }
 
+// Seconds of each in-place allreduce of buf, each started right after a barrier so all
+// workers begin together; the first `warmup` are not counted.
+std::vector<double> timed_allreduces(px_client* c, px_var* var, void* buf, int warmup,
+                                     int iterations) {
+  std::vector<double> seconds;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    check(px_barrier(c, 300000), "px_barrier");
+    px_request* r = nullptr;
+    double t0 = now_s();
+    check(px_allreduce(var, buf, buf, &r), "px_allreduce");
+    check(px_wait(r, 300000), "px_wait");
+    double t = now_s() - t0;
+    px_request_free(r);
+    if (i >= warmup) seconds.push_back(t);
+  }
+  return seconds;
+}
+
 // Round trip of one small allreduce (submit to completion) as seen by rank 0, in us.
 std::vector<double> round_trips(const Daemon& d, int iterations) {
   return run_workers(2, [&](int rank) {
@@ -227,17 +245,7 @@ std::vector<double> big_allreduce(const Daemon& d, int workers, bool arena, int 
       buf = plain.data();
     }
     for (uint64_t i = 0; i < count; ++i) buf[i] = 1.0f;
-    std::vector<double> seconds;
-    for (int i = 0; i < iterations + 2; ++i) {
-      check(px_barrier(c, 60000), "px_barrier");
-      px_request* r = nullptr;
-      double t0 = now_s();
-      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
-      check(px_wait(r, 60000), "px_wait");
-      double t = now_s() - t0;
-      px_request_free(r);
-      if (i >= 2) seconds.push_back(t);
-    }
+    std::vector<double> seconds = timed_allreduces(c, var, buf, 2, iterations);
     px_disconnect(c);
     return seconds;
   });
@@ -327,17 +335,7 @@ int allreduce_worker(const std::string& sizes_text, int iterations) {
     px_var* var = nullptr;
     std::string name = "bench" + std::to_string(bytes);
     check(px_register_dense(c, name.c_str(), PX_F32, bytes / 4, PX_SUM, &var), "register");
-    std::vector<double> seconds;
-    for (int i = 0; i < iterations + 1; ++i) {
-      check(px_barrier(c, 120000), "px_barrier");
-      px_request* r = nullptr;
-      double t0 = now_s();
-      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
-      check(px_wait(r, 300000), "px_wait");
-      double t = now_s() - t0;
-      px_request_free(r);
-      if (i > 0) seconds.push_back(t);
-    }
+    std::vector<double> seconds = timed_allreduces(c, var, buf, 1, iterations);
     if (w.rank == 0)
       printf("RESULT parallax %llu %.9f\n", static_cast<unsigned long long>(bytes),
              percentile(seconds, 0.5));

@@ -84,6 +84,21 @@ std::string unique_path(const std::string& tag, const char* suffix) {
          suffix;
 }
 
+// Waits for every worker (killing those past the deadline) and reads their output.
+std::vector<WorkerResult> collect_workers(const std::vector<pid_t>& pids,
+                                          const std::vector<std::string>& outputs,
+                                          int64_t deadline_ms) {
+  std::vector<WorkerResult> results;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    WorkerResult r;
+    r.exit_code = reap(pids[i], deadline_ms);
+    r.output = slurp(outputs[i]);
+    unlink(outputs[i].c_str());
+    results.push_back(r);
+  }
+  return results;
+}
+
 }  // namespace
 
 DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args,
@@ -196,16 +211,7 @@ std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::st
     outputs.push_back(unique_path(job + "-w" + std::to_string(rank), ".out"));
     pids.push_back(spawn(argv, e, outputs.back()));
   }
-  int64_t deadline = now_ms() + timeout_ms;
-  std::vector<WorkerResult> results;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    WorkerResult r;
-    r.exit_code = reap(pids[i], deadline);
-    r.output = slurp(outputs[i]);
-    unlink(outputs[i].c_str());
-    results.push_back(r);
-  }
-  return results;
+  return collect_workers(pids, outputs, now_ms() + timeout_ms);
 }
 
 bool all_ok(const std::vector<WorkerResult>& results) {
@@ -290,16 +296,7 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
       pids.push_back(spawn(argv, e, outputs.back()));
     }
   }
-  int64_t deadline = now_ms() + timeout_ms;
-  std::vector<WorkerResult> results;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    WorkerResult r;
-    r.exit_code = reap(pids[i], deadline);
-    r.output = slurp(outputs[i]);
-    unlink(outputs[i].c_str());
-    results.push_back(r);
-  }
-  return results;
+  return collect_workers(pids, outputs, now_ms() + timeout_ms);
 }
 
 }  // namespace pxt
