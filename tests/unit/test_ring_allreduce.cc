@@ -152,5 +152,7 @@ TEST_CASE("ring allreduce: a lost node fails the operation on the survivors, no 
   for (int r = 0; r < 2; ++r) eps[static_cast<size_t>(r)]->fail_all("node 2 lost (test)");
   REQUIRE(done.wait_for(2, 10));
   REQUIRE(done.errors.size() == 2);
-  CHECK(done.errors[0].find("node 2 lost") != std::string::npos);
+  // Each survivor names node 2: from fail_all, or from the provider if it saw the
+  // connection drop first.
+  for (auto& error : done.errors) CHECK_MESSAGE(error.find("node 2") != std::string::npos, error);
 }
