@@ -31,6 +31,10 @@ struct Completion {
       cv.notify_all();
     };
   }
+  int count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return finished;
+  }
   bool wait_for(int n, int seconds = 30) {
     std::unique_lock<std::mutex> lock(mutex);
     return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
