@@ -151,7 +151,7 @@ bool Server::start_cluster(std::string* error) {
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();  // they see the poison and fail
   };
-  events.node_lost = [this](int node, const std::string& why) { on_node_lost(node, why); };
+  events.node_lost = [this](int, const std::string& why) { on_node_lost(why); };
   cluster_ = std::make_unique<Cluster>(&loop_, config_, *fabric_, std::move(events));
   return cluster_->start(error);
 }
@@ -164,11 +164,10 @@ void Server::variable_added(Job& job, Variable& var) {
   if (cluster_) cluster_->register_var(job.name(), var.name, var.fingerprint);
 }
 
-void Server::on_node_lost(int node, const std::string& why) {
+void Server::on_node_lost(const std::string& why) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;
   PX_LOG_ERROR("%s; every job on this node fails from now on (restart the cluster)", why.c_str());
-  (void)node;
   if (fabric_) fabric_->fail_all(why);
   for (auto& [name, job] : jobs_) {
     if (!job->broken().empty()) continue;

@@ -62,7 +62,7 @@ class Server {
   bool start_cluster(std::string* error);
   void job_complete_locally(const std::shared_ptr<Job>& job);
   void activate(const std::shared_ptr<Job>& job);
-  void on_node_lost(int node, const std::string& why);
+  void on_node_lost(const std::string& why);  // why names the node
   void on_fatal(const std::string& why);
 
   DaemonConfig config_;

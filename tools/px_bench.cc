@@ -184,13 +184,14 @@ std::vector<double> run_workers(int workers, Fn fn) {
   return result;
 }
 
-// Seconds of each in-place allreduce of buf, each started right after a barrier so all
-// workers begin together; the first `warmup` are not counted.
+// Seconds of each in-place allreduce of buf; the first `warmup` are not counted. aligned:
+// each starts right after a barrier so all workers begin together (bandwidth); otherwise
+// back to back (round trips).
 std::vector<double> timed_allreduces(px_client* c, px_var* var, void* buf, int warmup,
-                                     int iterations) {
+                                     int iterations, bool aligned = true) {
   std::vector<double> seconds;
   for (int i = 0; i < warmup + iterations; ++i) {
-    check(px_barrier(c, 300000), "px_barrier");
+    if (aligned) check(px_barrier(c, 300000), "px_barrier");
     px_request* r = nullptr;
     double t0 = now_s();
     check(px_allreduce(var, buf, buf, &r), "px_allreduce");
@@ -211,16 +212,8 @@ std::vector<double> round_trips(const Daemon& d, int iterations) {
     void* buf = nullptr;
     check(px_alloc(c, 4096, &buf), "px_alloc");
     std::memset(buf, 0, 4096);
-    std::vector<double> us;
-    for (int i = 0; i < iterations + 200; ++i) {
-      px_request* r = nullptr;
-      double t0 = now_s();
-      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
-      check(px_wait(r, 60000), "px_wait");
-      double t = now_s() - t0;
-      px_request_free(r);
-      if (i >= 200) us.push_back(t * 1e6);
-    }
+    std::vector<double> us = timed_allreduces(c, var, buf, 200, iterations, false);
+    for (double& t : us) t *= 1e6;
     px_disconnect(c);
     return us;
   });
@@ -251,14 +244,18 @@ std::vector<double> big_allreduce(const Daemon& d, int workers, bool arena, int 
   });
 }
 
-std::string default_daemon_path() {
+// The folder px-bench runs from (BUILD/tools).
+std::string tools_dir() {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return "parallaxd";
+  if (n <= 0) return ".";
   self[n] = '\0';
-  std::string dir(self);
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/../daemon/parallaxd";
+  std::string path(self);
+  return path.substr(0, path.rfind('/'));
+}
+
+std::string default_daemon_path() {
+  return tools_dir() + "/../daemon/parallaxd";
 }
 
 int bench_local(bool json, const std::string& daemon_path, int iterations) {
@@ -343,13 +340,6 @@ int allreduce_worker(const std::string& sizes_text, int iterations) {
   }
   px_disconnect(c);
   return 0;
-}
-
-std::string tools_dir() {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  self[n > 0 ? n : 0] = '\0';
-  return std::string(self).substr(0, std::string(self).rfind('/'));
 }
 
 // Runs a shell command and collects its "RESULT system bytes seconds" lines.

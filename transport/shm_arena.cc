@@ -76,8 +76,8 @@ bool SharedArena::create(uint64_t heap_bytes, uint32_t ring_capacity, SharedAren
   h->completion_ring_offset = layout.completion_ring_offset;
   h->heap_offset = layout.heap_offset;
   h->heap_bytes = layout.heap_bytes;
-  SpscRing<SubmitEntry>::format(arena.base_ + layout.submit_ring_offset, ring_capacity);
-  SpscRing<CompletionEntry>::format(arena.base_ + layout.completion_ring_offset, ring_capacity);
+  SpscRing<SubmitEntry>::format(arena.base_ + layout.submit_ring_offset);
+  SpscRing<CompletionEntry>::format(arena.base_ + layout.completion_ring_offset);
   *out = std::move(arena);
   return true;
 }

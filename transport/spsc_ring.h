@@ -28,13 +28,12 @@ class SpscRing {
   }
 
   // Lays out a fresh ring at memory (done once, by the daemon, before sharing it).
-  static void format(void* memory, uint32_t capacity) {
+  static void format(void* memory) {
     auto* idx = new (memory) RingIndices();
     idx->head.store(0, std::memory_order_relaxed);
     idx->tail.store(0, std::memory_order_relaxed);
     // A new consumer is asleep until its first wake-up, so the first push must ring.
     idx->consumer_armed.store(1, std::memory_order_relaxed);
-    (void)capacity;
   }
 
   SpscRing() = default;

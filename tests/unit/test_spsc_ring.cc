@@ -16,7 +16,7 @@ TEST_CASE("ring: fills to capacity, refuses more, drains in order") {
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(8) + 64);
   void* aligned =
       reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
-  px::SpscRing<Item>::format(aligned, 8);
+  px::SpscRing<Item>::format(aligned);
   px::SpscRing<Item> ring(aligned, 8);
   for (uint64_t i = 0; i < 8; ++i) CHECK(ring.try_push({i, ~i}));
   CHECK_FALSE(ring.try_push({99, 0}));
@@ -34,7 +34,7 @@ TEST_CASE("ring: wakeup flag is consumed once per arming") {
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(4) + 64);
   void* aligned =
       reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
-  px::SpscRing<Item>::format(aligned, 4);
+  px::SpscRing<Item>::format(aligned);
   px::SpscRing<Item> ring(aligned, 4);
   CHECK(ring.consumer_needs_wakeup());  // a fresh consumer counts as asleep
   CHECK_FALSE(ring.consumer_needs_wakeup());
@@ -51,7 +51,7 @@ TEST_CASE("ring: two threads pass a million items without loss or reordering") {
   std::vector<char> memory(px::SpscRing<Item>::bytes_for(kCapacity) + 64);
   void* aligned =
       reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) & ~uintptr_t{63});
-  px::SpscRing<Item>::format(aligned, kCapacity);
+  px::SpscRing<Item>::format(aligned);
   px::SpscRing<Item> producer(aligned, kCapacity), consumer(aligned, kCapacity);
   std::thread t([&] {
     for (uint64_t i = 0; i < kItems;)
