@@ -381,6 +381,28 @@ int scenario_errors(px_client* c) {
   expect_status(px_wait(nullptr, 0), PX_ERR_INVALID, "px_wait(NULL)");
   if (std::string(px_strerror(PX_ERR_PEER_LOST)).empty()) die("empty px_strerror");
   if (px_abi_version() != PX_ABI_VERSION) die("px_abi_version differs from the header");
+  px_world_info w;
+  w.struct_size = 0;
+  expect_status(px_world(c, &w), PX_ERR_INVALID, "px_world without struct_size");
+  expect_status(px_world(nullptr, &w), PX_ERR_INVALID, "px_world(NULL)");
+  px_var_stats stats;
+  stats.struct_size = 0;
+  expect_status(px_var_stats_get(var, &stats), PX_ERR_INVALID,
+                "px_var_stats_get without struct_size");
+  expect_status(px_barrier(nullptr, 10), PX_ERR_INVALID, "px_barrier(NULL)");
+  // Connecting where no daemon listens fails by the deadline, naming the path.
+  px_connect_options o;
+  px_connect_options_init(&o);
+  o.socket_path = "/tmp/px-no-daemon-here.sock";
+  o.timeout_ms = 200;
+  px_client* none = nullptr;
+  expect_status(px_connect(&o, &none), PX_ERR_CONNECT, "px_connect to a missing socket");
+  expect_contains(px_last_error(), "/tmp/px-no-daemon-here.sock");
+  o.socket_path = nullptr;
+  o.local_size = 2;
+  o.local_rank = 5;
+  expect_status(px_connect(&o, &none), PX_ERR_INVALID, "px_connect with local_rank >= local_size");
+  expect_status(px_connect(nullptr, nullptr), PX_ERR_INVALID, "px_connect(NULL out)");
   printf("OK errors\n");
   return 0;
 }
