@@ -33,7 +33,7 @@ extern "C" {
  * changes only add. A client is accepted by a daemon of the same major and an equal or
  * higher minor. */
 #define PX_ABI_VERSION_MAJOR 1
-#define PX_ABI_VERSION_MINOR 0
+#define PX_ABI_VERSION_MINOR 1 /* 1.1: sparse variables */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -104,6 +104,68 @@ typedef struct px_var_stats {
   uint64_t reduce_ns; /* total time spent reducing and fanning out */
 } px_var_stats;
 
+/* --- sparse variables (ABI 1.1) ----------------------------------------------------
+ * A sparse variable is a table of `rows` x `dim` values held by the daemons, partitioned
+ * across the nodes; workers pull the rows their batch needs and push those rows' gradients.
+ *
+ * Steps: pulls and pushes are numbered separately per worker and variable. The n-th
+ * px_pull_rows is pull step n and the n-th px_push_rows is push step n (both from 0); every
+ * local worker of the job must issue each step (n = 0 rows is fine). Pull step n sees:
+ *   PX_SYNC        exactly the updates of push steps 0..n-1 of every worker (a pull waits
+ *                  for them);
+ *   PX_BOUNDED     at least the updates of push steps 0..n-1-staleness from every worker;
+ *   PX_ASYNC       whatever has been applied when the request reaches each shard.
+ * The usual loop pull(n) -> forward/backward -> push(n) is therefore exact in PX_SYNC mode.
+ * px_load_rows and px_read_rows are not steps: they act on each shard when they reach it
+ * (load: before/after training, or behind a px_barrier). */
+typedef enum px_optimizer {
+  PX_OPT_SGD = 0,     /* w -= lr * g */
+  PX_OPT_ADAGRAD = 1, /* a += g*g; w -= lr * g / (sqrt(a) + epsilon) */
+  PX_OPT_ADAM = 2     /* lazy Adam: moments of touched rows only; bias correction uses the
+                         number of applied push steps of the variable, as TF's LazyAdam */
+} px_optimizer;
+
+typedef enum px_initializer {
+  PX_INIT_ZEROS = 0,
+  PX_INIT_UNIFORM = 1, /* uniform in [init_low, init_high) from init_seed */
+  PX_INIT_NORMAL = 2   /* normal(0, init_std) from init_seed */
+} px_initializer;      /* values depend only on (seed, row, column), not on the partitioning */
+
+typedef enum px_consistency { PX_SYNC = 0, PX_ASYNC = 1, PX_BOUNDED = 2 } px_consistency;
+
+typedef enum px_route {
+  PX_ROUTE_HYBRID = 0,     /* sparse -> sharded parameter server (the default) */
+  PX_ROUTE_PS = 1,         /* sharded parameter server */
+  PX_ROUTE_ALLGATHERV = 2, /* a replica per node, coalesced gradients all-gathered */
+  PX_ROUTE_ALLREDUCE = 3   /* densified gradients allreduced (the sparse_as_dense baseline) */
+} px_route;
+
+typedef enum px_nonfinite {
+  PX_NONFINITE_REJECT = 0, /* a push with a NaN/Inf gradient fails with PX_ERR_INVALID */
+  PX_NONFINITE_SKIP = 1    /* rows with a NaN/Inf gradient are dropped from the push */
+} px_nonfinite;
+
+typedef struct px_sparse_options {
+  uint32_t struct_size; /* sizeof(px_sparse_options) */
+  int32_t optimizer;    /* px_optimizer; default PX_OPT_SGD */
+  double learning_rate; /* default 0.01 */
+  double beta1;         /* Adam; default 0.9 */
+  double beta2;         /* Adam; default 0.999 */
+  double epsilon;       /* Adagrad and Adam; default 1e-8 */
+  double initial_accumulator; /* Adagrad; default 0.1 */
+  int32_t initializer;        /* px_initializer; default PX_INIT_ZEROS */
+  uint32_t reserved0;
+  uint64_t init_seed;
+  double init_low, init_high; /* PX_INIT_UNIFORM; default -0.05, 0.05 */
+  double init_std;            /* PX_INIT_NORMAL; default 0.05 */
+  int32_t aggregation;        /* PX_SUM (default) or PX_MEAN (divides by the world size) */
+  int32_t consistency;        /* px_consistency; default PX_SYNC */
+  uint32_t staleness;         /* PX_BOUNDED: how many push steps a pull may run ahead */
+  uint32_t partitions;        /* 0: automatic */
+  int32_t route;              /* px_route; default PX_ROUTE_HYBRID */
+  int32_t nonfinite;          /* px_nonfinite; default PX_NONFINITE_REJECT */
+} px_sparse_options;
+
 /* --- versions and errors ----------------------------------------------------------- */
 PX_API uint32_t px_abi_version(void);
 PX_API const char* px_strerror(px_status status);
@@ -130,6 +192,14 @@ PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype
 /* Counters the daemon keeps for this variable on this node. */
 PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats);
 
+/* Registers a sparse variable of rows x dim values of dtype (PX_F32 today). Every worker of
+ * the job must register it with the same dtype, shape and options, otherwise
+ * PX_ERR_MISMATCH. options may be NULL (defaults, see px_sparse_options_init). */
+PX_API void px_sparse_options_init(px_sparse_options* options);
+PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
+                                    uint64_t rows, uint64_t dim,
+                                    const px_sparse_options* options, px_var** out_var);
+
 /* --- shared memory ---------------------------------------------------------------- */
 /* Memory in the arena shared with the daemon: buffers there are reduced in place, without
  * the copy ordinary memory costs. 64-byte aligned. */
@@ -143,6 +213,25 @@ PX_API px_status px_free(px_client* client, void* ptr);
  * of different variables may be submitted in any order. Do not touch in or out until the
  * request completes. */
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
+/* Sparse operations. indices are n row numbers in [0, rows), duplicates allowed; row
+ * buffers hold n * dim values, row i of the buffer for indices[i]. A bad index fails the
+ * request with PX_ERR_INDEX naming it and none of that request is applied. Buffers may be
+ * arena or ordinary memory; do not touch them until the request completes. */
+/* Pull step: fills out_rows with the rows' current values (see "Steps" above). */
+PX_API px_status px_pull_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                              px_request** out_request);
+/* Push step: gradients for the rows; duplicates are summed. Completes once the daemon has
+ * taken the gradients (they are applied by the owning shards, see "Steps"). */
+PX_API px_status px_push_rows(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
+                              px_request** out_request);
+/* Overwrites the rows' values (initial or pretrained values); completes once every owning
+ * shard wrote them. With duplicate indices the last one wins. Optimizer state is kept. */
+PX_API px_status px_load_rows(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
+                              px_request** out_request);
+/* Reads the rows' current values without a step (export, evaluation). */
+PX_API px_status px_read_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                              px_request** out_request);
+
 /* Waits for the request. Returns the operation's status (PX_OK when it succeeded), or
  * PX_ERR_TIMEOUT after timeout_ms (the request is still valid). timeout_ms < 0 waits
  * without a deadline of its own; operations still fail when a peer is lost. */

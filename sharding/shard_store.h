@@ -1,0 +1,52 @@
+// The rows (and optimizer state) of the partitions one node owns, each partition one
+// contiguous array of its rows. Not thread-safe: the daemon serialises access per variable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "partition_map.h"
+#include "sparse_spec.h"
+
+namespace px {
+
+class ShardStore {
+ public:
+  // Allocates and initialises every partition that map assigns to node.
+  ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options);
+
+  bool owns(int64_t row) const {
+    return slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
+  }
+  size_t dim() const { return dim_; }
+  uint64_t owned_rows() const { return owned_rows_; }
+  uint64_t bytes() const;
+
+  // rows must all be owned here. out receives n x dim values.
+  void gather(const int64_t* rows, size_t n, float* out) const;
+  // Overwrites rows (the last of equal rows wins); optimizer state is kept.
+  void load(const int64_t* rows, size_t n, const float* values);
+  // Applies aggregated gradients (n x dim, rows unique) with the optimizer; step is the
+  // variable's 1-based count of applied push steps.
+  void apply(const int64_t* rows, size_t n, const float* grads, uint64_t step);
+
+ private:
+  struct Partition {
+    std::vector<float> values;  // rows_in(p) x dim
+    std::vector<float> state;   // rows_in(p) x slots x dim
+  };
+  float* row_values(int64_t row);
+  const float* row_values(int64_t row) const;
+  float* row_state(int64_t row);
+
+  PartitionMap map_;
+  size_t dim_;
+  SparseOptions options_;
+  size_t slots_;
+  uint64_t owned_rows_ = 0;
+  std::vector<int32_t> slot_of_;  // by partition: index into partitions_, -1 if not owned
+  std::vector<Partition> partitions_;
+};
+
+}  // namespace px

@@ -1,0 +1,111 @@
+#include "sparse_spec.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace px {
+namespace {
+
+std::string num(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.9g", v);
+  return buffer;
+}
+
+bool finite_positive(double v) {
+  return std::isfinite(v) && v > 0;
+}
+
+}  // namespace
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::kHybrid:
+      return "hybrid";
+    case Route::kPs:
+      return "ps";
+    case Route::kAllgatherv:
+      return "allgatherv";
+    case Route::kAllreduce:
+      return "allreduce";
+  }
+  return "?";
+}
+
+bool SparseOptions::validate(std::string* error) const {
+  auto bad = [error](const std::string& what) {
+    *error = what;
+    return false;
+  };
+  if (optimizer > Optimizer::kAdam) return bad("unknown optimizer");
+  if (!finite_positive(learning_rate)) return bad("learning_rate must be finite and > 0");
+  if (optimizer == Optimizer::kAdam) {
+    if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1 must be in [0, 1)");
+    if (!(beta2 >= 0 && beta2 < 1)) return bad("beta2 must be in [0, 1)");
+  }
+  if (optimizer != Optimizer::kSgd && !finite_positive(epsilon))
+    return bad("epsilon must be finite and > 0");
+  if (optimizer == Optimizer::kAdagrad &&
+      !(std::isfinite(initial_accumulator) && initial_accumulator >= 0))
+    return bad("initial_accumulator must be finite and >= 0");
+  if (initializer > Initializer::kNormal) return bad("unknown initializer");
+  if (initializer == Initializer::kUniform &&
+      !(std::isfinite(init_low) && std::isfinite(init_high) && init_low < init_high))
+    return bad("init_low must be < init_high");
+  if (initializer == Initializer::kNormal && !(std::isfinite(init_std) && init_std >= 0))
+    return bad("init_std must be finite and >= 0");
+  if (consistency > Consistency::kBounded) return bad("unknown consistency");
+  if (consistency != Consistency::kBounded && staleness != 0)
+    return bad("staleness is only meaningful with PX_BOUNDED");
+  if (route > Route::kAllreduce) return bad("unknown route");
+  if (nonfinite > NonFinite::kSkip) return bad("unknown nonfinite policy");
+  if (partitions > 65536) return bad("partitions must be at most 65536");
+  return true;
+}
+
+std::string SparseOptions::canonical() const {
+  std::string s;
+  switch (optimizer) {
+    case Optimizer::kSgd:
+      s = "sgd(lr=" + num(learning_rate) + ")";
+      break;
+    case Optimizer::kAdagrad:
+      s = "adagrad(lr=" + num(learning_rate) + ",eps=" + num(epsilon) +
+          ",acc0=" + num(initial_accumulator) + ")";
+      break;
+    case Optimizer::kAdam:
+      s = "adam(lr=" + num(learning_rate) + ",b1=" + num(beta1) + ",b2=" + num(beta2) +
+          ",eps=" + num(epsilon) + ")";
+      break;
+  }
+  switch (initializer) {
+    case Initializer::kZeros:
+      s += " init=zeros";
+      break;
+    case Initializer::kUniform:
+      s += " init=uniform(seed=" + std::to_string(init_seed) + "," + num(init_low) + "," +
+           num(init_high) + ")";
+      break;
+    case Initializer::kNormal:
+      s += " init=normal(seed=" + std::to_string(init_seed) + ",std=" + num(init_std) + ")";
+      break;
+  }
+  s += mean ? " mean" : " sum";
+  switch (consistency) {
+    case Consistency::kSync:
+      s += " sync";
+      break;
+    case Consistency::kAsync:
+      s += " async";
+      break;
+    case Consistency::kBounded:
+      s += " bounded(" + std::to_string(staleness) + ")";
+      break;
+  }
+  s += partitions == 0 ? " partitions=auto" : " partitions=" + std::to_string(partitions);
+  s += std::string(" route=") + route_name(route);
+  s += nonfinite == NonFinite::kReject ? " nonfinite=reject" : " nonfinite=skip";
+  return s;
+}
+
+}  // namespace px

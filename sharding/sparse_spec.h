@@ -1,0 +1,50 @@
+// What defines a sparse variable: its shape and its options (optimizer, initializer,
+// aggregation, consistency, partitioning, route). Every registrant on every node must agree
+// on all of it; canonical() is the string they compare.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace px {
+
+enum class Optimizer : uint32_t { kSgd = 0, kAdagrad = 1, kAdam = 2 };
+enum class Initializer : uint32_t { kZeros = 0, kUniform = 1, kNormal = 2 };
+enum class Consistency : uint32_t { kSync = 0, kAsync = 1, kBounded = 2 };
+enum class Route : uint32_t { kHybrid = 0, kPs = 1, kAllgatherv = 2, kAllreduce = 3 };
+enum class NonFinite : uint32_t { kReject = 0, kSkip = 1 };
+
+struct SparseOptions {
+  Optimizer optimizer = Optimizer::kSgd;
+  double learning_rate = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double initial_accumulator = 0.1;
+  Initializer initializer = Initializer::kZeros;
+  uint64_t init_seed = 0;
+  double init_low = -0.05;
+  double init_high = 0.05;
+  double init_std = 0.05;
+  bool mean = false;  // aggregation: divide the summed gradient by the world size
+  Consistency consistency = Consistency::kSync;
+  uint32_t staleness = 0;
+  uint32_t partitions = 0;  // 0: automatic
+  Route route = Route::kHybrid;
+  NonFinite nonfinite = NonFinite::kReject;
+
+  // False with a message naming the bad option.
+  bool validate(std::string* error) const;
+  // Every option that matters, in a fixed order, e.g.
+  // "adam(lr=0.001,b1=0.9,b2=0.999,eps=1e-08) init=zeros sum sync partitions=auto ps reject".
+  std::string canonical() const;
+};
+
+struct SparseShape {
+  uint64_t rows = 0;
+  uint64_t dim = 0;
+};
+
+const char* route_name(Route route);
+
+}  // namespace px

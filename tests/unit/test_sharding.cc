@@ -1,0 +1,195 @@
+// sharding/: partition maps, initialisation, coalescing and the optimizers against
+// references written here in double precision.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "coalesce.h"
+#include "initializer.h"
+#include "optimizer.h"
+#include "partition_map.h"
+#include "shard_store.h"
+
+namespace px {
+namespace {
+
+TEST_CASE("partition map stripes rows and balances partitions across nodes by bytes") {
+  PartitionMap map(1001, 6, 4);
+  CHECK(map.partitions() == 6);
+  uint64_t total = 0;
+  for (uint32_t p = 0; p < 6; ++p) total += map.rows_in(p);
+  CHECK(total == 1001);
+  CHECK(map.rows_in(0) == 167);  // 1001 = 6 * 166 + 5
+  CHECK(map.rows_in(5) == 166);
+  for (uint64_t row : {0ull, 1ull, 5ull, 6ull, 1000ull}) {
+    CHECK(map.partition_of(row) == row % 6);
+    CHECK(map.local_index(row) == row / 6);
+  }
+  // Greedy by bytes: the four largest partitions on four different nodes, then the rest on
+  // the least loaded.
+  std::map<int, uint64_t> load;
+  for (uint32_t p = 0; p < 6; ++p) load[map.node_of_partition(p)] += map.rows_in(p);
+  CHECK(load.size() == 4);
+  uint64_t most = 0, least = ~0ull;
+  for (auto& [node, rows] : load) {
+    most = std::max(most, rows);
+    least = std::min(least, rows);
+  }
+  CHECK(most - least <= 167);
+  // Every node computes the same map.
+  PartitionMap again(1001, 6, 4);
+  for (uint32_t p = 0; p < 6; ++p) CHECK(again.node_of_partition(p) == map.node_of_partition(p));
+  // More partitions than rows are clamped.
+  CHECK(PartitionMap(3, 10, 2).partitions() == 3);
+}
+
+TEST_CASE("the Zipf head spreads over every partition") {
+  PartitionMap map(800000, 8, 4);
+  std::set<uint32_t> head;
+  for (uint64_t row = 0; row < 8; ++row) head.insert(map.partition_of(row));
+  CHECK(head.size() == 8);
+}
+
+TEST_CASE("initial values depend on seed, row and column only") {
+  SparseOptions options;
+  options.initializer = Initializer::kUniform;
+  options.init_seed = 7;
+  options.init_low = -1;
+  options.init_high = 2;
+  ShardStore one(PartitionMap(100, 1, 1), 0, 4, options);
+  PartitionMap striped(100, 3, 2);
+  ShardStore a(striped, 0, 4, options), b(striped, 1, 4, options);
+  double sum = 0;
+  for (int64_t row = 0; row < 100; ++row) {
+    float expect[4], got[4];
+    one.gather(&row, 1, expect);
+    (a.owns(row) ? a : b).gather(&row, 1, got);
+    for (int c = 0; c < 4; ++c) {
+      CHECK(got[c] == expect[c]);
+      CHECK(expect[c] >= -1.0f);
+      CHECK(expect[c] < 2.0f);
+      sum += expect[c];
+    }
+  }
+  CHECK(std::fabs(sum / 400 - 0.5) < 0.15);
+  options.initializer = Initializer::kNormal;
+  options.init_std = 0.5;
+  double sq = 0;
+  std::vector<float> row(1000);
+  initial_row(options, 3, 1000, row.data());
+  for (float v : row) sq += double(v) * v;
+  CHECK(std::sqrt(sq / 1000) == doctest::Approx(0.5).epsilon(0.1));
+}
+
+TEST_CASE("coalesce sums duplicates within and across batches in a fixed order") {
+  std::vector<int64_t> r0 = {5, 2, 5}, r1 = {2, 9};
+  std::vector<float> v0 = {1, 10, 2, 20, 3, 30}, v1 = {4, 40, 5, 50};
+  CoalescedRows out;
+  coalesce({{r0.data(), 3, v0.data()}, {r1.data(), 2, v1.data()}}, 2, false, &out);
+  CHECK(out.rows == std::vector<int64_t>{2, 5, 9});
+  CHECK(out.values == std::vector<float>{2 + 4, 20 + 40, 1 + 3, 10 + 30, 5, 50});
+  CHECK(unique_rows({{r0.data(), 3, nullptr}, {r1.data(), 2, nullptr}}) ==
+        std::vector<int64_t>{2, 5, 9});
+
+  std::vector<float> bad = {1, NAN, 2, 3, INFINITY, 0};
+  std::vector<int64_t> rb = {1, 1, 4};
+  CHECK(find_nonfinite_row(bad.data(), 3, 2) == 0);
+  coalesce({{rb.data(), 3, bad.data()}}, 2, true, &out);
+  CHECK(out.skipped == 2);
+  CHECK(out.rows == std::vector<int64_t>{1});
+  CHECK(out.values == std::vector<float>{2, 3});
+  std::vector<int64_t> idx = {0, 3, -1, 4};
+  CHECK(find_bad_index(idx.data(), 4, 4) == 2);
+  CHECK(find_bad_index(idx.data(), 2, 4) == -1);
+}
+
+// Reference optimizers in double precision.
+struct RefRow {
+  std::vector<double> w, s1, s2;
+};
+
+void ref_apply(const SparseOptions& o, RefRow& r, const std::vector<double>& g, uint64_t t) {
+  for (size_t c = 0; c < g.size(); ++c) {
+    switch (o.optimizer) {
+      case Optimizer::kSgd:
+        r.w[c] -= o.learning_rate * g[c];
+        break;
+      case Optimizer::kAdagrad:
+        r.s1[c] += g[c] * g[c];
+        r.w[c] -= o.learning_rate * g[c] / (std::sqrt(r.s1[c]) + o.epsilon);
+        break;
+      case Optimizer::kAdam: {
+        r.s1[c] = o.beta1 * r.s1[c] + (1 - o.beta1) * g[c];
+        r.s2[c] = o.beta2 * r.s2[c] + (1 - o.beta2) * g[c] * g[c];
+        double lr_t = o.learning_rate * std::sqrt(1 - std::pow(o.beta2, double(t))) /
+                      (1 - std::pow(o.beta1, double(t)));
+        r.w[c] -= lr_t * r.s1[c] / (std::sqrt(r.s2[c]) + o.epsilon);
+        break;
+      }
+    }
+  }
+}
+
+TEST_CASE("optimizers match the reference over steps that touch different rows") {
+  for (Optimizer opt : {Optimizer::kSgd, Optimizer::kAdagrad, Optimizer::kAdam}) {
+    CAPTURE(static_cast<int>(opt));
+    SparseOptions o;
+    o.optimizer = opt;
+    o.learning_rate = opt == Optimizer::kSgd ? 0.1 : 0.01;
+    o.initializer = Initializer::kUniform;
+    o.init_seed = 3;
+    const size_t dim = 3, rows = 10;
+    ShardStore store(PartitionMap(rows, 2, 1), 0, dim, o);
+    std::vector<RefRow> ref(rows);
+    for (uint64_t r = 0; r < rows; ++r) {
+      std::vector<float> init(dim);
+      initial_row(o, r, dim, init.data());
+      ref[r].w.assign(init.begin(), init.end());
+      ref[r].s1.assign(dim, opt == Optimizer::kAdagrad ? o.initial_accumulator : 0.0);
+      ref[r].s2.assign(dim, 0.0);
+    }
+    for (uint64_t step = 1; step <= 20; ++step) {
+      std::vector<int64_t> touched = {int64_t(step % rows), int64_t((step * 3) % rows)};
+      if (touched[0] == touched[1]) touched.pop_back();
+      std::vector<float> grads;
+      for (int64_t r : touched) {
+        std::vector<double> g(dim);
+        for (size_t c = 0; c < dim; ++c) {
+          g[c] = std::sin(double(step * 7 + r * 3 + c));
+          grads.push_back(float(g[c]));
+        }
+        ref_apply(o, ref[size_t(r)], g, step);
+      }
+      store.apply(touched.data(), touched.size(), grads.data(), step);
+    }
+    for (int64_t r = 0; r < int64_t(rows); ++r) {
+      float got[dim];
+      store.gather(&r, 1, got);
+      for (size_t c = 0; c < dim; ++c)
+        CHECK(got[c] == doctest::Approx(ref[size_t(r)].w[c]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("options validate and describe themselves") {
+  SparseOptions o;
+  std::string error;
+  CHECK(o.validate(&error));
+  CHECK(o.canonical() ==
+        "sgd(lr=0.01) init=zeros sum sync partitions=auto route=hybrid "
+        "nonfinite=reject");
+  o.learning_rate = -1;
+  CHECK_FALSE(o.validate(&error));
+  CHECK(error.find("learning_rate") != std::string::npos);
+  o.learning_rate = 0.1;
+  o.staleness = 2;
+  CHECK_FALSE(o.validate(&error));
+  o.consistency = Consistency::kBounded;
+  CHECK(o.validate(&error));
+}
+
+}  // namespace
+}  // namespace px
