@@ -60,8 +60,14 @@ std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, c
 }
 
 Fingerprint read_fingerprint(RegisterVar::Reader r) {
-  return Fingerprint{static_cast<DType>(r.getDtype()), r.getCount(),
-                     static_cast<ReduceOp>(r.getOp())};
+  Fingerprint f;
+  f.dtype = static_cast<DType>(r.getDtype());
+  f.count = r.getCount();
+  f.op = static_cast<ReduceOp>(r.getOp());
+  f.sparse = r.getSparse();
+  f.dim = r.getDim();
+  f.options = r.getOptions();
+  return f;
 }
 
 }  // namespace
@@ -404,6 +410,9 @@ void Cluster::register_var(const std::string& job, const std::string& var,
     r.setDtype(static_cast<uint32_t>(fingerprint.dtype));
     r.setCount(fingerprint.count);
     r.setOp(static_cast<uint32_t>(fingerprint.op));
+    r.setSparse(fingerprint.sparse);
+    r.setDim(fingerprint.dim);
+    r.setOptions(fingerprint.options);
     r.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
   if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());

@@ -3,6 +3,9 @@
 namespace px {
 
 std::string Fingerprint::describe() const {
+  if (sparse)
+    return "sparse " + std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "x" +
+           std::to_string(dim) + "] " + options;
   return std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] " + reduce_op_name(op);
 }
 

@@ -18,15 +18,20 @@ namespace px {
 
 class Session;
 
+struct SparseTable;
+
 // What every registrant of a variable must agree on.
 struct Fingerprint {
   DType dtype = DType::kF32;
-  uint64_t count = 0;
+  uint64_t count = 0;  // elements; rows of a sparse variable
   ReduceOp op = ReduceOp::kSum;
+  bool sparse = false;
+  uint64_t dim = 0;     // sparse: values per row
+  std::string options;  // sparse: SparseOptions::canonical()
 
   bool operator==(const Fingerprint&) const = default;
   uint64_t bytes() const { return count * dtype_size(dtype); }
-  std::string describe() const;  // e.g. "f32[1024] sum"
+  std::string describe() const;  // e.g. "f32[1024] sum", "sparse f32[1000x16] sgd(...) ..."
 };
 
 struct Contribution {
@@ -61,12 +66,13 @@ struct Variable {
   std::vector<bool> registered;     // by local rank
   px_status poison_status = PX_OK;  // once set, every operation on the variable fails with it
   std::string poison_message;
-  std::map<uint64_t, PendingStep> pending;
+  std::map<std::pair<uint16_t, uint64_t>, PendingStep> pending;  // by (Opcode, step)
   VarStats stats;
   // Cluster: the id every node uses for this variable's bulk messages, once all nodes
   // agreed on its fingerprint (0 until then); steps that got there first wait here.
   uint32_t global_id = 0;
   std::vector<std::function<void()>> awaiting_global_id;
+  std::shared_ptr<SparseTable> sparse;  // sparse variables only
 };
 
 // Where a job's workers sit in the cluster; single-node jobs are node 0 of 1.

@@ -14,18 +14,73 @@
 namespace px {
 namespace {
 
+bool overlaps(const BufferRef& a, const BufferRef& b) {
+  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
 // Steps up to this many bytes per worker are reduced on the loop thread: handing them to
 // the pool would cost more (a thread wake-up each way) than the reduction itself.
 constexpr uint64_t kInlineReduceBytes = 64 * 1024;
 // Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
 constexpr uint64_t kChunkBytes = 128 * 1024;
 
-std::string step_suffix(const Variable& var, uint64_t step) {
-  return " (variable '" + var.name + "', step " + std::to_string(step) + ")";
+std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
+  const char* what = "step ";
+  if (opcode == static_cast<uint16_t>(Opcode::kPullRows)) what = "pull step ";
+  if (opcode == static_cast<uint16_t>(Opcode::kPushRows)) what = "push step ";
+  return " (variable '" + var.name + "', " + what + std::to_string(step) + ")";
 }
 
-bool overlaps(const BufferRef& a, const BufferRef& b) {
-  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+std::string step_suffix(const Variable& var, uint64_t step) {
+  return step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
+}
+
+bool opcode_valid_for(const Variable& var, uint16_t opcode) {
+  if (var.id == 0) return opcode == static_cast<uint16_t>(Opcode::kBarrier);
+  if (!var.sparse) return opcode == static_cast<uint16_t>(Opcode::kAllreduce);
+  return opcode >= static_cast<uint16_t>(Opcode::kPullRows) &&
+         opcode <= static_cast<uint16_t>(Opcode::kReadRows);
+}
+
+bool is_step(uint16_t opcode) {
+  return opcode != static_cast<uint16_t>(Opcode::kLoadRows) &&
+         opcode != static_cast<uint16_t>(Opcode::kReadRows);
+}
+
+bool host_arena_refs(const SubmitEntry& entry) {
+  return entry.in.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena) &&
+         entry.out.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena);
+}
+
+// Empty if the entry's buffers suit the variable; else what is wrong.
+std::string check_buffers(const Variable& var, const SharedArena& arena, const SubmitEntry& entry) {
+  if (var.id == 0) return "";
+  if (!host_arena_refs(entry)) return "device memory is not supported by this parallaxd build";
+  if (var.sparse) {
+    uint64_t n = entry.in.bytes / sizeof(int64_t);
+    uint64_t want = n * var.fingerprint.dim * sizeof(float);
+    if (entry.in.bytes % sizeof(int64_t) != 0 || entry.out.bytes != want)
+      return "index buffer of " + std::to_string(entry.in.bytes) + " bytes and row buffer of " +
+             std::to_string(entry.out.bytes) + " bytes do not match (" + std::to_string(n) +
+             " rows of " + std::to_string(var.fingerprint.dim) + " f32 need " +
+             std::to_string(want) + ")";
+    if (entry.in.offset % alignof(int64_t) != 0 || entry.out.offset % alignof(float) != 0)
+      return "misaligned buffers";
+    if ((n > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
+        (n > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
+      return "a buffer lies outside the shared arena";
+    if (n > 0 && overlaps(entry.in, entry.out)) return "indices and rows overlap";
+    return "";
+  }
+  uint64_t bytes = var.fingerprint.bytes();
+  if (entry.in.bytes != bytes || entry.out.bytes != bytes)
+    return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+           std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
+  if (!arena.heap_contains(entry.in.offset, bytes) || !arena.heap_contains(entry.out.offset, bytes))
+    return "a buffer lies outside the shared arena";
+  if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out))
+    return "in and out overlap without being equal";
+  return "";
 }
 
 }  // namespace
@@ -57,22 +112,24 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
                           session->label());
     return;
   }
-  Opcode expected_op = var->id == 0 ? Opcode::kBarrier : Opcode::kAllreduce;
-  if (entry.opcode != static_cast<uint16_t>(expected_op)) {
+  if (!opcode_valid_for(*var, entry.opcode)) {
     session->complete(entry.request_id, PX_ERR_PROTOCOL,
                       "opcode " + std::to_string(entry.opcode) + " is not valid for variable '" +
                           var->name + "' from " + session->label());
     return;
   }
-  uint64_t& expected_step = session->next_step(var->id);
-  if (entry.step != expected_step) {
-    session->complete(entry.request_id, PX_ERR_PROTOCOL,
-                      session->label() + " submitted step " + std::to_string(entry.step) +
-                          " but step " + std::to_string(expected_step) + " was next" +
-                          step_suffix(*var, entry.step));
-    return;
+  bool step_op = is_step(entry.opcode);
+  std::string suffix = step_suffix(*var, entry.opcode, entry.step);
+  if (step_op) {
+    uint64_t& expected_step = session->next_step(var->id, entry.opcode);
+    if (entry.step != expected_step) {
+      session->complete(entry.request_id, PX_ERR_PROTOCOL,
+                        session->label() + " submitted step " + std::to_string(entry.step) +
+                            " but step " + std::to_string(expected_step) + " was next" + suffix);
+      return;
+    }
+    ++expected_step;
   }
-  ++expected_step;
   // A mismatch is reported before a lost peer: it is the first cause, and peers that
   // learnt of it may have exited since.
   if (var->poison_status != PX_OK) {
@@ -80,30 +137,23 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     return;
   }
   if (!job.broken().empty()) {
-    session->complete(entry.request_id, PX_ERR_PEER_LOST,
-                      job.broken() + step_suffix(*var, entry.step));
+    session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + suffix);
+    return;
+  }
+  std::string invalid = check_buffers(*var, session->arena(), entry);
+  if (!step_op) {
+    if (!invalid.empty()) {
+      session->complete(entry.request_id, PX_ERR_INVALID,
+                        session->label() + " gave an invalid buffer: " + invalid + " (variable '" +
+                            var->name + "')");
+      return;
+    }
+    sparse_.run_single(session, *var, entry);
     return;
   }
 
-  std::string invalid;
-  if (var->id != 0) {
-    uint64_t bytes = var->fingerprint.bytes();
-    const SharedArena& arena = session->arena();
-    if (entry.in.bytes != bytes || entry.out.bytes != bytes) {
-      invalid = "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
-                std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
-    } else if (entry.in.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena) ||
-               entry.out.memory_kind != static_cast<uint32_t>(MemoryKind::kHostArena)) {
-      invalid = "device memory is not supported by this parallaxd build";
-    } else if (!arena.heap_contains(entry.in.offset, bytes) ||
-               !arena.heap_contains(entry.out.offset, bytes)) {
-      invalid = "a buffer lies outside the shared arena";
-    } else if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out)) {
-      invalid = "in and out overlap without being equal";
-    }
-  }
-
-  PendingStep& pending = var->pending[entry.step];
+  auto key = std::make_pair(entry.opcode, entry.step);
+  PendingStep& pending = var->pending[key];
   if (pending.by_rank.empty()) {
     pending.by_rank.resize(static_cast<size_t>(job.local_size()));
     pending.first_ns = monotonic_ns();
@@ -112,8 +162,7 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
   if (pending.failure == PX_OK && !invalid.empty()) {
     pending.failure = PX_ERR_INVALID;
-    pending.failure_message =
-        session->label() + " gave an invalid buffer: " + invalid + step_suffix(*var, entry.step);
+    pending.failure_message = session->label() + " gave an invalid buffer: " + invalid + suffix;
     for (auto& c : pending.by_rank) {
       if (c) c->session->complete(c->request_id, pending.failure, pending.failure_message);
       c.reset();
@@ -121,20 +170,25 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   }
   if (pending.failure != PX_OK) {
     session->complete(entry.request_id, pending.failure, pending.failure_message);
-    if (everyone_arrived) var->pending.erase(entry.step);
+    if (everyone_arrived) var->pending.erase(key);
     return;
   }
   pending.by_rank[static_cast<size_t>(rank)] =
       Contribution{session, entry.request_id, entry.in, entry.out};
   if (!everyone_arrived) return;
   PendingStep complete_step = std::move(pending);
-  var->pending.erase(entry.step);
+  var->pending.erase(key);
+  if (var->sparse) {
+    sparse_.run_step(session->job_ref(), *var, static_cast<Opcode>(entry.opcode), entry.step,
+                     std::move(complete_step));
+    return;
+  }
   launch(session->job_ref(), *var, entry.step, std::move(complete_step));
 }
 
 void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
-  for (auto& [step, pending] : var.pending) {
-    std::string message = why + step_suffix(var, step);
+  for (auto& [key, pending] : var.pending) {
+    std::string message = why + step_suffix(var, key.first, key.second);
     for (auto& c : pending.by_rank)
       if (c) c->session->complete(c->request_id, status, message);
   }

@@ -11,6 +11,7 @@
 #include "collective_transport.h"
 #include "job.h"
 #include "shm_layout.h"
+#include "sparse_router.h"
 
 namespace px {
 
@@ -20,13 +21,16 @@ class ThreadPool;
 class Scheduler {
  public:
   using PostToLoop = std::function<void(std::function<void()>)>;
-  Scheduler(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
+  Scheduler(ThreadPool& pool, PostToLoop post)
+      : pool_(pool), post_(post), sparse_(pool, std::move(post)) {}
 
   // Cross-node stage: every complete local step also runs a ring allreduce over transport.
   void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
     fabric_ = transport;
     chunk_bytes_ = chunk_bytes;
+    sparse_.set_fabric(transport);
   }
+  SparseRouter& sparse() { return sparse_; }
 
   // Loop thread only. The session is active and belongs to a ready job.
   void submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry);
@@ -54,6 +58,7 @@ class Scheduler {
   PostToLoop post_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 1 << 20;
+  SparseRouter sparse_;
 };
 
 }  // namespace px

@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "session.h"
+#include "sparse_router.h"
 
 namespace px {
 namespace {
@@ -136,6 +137,7 @@ bool Server::start_cluster(std::string* error) {
     Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
     if (!var) return;
     var->global_id = id;
+    if (var->sparse) var->sparse->channel->start(id);
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();
   };
@@ -158,6 +160,10 @@ bool Server::start_cluster(std::string* error) {
 
 std::string Server::node_label() const {
   return cluster_ ? cluster_->node_label(config_.node_index) : "";
+}
+
+std::string Server::node_label(int node) const {
+  return cluster_ ? cluster_->node_label(node) : "node " + std::to_string(node);
 }
 
 void Server::variable_added(Job& job, Variable& var) {

@@ -51,6 +51,8 @@ class Server {
   void variable_added(Job& job, Variable& var);
   // "node 1 (10.0.0.2:7070)" on a cluster, "" on a single node.
   std::string node_label() const;
+  // "node 2 (10.0.0.3:7070)" on a cluster, "node 0" on a single node.
+  std::string node_label(int node) const;
 
  private:
   static void on_listen_event(uv_poll_t* handle, int status, int events);

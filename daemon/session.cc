@@ -143,6 +143,10 @@ void Session::handle_frame(const std::string& payload) {
     case control::Body::RegisterDense:
       if (state_ == State::kActive) return handle_register(*message->body_as_RegisterDense());
       break;
+    case control::Body::RegisterSparse:
+      if (state_ == State::kActive)
+        return handle_register_sparse(*message->body_as_RegisterSparse());
+      break;
     case control::Body::StatsRequest:
       if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
       break;
@@ -240,30 +244,98 @@ void Session::activate() {
   flush_output();
 }
 
+void Session::reply_register(px_status status, const std::string& message, uint32_t var_id) {
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(message);
+  auto body = control::CreateRegisterReply(b, status, text, var_id);
+  send_frame(finish_frame(b, control::Body::RegisterReply, body.Union()));
+}
+
 void Session::handle_register(const control::RegisterDense& request) {
-  auto reply = [this](px_status status, const std::string& message, uint32_t var_id) {
-    flatbuffers::FlatBufferBuilder b;
-    auto text = b.CreateString(message);
-    auto body = control::CreateRegisterReply(b, status, text, var_id);
-    send_frame(finish_frame(b, control::Body::RegisterReply, body.Union()));
-  };
   std::string name = request.name() ? request.name()->str() : "";
   if (name.empty() || name.size() > kMaxNameBytes)
-    return reply(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
+    return reply_register(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
   if (!valid_dtype(request.dtype()) || !valid_reduce_op(request.op()))
-    return reply(PX_ERR_INVALID, "variable '" + name + "': unknown dtype or reduce op", 0);
-  Fingerprint fingerprint{static_cast<DType>(request.dtype()), request.count(),
-                          static_cast<ReduceOp>(request.op())};
+    return reply_register(PX_ERR_INVALID, "variable '" + name + "': unknown dtype or reduce op", 0);
+  Fingerprint fingerprint;
+  fingerprint.dtype = static_cast<DType>(request.dtype());
+  fingerprint.count = request.count();
+  fingerprint.op = static_cast<ReduceOp>(request.op());
   if (fingerprint.count == 0 ||
       fingerprint.count > kMaxVariableBytes / dtype_size(fingerprint.dtype))
-    return reply(PX_ERR_INVALID,
-                 "variable '" + name + "': count " + std::to_string(fingerprint.count) +
-                     " is zero or too large",
-                 0);
+    return reply_register(PX_ERR_INVALID,
+                          "variable '" + name + "': count " + std::to_string(fingerprint.count) +
+                              " is zero or too large",
+                          0);
+  register_variable(name, fingerprint, nullptr);
+}
+
+void Session::handle_register_sparse(const control::RegisterSparse& request) {
+  std::string name = request.name() ? request.name()->str() : "";
+  if (name.empty() || name.size() > kMaxNameBytes)
+    return reply_register(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
+  std::string what = "sparse variable '" + name + "'";
+  if (!valid_dtype(request.dtype()))
+    return reply_register(PX_ERR_INVALID, what + ": unknown dtype", 0);
+  if (static_cast<DType>(request.dtype()) != DType::kF32)
+    return reply_register(PX_ERR_NOT_IMPLEMENTED,
+                          what + ": only f32 tables are implemented (README, limits)", 0);
+  uint64_t rows = request.rows(), dim = request.dim();
+  if (rows == 0 || dim == 0 || rows > (1ull << 62) / dim ||
+      rows * dim > kMaxVariableBytes / sizeof(float))
+    return reply_register(
+        PX_ERR_INVALID,
+        what + ": " + std::to_string(rows) + " x " + std::to_string(dim) + " is empty or too large",
+        0);
+  const control::SparseOptions* o = request.options();
+  if (!o) return reply_register(PX_ERR_PROTOCOL, what + ": options missing", 0);
+  SparseOptions options;
+  options.optimizer = static_cast<Optimizer>(o->optimizer());
+  options.learning_rate = o->learning_rate();
+  options.beta1 = o->beta1();
+  options.beta2 = o->beta2();
+  options.epsilon = o->epsilon();
+  options.initial_accumulator = o->initial_accumulator();
+  options.initializer = static_cast<Initializer>(o->initializer());
+  options.init_seed = o->init_seed();
+  options.init_low = o->init_low();
+  options.init_high = o->init_high();
+  options.init_std = o->init_std();
+  if (o->aggregation() != PX_SUM && o->aggregation() != PX_MEAN)
+    return reply_register(PX_ERR_INVALID, what + ": aggregation must be PX_SUM or PX_MEAN", 0);
+  options.mean = o->aggregation() == PX_MEAN;
+  options.consistency = static_cast<Consistency>(o->consistency());
+  options.staleness = o->staleness();
+  options.partitions = o->partitions();
+  options.route = static_cast<Route>(o->route());
+  options.nonfinite = static_cast<NonFinite>(o->nonfinite());
+  std::string error;
+  if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
+  if (options.route == Route::kAllgatherv || options.route == Route::kAllreduce)
+    return reply_register(PX_ERR_NOT_IMPLEMENTED,
+                          what + ": route " + route_name(options.route) +
+                              " is not implemented yet (README, limits); use hybrid or ps",
+                          0);
+  Fingerprint fingerprint;
+  fingerprint.count = rows;
+  fingerprint.sparse = true;
+  fingerprint.dim = dim;
+  fingerprint.options = options.canonical();
+  register_variable(name, fingerprint, &options);
+}
+
+void Session::register_variable(const std::string& name, const Fingerprint& fingerprint,
+                                const SparseOptions* sparse_options) {
   Job& job = *job_;
   Variable* var = job.find(name);
   if (!var) {
     var = &job.add(name, fingerprint, label());
+    if (sparse_options) {
+      Server& server = server_;
+      var->sparse = server.scheduler().sparse().create(
+          job, *var, SparseShape{fingerprint.count, fingerprint.dim}, *sparse_options,
+          [&server](int node) { return server.node_label(node); });
+    }
     server_.variable_added(job, *var);
   } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
     var->poison_status = PX_ERR_MISMATCH;
@@ -273,9 +345,10 @@ void Session::handle_register(const control::RegisterDense& request) {
     PX_LOG_WARN("%s", var->poison_message.c_str());
     server_.scheduler().fail_variable(*var, PX_ERR_MISMATCH, var->poison_message);
   }
-  if (var->poison_status != PX_OK) return reply(var->poison_status, var->poison_message, 0);
+  if (var->poison_status != PX_OK)
+    return reply_register(var->poison_status, var->poison_message, 0);
   var->registered[static_cast<size_t>(local_rank_)] = true;
-  reply(PX_OK, "", var->id);
+  reply_register(PX_OK, "", var->id);
 }
 
 void Session::handle_stats(const control::StatsRequest& request) {

@@ -11,6 +11,7 @@
 #include "control_channel.h"
 #include "job.h"
 #include "shm_arena.h"
+#include "sparse_spec.h"
 
 namespace px {
 
@@ -41,7 +42,10 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::shared_ptr<Job>& job_ref() const { return job_; }
   int local_rank() const { return local_rank_; }
   const SharedArena& arena() const { return arena_; }
-  uint64_t& next_step(uint32_t var_id) { return next_step_[var_id]; }
+  // The next step this worker must submit for (variable, opcode).
+  uint64_t& next_step(uint32_t var_id, uint16_t opcode) {
+    return next_step_[(static_cast<uint64_t>(var_id) << 16) | opcode];
+  }
   // "worker local rank 1 (pid 1234) of job 'train'"
   std::string label() const;
 
@@ -58,6 +62,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_frame(const std::string& payload);
   void handle_hello(const control::Hello& hello);
   void handle_register(const control::RegisterDense& request);
+  void handle_register_sparse(const control::RegisterSparse& request);
+  // Registers (name, fingerprint) for this worker, or reports why not; creates the variable
+  // on first registration (make_sparse then sets up its table).
+  void register_variable(const std::string& name, const Fingerprint& fingerprint,
+                         const SparseOptions* sparse_options);
+  void reply_register(px_status status, const std::string& message, uint32_t var_id);
   void handle_stats(const control::StatsRequest& request);
   void drain_submissions();
   void update_socket_poll();
@@ -85,7 +95,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Doorbell completion_bell_;  // daemon rings, client waits
   SpscRing<SubmitEntry> submit_ring_;
   SpscRing<CompletionEntry> completion_ring_;
-  std::unordered_map<uint32_t, uint64_t> next_step_;
+  std::unordered_map<uint64_t, uint64_t> next_step_;
 };
 
 }  // namespace px

@@ -43,14 +43,17 @@ void optimizer_apply_row(const SparseOptions& options, float* w, float* state, c
       const float lr_t =
           static_cast<float>(options.learning_rate * std::sqrt(1.0 - std::pow(options.beta2, t)) /
                              (1.0 - std::pow(options.beta1, t)));
+      // 1 - beta in double: in float, 1 - 0.999f is off by 1.3e-5 relative.
       const float b1 = static_cast<float>(options.beta1);
       const float b2 = static_cast<float>(options.beta2);
+      const float one_minus_b1 = static_cast<float>(1.0 - options.beta1);
+      const float one_minus_b2 = static_cast<float>(1.0 - options.beta2);
       const float eps = static_cast<float>(options.epsilon);
       float* m = state;
       float* v = state + dim;
       for (size_t c = 0; c < dim; ++c) {
-        m[c] = b1 * m[c] + (1.0f - b1) * g[c];
-        v[c] = b2 * v[c] + (1.0f - b2) * g[c] * g[c];
+        m[c] = b1 * m[c] + one_minus_b1 * g[c];
+        v[c] = b2 * v[c] + one_minus_b2 * g[c] * g[c];
         w[c] -= lr_t * m[c] / (std::sqrt(v[c]) + eps);
       }
       return;

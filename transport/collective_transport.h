@@ -27,7 +27,14 @@ class CollectiveTransport {
 };
 
 // Tag layout: kind (4 bits) | variable id (24) | step (16, wraps) | per-algorithm (20).
-enum class TagKind : uint64_t { kAllreduce = 1, kAllgatherv = 2, kBroadcast = 3, kBarrier = 4 };
+enum class TagKind : uint64_t {
+  kAllreduce = 1,
+  kAllgatherv = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+  kSparseRequest = 5,  // a node asks a shard owner (per-algorithm bits: 0 header, 1 payload)
+  kSparseReply = 6,
+};
 
 inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {
   return (static_cast<uint64_t>(kind) << 60) | (static_cast<uint64_t>(var_id & 0xffffff) << 36) |

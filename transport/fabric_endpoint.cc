@@ -62,7 +62,9 @@ std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& option
   e->max_posted_ = options.max_posted ? options.max_posted : 1;
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
+  // FI_DIRECTED_RECV: a receive matches only its peer's sends (the CollectiveTransport
+  // contract); without it equal tags from different peers cross.
+  hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->threading = FI_THREAD_SAFE;
   hints->domain_attr->mr_mode = 0;  // plain virtual addresses: no registration needed

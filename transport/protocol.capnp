@@ -63,6 +63,9 @@ struct RegisterVar {
   count @3 :UInt64;
   op @4 :UInt32;
   nodeIndex @5 :UInt32;
+  sparse @6 :Bool;              # a sparse variable: count is its rows
+  dim @7 :UInt64;               # sparse: values per row
+  options @8 :Text;             # sparse: its options, canonical form (compared as text)
 }
 
 # coordinator -> every node: all nodes agree; bulk messages of the variable use globalId.

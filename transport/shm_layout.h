@@ -29,7 +29,16 @@ struct BufferRef {
   int32_t device;        // CUDA device ordinal; -1 for host
 };
 
-enum class Opcode : uint16_t { kAllreduce = 1, kBarrier = 2 };
+// Sparse operations: in holds int64 row indices; out holds the rows (pull, read: written by
+// the daemon; push: gradients; load: values, both read by the daemon).
+enum class Opcode : uint16_t {
+  kAllreduce = 1,
+  kBarrier = 2,
+  kPullRows = 3,
+  kPushRows = 4,
+  kLoadRows = 5,
+  kReadRows = 6,
+};
 
 // One submitted operation. The n-th operation a worker submits on a variable is its step n.
 struct SubmitEntry {

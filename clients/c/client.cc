@@ -104,6 +104,32 @@ bool arena_offset(const px_client* c, const void* p, uint64_t bytes, uint64_t* o
   return true;
 }
 
+// One registration round trip; on success *out_var is the client's handle for the variable
+// (the existing one when the worker registers a name twice). Caller holds client->mutex.
+px_status register_var(px_client* client, const std::string& frame, px_var&& fields,
+                       px_var** out_var) {
+  std::string payload;
+  const control::Message* message = nullptr;
+  px_status status = control_call(client, frame, control::Body::RegisterReply, &payload, &message);
+  if (status != PX_OK) return status;
+  const control::RegisterReply* reply = message->body_as_RegisterReply();
+  if (reply->status() != PX_OK)
+    return fail(static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
+  for (auto& existing : client->vars) {
+    if (existing->id == reply->var_id()) {
+      *out_var = existing.get();
+      return succeed();
+    }
+  }
+  auto var = std::make_unique<px_var>(std::move(fields));
+  var->client = client;
+  var->id = reply->var_id();
+  *out_var = var.get();
+  client->vars.push_back(std::move(var));
+  return succeed();
+}
+
 }  // namespace px
 
 extern "C" {
@@ -263,33 +289,76 @@ PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype
   auto name_offset = b.CreateString(name);
   auto request = control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
                                               static_cast<uint32_t>(op));
-  std::string payload;
-  const control::Message* message = nullptr;
-  px_status status =
-      control_call(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
-                   control::Body::RegisterReply, &payload, &message);
-  if (status != PX_OK) return status;
-  const control::RegisterReply* reply = message->body_as_RegisterReply();
-  if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()),
-                reply->message() ? reply->message()->str() : "");
-  for (auto& existing : client->vars) {
-    if (existing->id == reply->var_id()) {
-      *out_var = existing.get();
-      return succeed();
-    }
+  px_var var;
+  var.name = name;
+  var.dtype = static_cast<DType>(dtype);
+  var.op = static_cast<ReduceOp>(op);
+  var.count = count;
+  var.bytes = count * dtype_size(var.dtype);
+  return register_var(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
+                      std::move(var), out_var);
+}
+
+PX_API void px_sparse_options_init(px_sparse_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->optimizer = PX_OPT_SGD;
+  o->learning_rate = 0.01;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->epsilon = 1e-8;
+  o->initial_accumulator = 0.1;
+  o->initializer = PX_INIT_ZEROS;
+  o->init_low = -0.05;
+  o->init_high = 0.05;
+  o->init_std = 0.05;
+  o->aggregation = PX_SUM;
+  o->consistency = PX_SYNC;
+  o->route = PX_ROUTE_HYBRID;
+  o->nonfinite = PX_NONFINITE_REJECT;
+}
+
+PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
+                                    uint64_t rows, uint64_t dim, const px_sparse_options* options,
+                                    px_var** out_var) {
+  using namespace px;
+  if (!client || !name || !out_var)
+    return fail(PX_ERR_INVALID, "px_register_sparse: NULL argument");
+  *out_var = nullptr;
+  // Fields the caller's (older, smaller) struct lacks keep their defaults.
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  if (options) {
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > (1u << 16))
+      return fail(PX_ERR_INVALID, std::string("px_register_sparse('") + name +
+                                      "'): options->struct_size is not set (use "
+                                      "px_sparse_options_init)");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
   }
-  auto var = std::make_unique<px_var>();
-  var->client = client;
-  var->id = reply->var_id();
-  var->name = name;
-  var->dtype = static_cast<DType>(dtype);
-  var->op = static_cast<ReduceOp>(op);
-  var->count = count;
-  var->bytes = count * dtype_size(var->dtype);
-  *out_var = var.get();
-  client->vars.push_back(std::move(var));
-  return succeed();
+  if (!valid_dtype(static_cast<uint32_t>(dtype)))
+    return fail(PX_ERR_INVALID, std::string("px_register_sparse('") + name + "'): unknown dtype " +
+                                    std::to_string(dtype));
+  std::lock_guard<std::mutex> lock(client->mutex);
+  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  flatbuffers::FlatBufferBuilder b;
+  auto name_offset = b.CreateString(name);
+  auto fb_options = control::CreateSparseOptions(
+      b, static_cast<uint32_t>(o.optimizer), o.learning_rate, o.beta1, o.beta2, o.epsilon,
+      o.initial_accumulator, static_cast<uint32_t>(o.initializer), o.init_seed, o.init_low,
+      o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
+      static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
+      static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite));
+  auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
+                                               dim, fb_options);
+  px_var var;
+  var.name = name;
+  var.dtype = static_cast<DType>(dtype);
+  var.count = rows;
+  var.dim = dim;
+  var.sparse = true;
+  return register_var(client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
+                      std::move(var), out_var);
 }
 
 PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {

@@ -24,13 +24,19 @@ struct px_var {
   uint64_t count = 0;
   uint64_t bytes = 0;
   uint64_t next_step = 0;  // guarded by client->mutex
+  bool sparse = false;
+  uint64_t dim = 0;             // sparse: values per row (count holds the rows)
+  uint64_t next_pull_step = 0;  // sparse, guarded by client->mutex
+  uint64_t next_push_step = 0;
 };
 
 struct px_request {
   px_client* client = nullptr;
   uint64_t id = 0;
-  const px_var* var = nullptr;  // nullptr: a barrier
+  const px_var* var = nullptr;     // nullptr: a barrier
+  const char* what = "allreduce";  // the operation, for messages
   uint64_t step = 0;
+  bool has_step = true;
   std::string describe() const;  // "allreduce of 'w' step 3", for error messages
   bool done = false;
   bool orphaned = false;  // freed by the caller before completion
@@ -39,8 +45,9 @@ struct px_request {
   // A staging buffer in the arena when the caller's memory is ordinary memory.
   bool has_staging = false;
   uint64_t staging_offset = 0;
-  void* copy_out_to = nullptr;  // caller's out buffer to fill from staging on success
-  uint64_t bytes = 0;
+  void* copy_out_to = nullptr;   // caller's out buffer to fill from staging on success
+  uint64_t copy_out_offset = 0;  // where in the arena the result is staged
+  uint64_t bytes = 0;            // bytes to copy out
   bool copied_out = false;
 };
 

@@ -14,7 +14,8 @@ using px::succeed;
 
 std::string px_request::describe() const {
   if (!var) return "barrier " + std::to_string(step);
-  return "allreduce of '" + var->name + "' step " + std::to_string(step);
+  return std::string(what) + " of '" + var->name + "'" +
+         (has_step ? " step " + std::to_string(step) : "");
 }
 
 namespace px {
@@ -98,7 +99,7 @@ px_status request_result(px_request* r) {
 px_status deliver(px_client* c, std::unique_lock<std::mutex>& lock, px_request* r) {
   if (r->status == PX_OK && r->copy_out_to && !r->copied_out) {
     r->copied_out = true;
-    const char* src = c->arena.base() + r->staging_offset;
+    const char* src = c->arena.base() + r->copy_out_offset;
     lock.unlock();  // the staging buffer belongs to this request; nobody else touches it
     std::memcpy(r->copy_out_to, src, r->bytes);
     lock.lock();
@@ -154,6 +155,9 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
   if (!out_request) return fail(PX_ERR_INVALID, "px_allreduce: out_request is NULL");
   *out_request = nullptr;
   if (!var || !in || !out) return fail(PX_ERR_INVALID, "px_allreduce: NULL argument");
+  if (var->sparse)
+    return fail(PX_ERR_INVALID, "px_allreduce('" + var->name +
+                                    "'): a sparse variable; use px_pull_rows and px_push_rows");
   px_client* c = var->client;
   uint64_t bytes = var->bytes;
   const char* ip = static_cast<const char*>(in);
@@ -185,6 +189,7 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
                       "); use px_alloc buffers or a larger arena");
     r->has_staging = true;
     r->staging_offset = out_offset = *staging;
+    r->copy_out_offset = out_offset;
     r->copy_out_to = out;
   }
   if (!in_arena) {
@@ -291,6 +296,136 @@ PX_API px_status px_barrier(px_client* client, int64_t timeout_ms) {
     r->orphaned = true;
   }
   return status == PX_OK ? succeed() : fail(status, message);
+}
+
+}  // extern "C"
+
+namespace px {
+namespace {
+
+// Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
+// outside the arena, or misaligned, are staged through one arena block.
+px_status submit_rows(px_var* var, Opcode opcode, const char* fn, const int64_t* indices,
+                      uint64_t n, const void* rows_in, void* rows_out, px_request** out_request) {
+  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
+  *out_request = nullptr;
+  if (!var) return fail(PX_ERR_INVALID, std::string(fn) + ": var is NULL");
+  std::string who = std::string(fn) + "('" + var->name + "')";
+  if (!var->sparse) return fail(PX_ERR_INVALID, who + ": not a sparse variable");
+  const void* rows = rows_out ? rows_out : rows_in;
+  if (n > 0 && (!indices || !rows)) return fail(PX_ERR_INVALID, who + ": NULL buffer");
+  if (n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
+    return fail(PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
+  uint64_t index_bytes = n * sizeof(int64_t);
+  uint64_t row_bytes = n * var->dim * sizeof(float);
+  px_client* c = var->client;
+  std::lock_guard<std::mutex> guard(c->mutex);
+  if (c->lost_status != PX_OK) return fail(c->lost_status, c->lost_message);
+  if (c->in_flight.size() >= c->submit_ring.capacity())
+    return fail(PX_ERR_BUSY, who + ": " + std::to_string(c->in_flight.size()) +
+                                 " requests in flight, the most parallaxd allows; wait some first");
+  uint64_t index_offset = 0, row_offset = 0;
+  bool index_in_arena = n == 0 || (arena_offset(c, indices, index_bytes, &index_offset) &&
+                                   index_offset % alignof(int64_t) == 0);
+  bool rows_in_arena =
+      n == 0 || (arena_offset(c, rows, row_bytes, &row_offset) && row_offset % alignof(float) == 0);
+  auto request = std::make_unique<px_request>();
+  px_request* r = request.get();
+  r->client = c;
+  r->id = c->next_request_id++;
+  uint64_t staging_bytes =
+      (index_in_arena ? 0 : align_up(index_bytes, 64)) + (rows_in_arena ? 0 : row_bytes);
+  if (staging_bytes > 0) {
+    auto staging = c->allocator.allocate(staging_bytes);
+    if (!staging)
+      return fail(PX_ERR_NO_MEMORY, who + ": no room in the arena to stage " +
+                                        std::to_string(staging_bytes) +
+                                        " bytes of ordinary memory (largest free block " +
+                                        std::to_string(c->allocator.largest_free_block()) +
+                                        "); use px_alloc buffers or a larger arena");
+    r->has_staging = true;
+    r->staging_offset = *staging;
+    uint64_t at = *staging;
+    if (!index_in_arena) {
+      index_offset = at;
+      std::memcpy(c->arena.base() + at, indices, index_bytes);
+      at += align_up(index_bytes, 64);
+    }
+    if (!rows_in_arena) {
+      row_offset = at;
+      if (rows_in) {
+        std::memcpy(c->arena.base() + at, rows_in, row_bytes);
+      } else {
+        r->copy_out_to = rows_out;
+        r->copy_out_offset = at;
+        r->bytes = row_bytes;
+      }
+    }
+  }
+  SubmitEntry entry{};
+  entry.request_id = r->id;
+  entry.var_id = var->id;
+  entry.opcode = static_cast<uint16_t>(opcode);
+  switch (opcode) {
+    case Opcode::kPullRows:
+      entry.step = var->next_pull_step++;
+      r->what = "pull";
+      break;
+    case Opcode::kPushRows:
+      entry.step = var->next_push_step++;
+      r->what = "push";
+      break;
+    case Opcode::kLoadRows:
+      r->what = "load";
+      r->has_step = false;
+      break;
+    default:
+      r->what = "read";
+      r->has_step = false;
+      break;
+  }
+  entry.in =
+      BufferRef{index_offset, index_bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+  entry.out = BufferRef{row_offset, row_bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+  r->var = var;
+  r->step = entry.step;
+  c->requests[r] = std::move(request);
+  px_status status = submit(c, entry, r);
+  if (status != PX_OK) {
+    destroy_request(c, r);
+    return status;
+  }
+  *out_request = r;
+  return succeed();
+}
+
+}  // namespace
+}  // namespace px
+
+extern "C" {
+
+PX_API px_status px_pull_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                              px_request** out_request) {
+  return px::submit_rows(var, px::Opcode::kPullRows, "px_pull_rows", indices, n, nullptr, out_rows,
+                         out_request);
+}
+
+PX_API px_status px_push_rows(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
+                              px_request** out_request) {
+  return px::submit_rows(var, px::Opcode::kPushRows, "px_push_rows", indices, n, grads, nullptr,
+                         out_request);
+}
+
+PX_API px_status px_load_rows(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
+                              px_request** out_request) {
+  return px::submit_rows(var, px::Opcode::kLoadRows, "px_load_rows", indices, n, rows, nullptr,
+                         out_request);
+}
+
+PX_API px_status px_read_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                              px_request** out_request) {
+  return px::submit_rows(var, px::Opcode::kReadRows, "px_read_rows", indices, n, nullptr, out_rows,
+                         out_request);
 }
 
 }  // extern "C"

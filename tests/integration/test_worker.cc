@@ -14,54 +14,11 @@
 
 #include "parallax_c.h"
 #include "worker_data.h"
+#include "worker_util.h"
 
 using namespace pxt;
 
 namespace {
-
-int g_rank = -1;
-
-[[noreturn]] void die(const std::string& what) {
-  fprintf(stdout, "FAIL rank %d: %s\n", g_rank, what.c_str());
-  fflush(stdout);
-  exit(1);
-}
-
-void check(px_status s, const char* what) {
-  if (s != PX_OK) die(std::string(what) + ": " + px_strerror(s) + ": " + px_last_error());
-}
-
-void expect_status(px_status got, px_status want, const char* what) {
-  if (got != want)
-    die(std::string(what) + ": expected " + px_strerror(want) + ", got " + px_strerror(got) + " (" +
-        px_last_error() + ")");
-}
-
-void expect_contains(const std::string& text, const std::string& part) {
-  if (text.find(part) == std::string::npos)
-    die("message '" + text + "' does not contain '" + part + "'");
-}
-
-px_client* connect_default() {
-  px_client* client = nullptr;
-  px_connect_options o;
-  px_connect_options_init(&o);
-  o.timeout_ms = 20000;
-  if (const char* a = getenv("PX_TEST_ARENA_BYTES")) o.arena_bytes = strtoull(a, nullptr, 10);
-  check(px_connect(&o, &client), "px_connect");
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(client, &w), "px_world");
-  g_rank = w.rank;
-  return client;
-}
-
-int world_size(px_client* c) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
-  return w.world_size;
-}
 
 px_dtype parse_dtype(const std::string& s) {
   const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
@@ -517,6 +474,8 @@ int main(int argc, char** argv) {
     rc = scenario_until_lost(c);
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
+  else if (scenario.rfind("sparse", 0) == 0)
+    rc = run_sparse_scenario(c, scenario, argc - 2, argv + 2);
   else
     die("unknown scenario or missing arguments: " + scenario);
   check(px_disconnect(c), "px_disconnect");

@@ -1,0 +1,230 @@
+#include "sparse_channel.h"
+
+#include "log.h"
+
+namespace px {
+namespace {
+
+constexpr uint64_t kHeaderPart = 0, kRowsPart = 1, kValuesPart = 2;
+// Largest request accepted from the network (rows per request).
+constexpr uint64_t kMaxRequestRows = 1ull << 32;
+
+}  // namespace
+
+// A request from another node, from its header until the reply left.
+struct SparseChannel::Incoming {
+  SparseRequestHeader header{};
+  uint64_t seq = 0;
+  std::vector<int64_t> rows;
+  std::vector<float> values;
+  std::vector<float> out;
+  SparseReplyHeader reply{};
+  std::atomic<int> parts_left{0};
+  bool received = false;  // every part arrived (loop thread)
+  bool failed = false;
+};
+
+SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
+                             std::shared_ptr<ShardOwner> owner, PostToLoop post,
+                             std::function<std::string(int)> node_label)
+    : fabric_(fabric),
+      node_(node),
+      nodes_(nodes),
+      dim_(dim),
+      owner_(std::move(owner)),
+      post_(std::move(post)),
+      node_label_(std::move(node_label)),
+      next_seq_to_(static_cast<size_t>(nodes), 0),
+      peers_(static_cast<size_t>(nodes)) {}
+
+void SparseChannel::start(uint32_t global_id) {
+  if (!fabric_ || global_id_ != 0) return;
+  global_id_ = global_id;
+  for (int peer = 0; peer < nodes_; ++peer)
+    if (peer != node_) post_header(peer);
+}
+
+void SparseChannel::request(int to, SparseOp op, uint64_t step, size_t count, const int64_t* rows,
+                            const float* values, float* out, std::shared_ptr<void> keep_alive,
+                            Done done) {
+  if (to == node_) {
+    ShardRequest r;
+    r.from_node = node_;
+    r.op = op;
+    r.step = step;
+    r.count = count;
+    r.rows = rows;
+    r.values = values;
+    r.out = out;
+    r.keep_alive = std::move(keep_alive);
+    r.done = std::move(done);
+    owner_->handle(std::move(r));
+    return;
+  }
+  // Remote: reply receives first (so the reply never waits as an unexpected message),
+  // then header and payload parts; done once every part finished.
+  struct Call {
+    SparseRequestHeader header{};
+    SparseReplyHeader reply{};
+    std::atomic<int> left{0};
+    std::mutex mutex;
+    std::string error;
+    std::shared_ptr<void> keep_alive;
+    Done done;
+  };
+  auto call = std::make_shared<Call>();
+  call->header.op = static_cast<uint32_t>(op);
+  call->header.from_node = static_cast<uint32_t>(node_);
+  call->header.step = step;
+  call->header.count = count;
+  call->header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  call->keep_alive = std::move(keep_alive);
+  call->done = std::move(done);
+  uint64_t seq = next_seq_to_[static_cast<size_t>(to)]++;
+  uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
+  uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
+  bool replies = sparse_reply_bytes(op, count, dim_) > 0;
+  bool rows_back = sparse_op_returns_rows(op) && count > 0;
+  bool values_out = sparse_op_carries_values(op) && count > 0;
+  int parts = 1 + (count > 0) + values_out + replies + rows_back;
+  call->left.store(parts);
+  bytes_sent_ += sizeof(SparseRequestHeader) + call->header.payload_bytes;
+  auto self = shared_from_this();
+  std::string peer_name = node_label_(to);
+  auto part_done = [self, call, peer_name, to](bool ok, const std::string& error) {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(call->mutex);
+      if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
+    }
+    if (call->left.fetch_sub(1) != 1) return;
+    self->post_([self, call, peer_name] {
+      if (!call->error.empty())
+        return call->done(PX_ERR_PEER_LOST,
+                          "a transfer with " + peer_name + " failed: " + call->error);
+      if (call->reply.status != PX_OK)
+        return call->done(static_cast<px_status>(call->reply.status),
+                          peer_name + " refused the request (its log says why)");
+      call->done(PX_OK, "");
+    });
+    (void)to;
+  };
+  if (replies)
+    fabric_->recv(to, reply_tag | kHeaderPart, &call->reply, sizeof call->reply, part_done);
+  if (rows_back) {
+    bytes_received_ += count * dim_ * sizeof(float);
+    fabric_->recv(to, reply_tag | kRowsPart, out, count * dim_ * sizeof(float), part_done);
+  }
+  if (replies) bytes_received_ += sizeof(SparseReplyHeader);
+  fabric_->send(to, request_tag | kHeaderPart, &call->header, sizeof call->header, part_done);
+  if (count > 0)
+    fabric_->send(to, request_tag | kRowsPart, rows, count * sizeof(int64_t), part_done);
+  if (values_out)
+    fabric_->send(to, request_tag | kValuesPart, values, count * dim_ * sizeof(float), part_done);
+}
+
+void SparseChannel::post_header(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  auto self = shared_from_this();
+  fabric_->recv(peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kHeaderPart, &p.header,
+                sizeof p.header, [self, peer](bool ok, const std::string& error) {
+                  self->post_([self, peer, ok, error] { self->on_header(peer, ok, error); });
+                });
+}
+
+void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
+  if (!ok) {
+    PX_LOG_DEBUG("sparse requests from %s stop: %s", node_label_(peer).c_str(), error.c_str());
+    return;
+  }
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  const SparseRequestHeader& h = p.header;
+  std::string bad;
+  if (!sparse_op_valid(h.op)) {
+    bad = "unknown operation " + std::to_string(h.op);
+  } else if (h.from_node != static_cast<uint32_t>(peer)) {
+    bad = "claims to come from node " + std::to_string(h.from_node);
+  } else if (h.count > kMaxRequestRows) {
+    bad = std::to_string(h.count) + " rows";
+  } else if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim_)) {
+    bad = "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
+          std::to_string(h.count) + " rows";
+  }
+  if (!bad.empty()) {
+    // The stream from that node cannot be trusted any further: stop reading it.
+    PX_LOG_ERROR("malformed sparse request from %s (%s); ignoring that node's requests",
+                 node_label_(peer).c_str(), bad.c_str());
+    return;
+  }
+  auto in = std::make_shared<Incoming>();
+  in->header = h;
+  in->seq = p.seq++;
+  SparseOp op = static_cast<SparseOp>(h.op);
+  in->rows.resize(h.count);
+  if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
+  if (sparse_op_returns_rows(op)) in->out.resize(h.count * dim_);
+  bytes_received_ += sizeof h + h.payload_bytes;
+  p.in_order.push_back(in);
+  uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);
+  int parts = (h.count > 0) + (h.count > 0 && sparse_op_carries_values(op));
+  if (parts == 0) {
+    in->received = true;
+  } else {
+    in->parts_left.store(parts);
+    auto self = shared_from_this();
+    auto part_done = [self, in, peer](bool ok, const std::string&) {
+      if (!ok) in->failed = true;
+      if (in->parts_left.fetch_sub(1) != 1) return;
+      self->post_([self, in, peer] {
+        in->received = true;
+        self->deliver_ready(peer);
+      });
+    };
+    fabric_->recv(peer, tag | kRowsPart, in->rows.data(), h.count * sizeof(int64_t), part_done);
+    if (parts == 2)
+      fabric_->recv(peer, tag | kValuesPart, in->values.data(), h.count * dim_ * sizeof(float),
+                    part_done);
+  }
+  post_header(peer);
+  deliver_ready(peer);
+}
+
+// Hands received requests to the owner in the order the peer sent them.
+void SparseChannel::deliver_ready(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  while (!p.in_order.empty() && p.in_order.front()->received) {
+    std::shared_ptr<Incoming> in = p.in_order.front();
+    p.in_order.pop_front();
+    if (in->failed) continue;  // the peer is gone; its own operations fail there
+    ShardRequest r;
+    r.from_node = peer;
+    r.op = static_cast<SparseOp>(in->header.op);
+    r.step = in->header.step;
+    r.count = in->header.count;
+    r.rows = in->rows.data();
+    r.values = in->values.empty() ? nullptr : in->values.data();
+    r.out = in->out.empty() ? nullptr : in->out.data();
+    r.keep_alive = in;
+    if (r.op != SparseOp::kPush) {
+      auto self = shared_from_this();
+      r.done = [self, peer, in](px_status status, const std::string&) {
+        self->reply(peer, in, status);
+      };
+    }
+    owner_->handle(std::move(r));
+  }
+}
+
+void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
+  uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
+  in->reply.status = status;
+  auto keep = [in](bool, const std::string&) {};
+  fabric_->send(peer, tag | kHeaderPart, &in->reply, sizeof in->reply, keep);
+  bytes_sent_ += sizeof in->reply;
+  if (sparse_op_returns_rows(static_cast<SparseOp>(in->header.op)) && in->header.count > 0) {
+    // Sent even when refused, so the requester's posted receive completes.
+    fabric_->send(peer, tag | kRowsPart, in->out.data(), in->out.size() * sizeof(float), keep);
+    bytes_sent_ += in->out.size() * sizeof(float);
+  }
+}
+
+}  // namespace px

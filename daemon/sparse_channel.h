@@ -1,0 +1,69 @@
+// A sparse variable's requests to shard owners: to this node's ShardOwner directly, to
+// other nodes' over the fabric (sparse_wire.h), and the receiving side that feeds other
+// nodes' requests into this node's ShardOwner, in the order each node sent them. Payloads
+// travel as separate messages (rows, values) so neither side copies them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective_transport.h"
+#include "shard_owner.h"
+
+namespace px {
+
+class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
+ public:
+  using Done = std::function<void(px_status status, const std::string& error)>;
+  using PostToLoop = std::function<void(std::function<void()>)>;
+
+  // fabric is null on a single node. node_label(i) names node i in errors.
+  SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
+                std::shared_ptr<ShardOwner> owner, PostToLoop post,
+                std::function<std::string(int)> node_label);
+
+  // Cluster: serve other nodes' requests; the variable's bulk messages use global_id.
+  void start(uint32_t global_id);
+  bool started() const { return global_id_ != 0 || !fabric_; }
+
+  // Sends a request to node `to` (this node included). rows and values (push, load) must
+  // stay valid, and out (pull, read: count x dim) writable, until done; keep_alive holds
+  // them. done runs on the loop thread.
+  void request(int to, SparseOp op, uint64_t step, size_t count, const int64_t* rows,
+               const float* values, float* out, std::shared_ptr<void> keep_alive, Done done);
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  struct Incoming;
+  struct Peer {
+    uint64_t seq = 0;  // next request sequence number expected from the peer
+    SparseRequestHeader header{};
+    std::deque<std::shared_ptr<Incoming>> in_order;
+  };
+  void post_header(int peer);
+  void on_header(int peer, bool ok, const std::string& error);
+  void deliver_ready(int peer);
+  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
+
+  CollectiveTransport* fabric_;
+  int node_;
+  int nodes_;
+  size_t dim_;
+  std::shared_ptr<ShardOwner> owner_;
+  PostToLoop post_;
+  std::function<std::string(int)> node_label_;
+  uint32_t global_id_ = 0;
+  std::vector<uint64_t> next_seq_to_;  // per destination node
+  std::vector<Peer> peers_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+}  // namespace px

@@ -1,0 +1,343 @@
+#include "sparse_router.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "coalesce.h"
+#include "log.h"
+#include "session.h"
+
+namespace px {
+namespace {
+
+// Row work above this many values goes to the pool.
+constexpr size_t kInlineValues = 32 * 1024;
+
+const char* op_noun(SparseOp op) {
+  switch (op) {
+    case SparseOp::kPull:
+      return "pull step";
+    case SparseOp::kPush:
+      return "push step";
+    case SparseOp::kLoad:
+      return "load";
+    case SparseOp::kRead:
+      return "read";
+  }
+  return "?";
+}
+
+}  // namespace
+
+struct SparseRouter::Run {
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  std::shared_ptr<SparseTable> table;
+  SparseOp op = SparseOp::kPull;
+  uint64_t step = 0;
+  int64_t start_ns = 0;
+  struct Worker {
+    std::shared_ptr<Session> session;
+    uint64_t request_id = 0;
+    const int64_t* indices = nullptr;
+    size_t n = 0;
+    char* rows = nullptr;  // pull/read: out; push: gradients; load: values
+    px_status status = PX_OK;
+    std::string message;
+  };
+  std::vector<Worker> workers;
+  // Requests, owner-major: node i's rows are rows[begin[i] .. begin[i+1]).
+  std::vector<int64_t> rows;
+  std::vector<float> values;
+  std::vector<size_t> begin;
+  // pull/read: the sorted unique rows, and where each sits in `rows`.
+  std::vector<int64_t> unique;
+  std::vector<size_t> slot;
+  int requests_left = 0;
+  px_status status = PX_OK;
+  std::string error;
+
+  std::string where() const {
+    return " (variable '" + var->name + "', " + op_noun(op) +
+           (op == SparseOp::kPull || op == SparseOp::kPush ? " " + std::to_string(step) : "") + ")";
+  }
+  size_t dim() const { return table->shape.dim; }
+  size_t total_rows() const {
+    size_t n = 0;
+    for (auto& w : workers) n += w.n;
+    return n;
+  }
+};
+
+std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable& var,
+                                                  SparseShape shape, const SparseOptions& options,
+                                                  std::function<std::string(int)> node_label) {
+  const JobWorld& world = job.world();
+  auto table = std::make_shared<SparseTable>();
+  table->shape = shape;
+  table->options = options;
+  uint32_t partitions =
+      options.partitions ? options.partitions : automatic_partitions(shape.rows, world.node_count);
+  table->map = PartitionMap(shape.rows, partitions, world.node_count);
+  std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
+  table->owner = std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim,
+                                              options, world.world_size, pool_, post_);
+  table->channel =
+      std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
+                                      table->owner, post_, std::move(node_label));
+  PX_LOG_INFO(
+      "%s: %llu x %llu f32, %u partitions, %llu rows (%llu bytes) held here; %s", label.c_str(),
+      static_cast<unsigned long long>(shape.rows), static_cast<unsigned long long>(shape.dim),
+      table->map.partitions(), static_cast<unsigned long long>(table->owner->owned_rows()),
+      static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
+  return table;
+}
+
+void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
+                            PendingStep pending) {
+  auto run = std::make_shared<Run>();
+  run->job = std::move(job);
+  run->var = &var;
+  run->table = var.sparse;
+  run->op = opcode == Opcode::kPullRows ? SparseOp::kPull : SparseOp::kPush;
+  run->step = step;
+  run->start_ns = monotonic_ns();
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  for (auto& c : pending.by_rank) {
+    Run::Worker w;
+    w.session = c->session;
+    w.request_id = c->request_id;
+    char* base = c->session->arena().base();
+    w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
+    w.n = c->in.bytes / sizeof(int64_t);
+    w.rows = base + c->out.offset;
+    run->workers.push_back(std::move(w));
+  }
+  start(run);
+}
+
+void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
+                              const SubmitEntry& entry) {
+  auto run = std::make_shared<Run>();
+  run->job = session->job_ref();
+  run->var = &var;
+  run->table = var.sparse;
+  run->op =
+      entry.opcode == static_cast<uint16_t>(Opcode::kLoadRows) ? SparseOp::kLoad : SparseOp::kRead;
+  run->start_ns = monotonic_ns();
+  Run::Worker w;
+  char* base = session->arena().base();
+  w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
+  w.n = entry.in.bytes / sizeof(int64_t);
+  w.rows = base + entry.out.offset;
+  w.session = std::move(session);
+  w.request_id = entry.request_id;
+  run->workers.push_back(std::move(w));
+  start(run);
+}
+
+void SparseRouter::start(const std::shared_ptr<Run>& run) {
+  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  offload(
+      heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
+      [this, run] {
+        // Workers whose input was refused learn it now; the others go on.
+        for (auto& w : run->workers)
+          if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
+        send(run);
+      });
+}
+
+namespace {
+
+// Refuses a worker's request for a bad index (or value); nothing of it is used.
+bool check_worker(const SparseTable& table, SparseOp op, size_t dim, const std::string& where,
+                  const std::string& who, const int64_t* indices, size_t n, const char* rows,
+                  px_status* status, std::string* message) {
+  int64_t bad = find_bad_index(indices, n, table.shape.rows);
+  if (bad >= 0) {
+    *status = PX_ERR_INDEX;
+    *message = "index " + std::to_string(indices[bad]) + " at position " + std::to_string(bad) +
+               " is outside [0, " + std::to_string(table.shape.rows) + ") in " + who + "'s " +
+               op_noun(op) + where + "; nothing of it was applied";
+    return false;
+  }
+  if ((op == SparseOp::kPush && table.options.nonfinite == NonFinite::kReject) ||
+      op == SparseOp::kLoad) {
+    int64_t row = find_nonfinite_row(reinterpret_cast<const float*>(rows), n, dim);
+    if (row >= 0) {
+      *status = PX_ERR_INVALID;
+      *message = "NaN or Inf in the values for row " + std::to_string(indices[row]) +
+                 " (position " + std::to_string(row) + ") from " + who + where +
+                 "; nothing of it was applied";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// pull/read: the union of the workers' rows, grouped by owner.
+void SparseRouter::prepare_rows(Run& run) {
+  std::vector<RowBatch> batches;
+  for (auto& w : run.workers) {
+    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.session->label(), w.indices,
+                      w.n, w.rows, &w.status, &w.message))
+      continue;
+    batches.push_back({w.indices, w.n, nullptr});
+  }
+  run.unique = unique_rows(batches);
+  const PartitionMap& map = run.table->map;
+  size_t nodes = static_cast<size_t>(map.nodes());
+  run.begin.assign(nodes + 1, 0);
+  std::vector<int> owner(run.unique.size());
+  for (size_t i = 0; i < run.unique.size(); ++i) {
+    owner[i] = map.owner(static_cast<uint64_t>(run.unique[i]));
+    ++run.begin[static_cast<size_t>(owner[i]) + 1];
+  }
+  for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
+  std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
+  run.rows.resize(run.unique.size());
+  run.slot.resize(run.unique.size());
+  for (size_t i = 0; i < run.unique.size(); ++i) {
+    size_t at = fill[static_cast<size_t>(owner[i])]++;
+    run.rows[at] = run.unique[i];
+    run.slot[i] = at;
+  }
+  run.values.resize(run.rows.size() * run.dim());
+}
+
+// push: the workers' gradients coalesced; load: the values as given (last one wins at the
+// owner). Either way grouped by owner, order kept within each owner.
+void SparseRouter::prepare_updates(Run& run) {
+  size_t dim = run.dim();
+  std::vector<RowBatch> batches;
+  for (auto& w : run.workers) {
+    if (!check_worker(*run.table, run.op, dim, run.where(), w.session->label(), w.indices, w.n,
+                      w.rows, &w.status, &w.message))
+      continue;
+    batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
+  }
+  std::vector<int64_t> rows;
+  std::vector<float> values;
+  if (run.op == SparseOp::kPush) {
+    CoalescedRows sum;
+    coalesce(batches, dim, run.table->options.nonfinite == NonFinite::kSkip, &sum);
+    rows = std::move(sum.rows);
+    values = std::move(sum.values);
+  } else {
+    for (auto& b : batches) {
+      rows.insert(rows.end(), b.rows, b.rows + b.n);
+      values.insert(values.end(), b.values, b.values + b.n * dim);
+    }
+  }
+  const PartitionMap& map = run.table->map;
+  size_t nodes = static_cast<size_t>(map.nodes());
+  run.begin.assign(nodes + 1, 0);
+  for (int64_t r : rows) ++run.begin[static_cast<size_t>(map.owner(static_cast<uint64_t>(r))) + 1];
+  for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
+  std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
+  run.rows.resize(rows.size());
+  run.values.resize(values.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    size_t at = fill[static_cast<size_t>(map.owner(static_cast<uint64_t>(rows[i])))]++;
+    run.rows[at] = rows[i];
+    std::memcpy(run.values.data() + at * dim, values.data() + i * dim, dim * sizeof(float));
+  }
+}
+
+void SparseRouter::send(const std::shared_ptr<Run>& run) {
+  Variable& var = *run->var;
+  Job& job = *run->job;
+  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  if (!job.broken().empty()) return finish(*run, PX_ERR_PEER_LOST, job.broken() + run->where());
+  if (fabric_ && !run->table->channel->started()) {  // not every node registered it yet
+    var.awaiting_global_id.push_back([this, run] { send(run); });
+    return;
+  }
+  if (run->op == SparseOp::kPull) {
+    for (auto& w : run->workers) run->table->rows_pulled += w.n;
+    run->table->rows_unique += run->unique.size();
+  }
+  int nodes = run->table->map.nodes();
+  // Every owner hears of every push step (empty or not): sync and bounded owners count them.
+  std::vector<int> targets;
+  for (int node = 0; node < nodes; ++node) {
+    size_t count =
+        run->begin[static_cast<size_t>(node) + 1] - run->begin[static_cast<size_t>(node)];
+    if (count > 0 || run->op == SparseOp::kPush) targets.push_back(node);
+  }
+  run->requests_left = static_cast<int>(targets.size());
+  if (targets.empty()) return deliver(run);
+  size_t dim = run->dim();
+  for (int node : targets) {
+    size_t at = run->begin[static_cast<size_t>(node)];
+    size_t count = run->begin[static_cast<size_t>(node) + 1] - at;
+    bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+    const float* values = updates ? run->values.data() + at * dim : nullptr;
+    float* out = updates ? nullptr : run->values.data() + at * dim;
+    run->table->channel->request(node, run->op, run->step, count, run->rows.data() + at, values,
+                                 out, run, [this, run](px_status status, const std::string& error) {
+                                   if (status != PX_OK && run->status == PX_OK) {
+                                     run->status = status;
+                                     run->error = error;
+                                   }
+                                   if (--run->requests_left == 0) deliver(run);
+                                 });
+  }
+}
+
+void SparseRouter::deliver(const std::shared_ptr<Run>& run) {
+  if (run->status != PX_OK) {
+    const Job& job = *run->job;
+    std::string why = !job.broken().empty() ? job.broken() : run->error;
+    return finish(*run, run->status, why + run->where());
+  }
+  if (!sparse_op_returns_rows(run->op)) return finish(*run, PX_OK, "");
+  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  offload(
+      heavy, [this, run] { scatter(*run); }, [this, run] { finish(*run, PX_OK, ""); });
+}
+
+// Each worker's rows, in its own order (duplicates included), from the owners' replies.
+void SparseRouter::scatter(Run& run) {
+  size_t dim = run.dim();
+  for (auto& w : run.workers) {
+    if (w.status != PX_OK) continue;
+    float* out = reinterpret_cast<float*>(w.rows);
+    for (size_t i = 0; i < w.n; ++i) {
+      size_t u =
+          static_cast<size_t>(std::lower_bound(run.unique.begin(), run.unique.end(), w.indices[i]) -
+                              run.unique.begin());
+      std::memcpy(out + i * dim, run.values.data() + run.slot[u] * dim, dim * sizeof(float));
+    }
+  }
+}
+
+void SparseRouter::finish(Run& run, px_status status, const std::string& message) {
+  Variable& var = *run.var;
+  if (status == PX_OK) {
+    var.stats.ops += 1;
+    var.stats.bytes += run.total_rows() * (8 + run.dim() * sizeof(float));
+  }
+  var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  for (auto& w : run.workers)
+    if (w.status == PX_OK) w.session->complete(w.request_id, status, message);
+}
+
+void SparseRouter::offload(bool heavy, std::function<void()> work, std::function<void()> then) {
+  if (!heavy) {
+    work();
+    then();
+    return;
+  }
+  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
+  pool_.submit([this, work = std::move(work), shared_then] {
+    work();
+    post_([shared_then] { (*shared_then)(); });
+  });
+}
+
+}  // namespace px

@@ -1,0 +1,62 @@
+// Bulk messages between a node and the owner of a shard, over the fabric. One request is a
+// fixed header (tag | 0) followed, when non-empty, by a payload (tag | 1):
+//   pull, read  payload: int64 rows[count]                reply: status, float rows[count][dim]
+//   push        payload: int64 rows[count], float grads   (no reply)
+//   load        payload: int64 rows[count], float values  reply: status
+// Tags carry the variable's cluster-wide id and the sender's request sequence number to
+// that owner (collective_transport.h).
+#pragma once
+
+#include <cstdint>
+
+namespace px {
+
+enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4 };
+
+struct SparseRequestHeader {
+  uint32_t op;  // SparseOp
+  uint32_t from_node;
+  uint64_t step;  // pull/push step; 0 for load/read
+  uint64_t count;
+  uint64_t payload_bytes;
+};
+static_assert(sizeof(SparseRequestHeader) == 32);
+
+struct SparseReplyHeader {
+  int32_t status;  // px_status; details are in the owner's log
+  uint32_t reserved;
+};
+static_assert(sizeof(SparseReplyHeader) == 8);
+
+inline bool sparse_op_valid(uint32_t op) {
+  return op >= 1 && op <= 4;
+}
+inline bool sparse_op_carries_values(SparseOp op) {
+  return op == SparseOp::kPush || op == SparseOp::kLoad;
+}
+inline bool sparse_op_returns_rows(SparseOp op) {
+  return op == SparseOp::kPull || op == SparseOp::kRead;
+}
+inline uint64_t sparse_payload_bytes(SparseOp op, uint64_t count, uint64_t dim) {
+  return count * 8 + (sparse_op_carries_values(op) ? count * dim * 4 : 0);
+}
+// 0: no reply.
+inline uint64_t sparse_reply_bytes(SparseOp op, uint64_t count, uint64_t dim) {
+  if (op == SparseOp::kPush) return 0;
+  return sizeof(SparseReplyHeader) + (sparse_op_returns_rows(op) ? count * dim * 4 : 0);
+}
+inline const char* sparse_op_name(SparseOp op) {
+  switch (op) {
+    case SparseOp::kPull:
+      return "pull";
+    case SparseOp::kPush:
+      return "push";
+    case SparseOp::kLoad:
+      return "load";
+    case SparseOp::kRead:
+      return "read";
+  }
+  return "?";
+}
+
+}  // namespace px
