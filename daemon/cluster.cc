@@ -233,8 +233,27 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       auto key = std::make_pair(std::string(r.getJob()), std::string(r.getName()));
       VarAgreement& agreement = vars_[key];
       agreement.by_node.resize(static_cast<size_t>(config_.node_count));
+      Fingerprint fingerprint = read_fingerprint(r);
+      auto& mine = agreement.by_node[static_cast<size_t>(node)];
+      if (mine && !(*mine == fingerprint)) {
+        // The node's own workers disagree: the variable is poisoned there, so everywhere.
+        std::string message = "variable '" + key.second + "' of job '" + key.first +
+                              "' is registered on " + node_label(node) + " as " +
+                              mine->describe_difference(fingerprint) + " and as " +
+                              fingerprint.describe_difference(*mine);
+        agreement.decided = true;
+        auto mismatch_message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+          auto mismatch = b.initVarMismatch();
+          mismatch.setJob(key.first);
+          mismatch.setName(key.second);
+          mismatch.setMessage(message);
+        });
+        broadcast(frame_envelope(*mismatch_message));
+        member_handle(mismatch_message->getRoot<Envelope>().asReader());
+        return;
+      }
       if (agreement.decided) return;
-      agreement.by_node[static_cast<size_t>(node)] = read_fingerprint(r);
+      mine = fingerprint;
       for (auto& f : agreement.by_node)
         if (!f) return;
       agreement.decided = true;
@@ -242,8 +261,11 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       std::string shapes;
       for (size_t i = 0; i < agreement.by_node.size(); ++i) {
         same = same && *agreement.by_node[i] == *agreement.by_node[0];
-        shapes += (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " +
-                  agreement.by_node[i]->describe();
+        const Fingerprint& first = *agreement.by_node[0];
+        const Fingerprint& f = *agreement.by_node[i];
+        shapes +=
+            (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " +
+            (i == 0 ? f.describe_difference(*agreement.by_node[1]) : f.describe_difference(first));
       }
       auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
         if (same) {

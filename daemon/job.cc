@@ -1,5 +1,7 @@
 #include "job.h"
 
+#include <vector>
+
 namespace px {
 
 std::string Fingerprint::describe() const {
@@ -7,6 +9,32 @@ std::string Fingerprint::describe() const {
     return "sparse " + std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "x" +
            std::to_string(dim) + "] " + options;
   return std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] " + reduce_op_name(op);
+}
+
+namespace {
+
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Fingerprint::describe_difference(const Fingerprint& other) const {
+  if (!sparse && !other.sparse) return describe();  // short enough whole
+  std::vector<std::string> mine = words(describe()), theirs = words(other.describe());
+  if (mine.size() != theirs.size()) return describe();
+  std::string out;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i] != theirs[i]) out += (out.empty() ? "" : " ") + mine[i];
+  return out.empty() ? describe() : out;
 }
 
 Job::Job(std::string name, int local_size)

@@ -32,6 +32,9 @@ struct Fingerprint {
   bool operator==(const Fingerprint&) const = default;
   uint64_t bytes() const { return count * dtype_size(dtype); }
   std::string describe() const;  // e.g. "f32[1024] sum", "sparse f32[1000x16] sgd(...) ..."
+  // The words of describe() that differ from other's (all of them if the word counts
+  // differ), so mismatch messages stay short enough to name every party.
+  std::string describe_difference(const Fingerprint& other) const;
 };
 
 struct Contribution {

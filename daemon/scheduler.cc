@@ -193,6 +193,7 @@ void Scheduler::fail_variable(Variable& var, px_status status, const std::string
       if (c) c->session->complete(c->request_id, status, message);
   }
   var.pending.clear();
+  sparse_.fail_in_flight(var, status, why);
 }
 
 void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {

@@ -170,6 +170,10 @@ void Server::variable_added(Job& job, Variable& var) {
   if (cluster_) cluster_->register_var(job.name(), var.name, var.fingerprint);
 }
 
+void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other) {
+  if (cluster_) cluster_->register_var(job.name(), var.name, other);
+}
+
 void Server::on_node_lost(const std::string& why) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;

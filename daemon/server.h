@@ -49,6 +49,8 @@ class Server {
   void forget_session(uint64_t id);
   // A variable was registered on this node for the first time (cluster: agree on it).
   void variable_added(Job& job, Variable& var);
+  // This node's workers registered the variable differently (cluster: everyone must know).
+  void variable_conflict(Job& job, Variable& var, const Fingerprint& other);
   // "node 1 (10.0.0.2:7070)" on a cluster, "" on a single node.
   std::string node_label() const;
   // "node 2 (10.0.0.3:7070)" on a cluster, "node 0" on a single node.

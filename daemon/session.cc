@@ -340,10 +340,12 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
   } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
     var->poison_status = PX_ERR_MISMATCH;
     var->poison_message = "variable '" + name + "' of job '" + job.name() + "' registered as " +
-                          var->fingerprint.describe() + " by " + var->defined_by + " and as " +
-                          fingerprint.describe() + " by " + label();
+                          var->fingerprint.describe_difference(fingerprint) + " by " +
+                          var->defined_by + " and as " +
+                          fingerprint.describe_difference(var->fingerprint) + " by " + label();
     PX_LOG_WARN("%s", var->poison_message.c_str());
     server_.scheduler().fail_variable(*var, PX_ERR_MISMATCH, var->poison_message);
+    server_.variable_conflict(job, *var, fingerprint);
   }
   if (var->poison_status != PX_OK)
     return reply_register(var->poison_status, var->poison_message, 0);

@@ -29,7 +29,7 @@ const char* op_noun(SparseOp op) {
 
 }  // namespace
 
-struct SparseRouter::Run {
+struct SparseRun {
   std::shared_ptr<Job> job;
   Variable* var = nullptr;  // kept alive by job
   std::shared_ptr<SparseTable> table;
@@ -56,6 +56,10 @@ struct SparseRouter::Run {
   int requests_left = 0;
   px_status status = PX_OK;
   std::string error;
+  bool finished = false;
+  // Only a run waiting on transfers may be failed from outside: while preparing or
+  // scattering a pool thread works on its workers' buffers (and it finishes soon anyway).
+  bool waiting = false;
 
   std::string where() const {
     return " (variable '" + var->name + "', " + op_noun(op) +
@@ -137,11 +141,13 @@ void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
 }
 
 void SparseRouter::start(const std::shared_ptr<Run>& run) {
+  run->table->in_flight.insert(run.get());
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
   offload(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
       [this, run] {
+        run->waiting = true;
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
           if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
@@ -253,6 +259,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   Job& job = *run->job;
   if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
   if (!job.broken().empty()) return finish(*run, PX_ERR_PEER_LOST, job.broken() + run->where());
+  if (run->finished) return;
   if (fabric_ && !run->table->channel->started()) {  // not every node registered it yet
     var.awaiting_global_id.push_back([this, run] { send(run); });
     return;
@@ -290,12 +297,14 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
 }
 
 void SparseRouter::deliver(const std::shared_ptr<Run>& run) {
+  if (run->finished) return;
   if (run->status != PX_OK) {
     const Job& job = *run->job;
     std::string why = !job.broken().empty() ? job.broken() : run->error;
     return finish(*run, run->status, why + run->where());
   }
   if (!sparse_op_returns_rows(run->op)) return finish(*run, PX_OK, "");
+  run->waiting = false;
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   offload(
       heavy, [this, run] { scatter(*run); }, [this, run] { finish(*run, PX_OK, ""); });
@@ -316,7 +325,17 @@ void SparseRouter::scatter(Run& run) {
   }
 }
 
+void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
+  if (!var.sparse) return;
+  std::set<Run*> runs = var.sparse->in_flight;
+  for (Run* run : runs)
+    if (run->waiting) finish(*run, status, why + run->where());
+}
+
 void SparseRouter::finish(Run& run, px_status status, const std::string& message) {
+  if (run.finished) return;
+  run.finished = true;
+  run.table->in_flight.erase(&run);
   Variable& var = *run.var;
   if (status == PX_OK) {
     var.stats.ops += 1;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "collective_transport.h"
@@ -18,6 +19,7 @@
 namespace px {
 
 class Session;
+struct SparseRun;
 
 // What a node holds for one sparse variable.
 struct SparseTable {
@@ -30,6 +32,7 @@ struct SparseTable {
   // this node asked the shards for (their union), summed over pull steps.
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
+  std::set<SparseRun*> in_flight;  // operations past local matching, not yet complete
 };
 
 class SparseRouter {
@@ -49,9 +52,12 @@ class SparseRouter {
                 PendingStep pending);
   // One worker's load or read (not steps).
   void run_single(std::shared_ptr<Session> session, Variable& var, const SubmitEntry& entry);
+  // Completes the variable's operations in flight with status (poisoned variable, broken
+  // job); their transfers still under way are ignored when they finish.
+  void fail_in_flight(Variable& var, px_status status, const std::string& why);
 
  private:
-  struct Run;
+  using Run = SparseRun;
   void start(const std::shared_ptr<Run>& run);
   void prepare_rows(Run& run);
   void prepare_updates(Run& run);

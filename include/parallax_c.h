@@ -111,8 +111,8 @@ typedef struct px_var_stats {
  * Steps: pulls and pushes are numbered separately per worker and variable. The n-th
  * px_pull_rows is pull step n and the n-th px_push_rows is push step n (both from 0); every
  * local worker of the job must issue each step (n = 0 rows is fine). Pull step n sees:
- *   PX_SYNC        exactly the updates of push steps 0..n-1 of every worker (a pull waits
- *                  for them);
+ *   PX_SYNC        every update of push steps 0..n-1 of every worker (a pull waits for
+ *                  them), and none of a push step the pulling worker has not issued yet;
  *   PX_BOUNDED     at least the updates of push steps 0..n-1-staleness from every worker;
  *   PX_ASYNC       whatever has been applied when the request reaches each shard.
  * The usual loop pull(n) -> forward/backward -> push(n) is therefore exact in PX_SYNC mode.

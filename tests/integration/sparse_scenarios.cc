@@ -1,6 +1,7 @@
 // Sparse-variable scenarios of the test worker. Every worker simulates the whole job (all
 // ranks' lookups and gradients are functions of rank and step) with a reference optimizer
 // written here in double precision, and checks every pulled row against it.
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -39,11 +40,6 @@ std::vector<int64_t> lookups(int rank, uint64_t step) {
 double gradient(int rank, uint64_t step, uint64_t j, uint64_t c, double w) {
   return 0.5 * w + 0.01 * std::sin(double(rank + 3 * step + 7 * j + c));
 }
-
-struct Options {
-  px_sparse_options c;
-  std::string optimizer = "sgd";
-};
 
 px_sparse_options parse_options(const std::string& opt, const std::string& agg) {
   px_sparse_options o;
@@ -228,10 +224,299 @@ int scenario_train(px_client* c, int argc, char** argv) {
   return 0;
 }
 
+// sparse-bounded CONSISTENCY STALENESS STEPS: SGD with positive, value-independent
+// gradients, so every value only falls; a pull's values must lie between the reference
+// after the steps it must see and the reference after every step that can exist by then.
+// Rank 0 is slow, so others run ahead as far as the staleness lets them.
+int scenario_bounded(px_client* c, int argc, char** argv) {
+  (void)argc;
+  std::string mode = argv[0];
+  uint32_t staleness = uint32_t(atoi(argv[1]));
+  uint64_t steps = strtoull(argv[2], nullptr, 10);
+  px_sparse_options o = parse_options("sgd", "sum");
+  o.consistency = mode == "async" ? PX_ASYNC : mode == "bounded" ? PX_BOUNDED : PX_SYNC;
+  if (o.consistency == PX_BOUNDED) o.staleness = staleness;
+  int world = world_size(c);
+  px_var* var = nullptr;
+  check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
+  auto grad = [](int rank, uint64_t k, uint64_t j) { return 0.01 * (1 + (rank + k + j) % 3); };
+  // after[k]: the reference once push steps 0..k-1 of every rank are applied.
+  std::vector<std::vector<double>> after;
+  Reference ref(o);
+  after.push_back(ref.w);
+  for (uint64_t k = 0; k < steps; ++k) {
+    std::vector<std::pair<int64_t, std::vector<double>>> contributions;
+    for (int rank = 0; rank < world; ++rank) {
+      std::vector<int64_t> ri = lookups(rank, k);
+      for (size_t j = 0; j < ri.size(); ++j)
+        contributions.emplace_back(ri[j], std::vector<double>(kDim, float(grad(rank, k, j))));
+    }
+    ref.apply(contributions, world, k + 1);
+    after.push_back(ref.w);
+  }
+  bool async = o.consistency == PX_ASYNC;
+  for (uint64_t k = 0; k < steps; ++k) {
+    if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::vector<int64_t> idx = lookups(g_rank, k);
+    std::vector<float> rows(idx.size() * kDim);
+    px_request* r = nullptr;
+    check(px_pull_rows(var, idx.data(), idx.size(), rows.data(), &r), "px_pull_rows");
+    check(px_wait(r, 30000), "pull");
+    px_request_free(r);
+    const std::vector<double>& upper = after[async || k < staleness ? 0 : k - staleness];
+    const std::vector<double>& lower = after[std::min<uint64_t>(steps, k + staleness + 1)];
+    for (size_t j = 0; j < idx.size(); ++j) {
+      for (uint64_t col = 0; col < kDim; ++col) {
+        size_t i = size_t(idx[j]) * kDim + col;
+        double g = rows[j * kDim + col];
+        if (g > upper[i] + 1e-6 || (!async && g < lower[i] - 1e-6))
+          die("pull step " + std::to_string(k) + ": row " + std::to_string(idx[j]) +
+              " is outside what staleness " + std::to_string(staleness) + " allows");
+      }
+    }
+    std::vector<float> grads(idx.size() * kDim);
+    for (size_t j = 0; j < idx.size(); ++j)
+      for (uint64_t col = 0; col < kDim; ++col) grads[j * kDim + col] = float(grad(g_rank, k, j));
+    check(px_push_rows(var, idx.data(), idx.size(), grads.data(), &r), "px_push_rows");
+    check(px_wait(r, 30000), "push");
+    px_request_free(r);
+  }
+  std::vector<int64_t> idx = all_rows();
+  std::vector<float> table(kRows * kDim);
+  px_request* r = nullptr;
+  if (async) {
+    // Eventually every push is applied.
+    for (int attempt = 0;; ++attempt) {
+      check(px_read_rows(var, idx.data(), idx.size(), table.data(), &r), "px_read_rows");
+      check(px_wait(r, 30000), "read");
+      px_request_free(r);
+      bool equal = true;
+      for (size_t i = 0; i < table.size() && equal; ++i)
+        equal = std::fabs(table[i] - after[steps][i]) <= 1e-5 * std::fabs(after[steps][i]) + 1e-7;
+      if (equal) break;
+      if (attempt == 500) die("the async table never reached the reference");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } else {
+    // Empty push steps carry the pull past the staleness window: it sees every real push.
+    for (uint32_t e = 0; e < staleness; ++e) {
+      check(px_push_rows(var, nullptr, 0, nullptr, &r), "empty px_push_rows");
+      check(px_wait(r, 30000), "empty push");
+      px_request_free(r);
+      check(px_pull_rows(var, nullptr, 0, nullptr, &r), "empty px_pull_rows");
+      check(px_wait(r, 30000), "empty pull");
+      px_request_free(r);
+    }
+    check(px_pull_rows(var, idx.data(), idx.size(), table.data(), &r), "px_pull_rows(all)");
+    check(px_wait(r, 30000), "pull all");
+    px_request_free(r);
+  }
+  expect_rows(idx, table, after[steps], "final table");
+  printf("ok rank %d %s\n", g_rank, mode.c_str());
+  return 0;
+}
+
+px_status register_with(px_client* c, const char* name, px_dtype dtype, uint64_t rows,
+                        const px_sparse_options& o, px_var** var) {
+  return px_register_sparse(c, name, dtype, rows, 4, &o, var);
+}
+
+std::string g_wait_message;  // px_last_error() of wait_free's px_wait
+
+px_status wait_free(px_request* r) {
+  px_status s = px_wait(r, 30000);
+  g_wait_message = px_last_error();
+  px_request_free(r);
+  return s;
+}
+
+// The message of the last failure: of a px_wait inside wait_free, or of a direct call.
+std::string last_message() {
+  std::string direct = px_last_error();
+  return direct.empty() ? g_wait_message : direct;
+}
+
+// sparse-errors: every refusal the ABI promises, with what the message must name.
+int scenario_errors(px_client* c) {
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  px_var* v = nullptr;
+  px_sparse_options bad = o;
+  bad.route = PX_ROUTE_ALLGATHERV;
+  expect_status(register_with(c, "ag", PX_F32, 10, bad, &v), PX_ERR_NOT_IMPLEMENTED, "allgatherv");
+  expect_contains(last_message(), "allgatherv");
+  expect_status(register_with(c, "f64", PX_F64, 10, o, &v), PX_ERR_NOT_IMPLEMENTED, "f64 table");
+  expect_status(register_with(c, "empty", PX_F32, 0, o, &v), PX_ERR_INVALID, "0 rows");
+  bad = o;
+  bad.learning_rate = -1;
+  expect_status(register_with(c, "lr", PX_F32, 10, bad, &v), PX_ERR_INVALID, "negative lr");
+  expect_contains(last_message(), "learning_rate");
+  bad = o;
+  bad.struct_size = 0;
+  expect_status(register_with(c, "size", PX_F32, 10, bad, &v), PX_ERR_INVALID, "struct_size 0");
+
+  // Options that differ across workers.
+  px_sparse_options mine = o;
+  mine.learning_rate = g_rank == 0 ? 0.1 : 0.2;
+  px_var* mm = nullptr;
+  px_status s = register_with(c, "mm", PX_F32, 100, mine, &mm);
+  // On a cluster a node whose own workers agree may complete a few operations before the
+  // other node's late registration is known; then it must fail too.
+  for (int attempt = 0; s == PX_OK && attempt < 500; ++attempt) {
+    px_request* r = nullptr;
+    int64_t row = attempt % 100;
+    float out[4];
+    check(px_pull_rows(mm, &row, 1, out, &r), "pull of mm");
+    s = wait_free(r);
+    if (s == PX_OK) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  expect_status(s, PX_ERR_MISMATCH, "options differ across workers");
+  expect_contains(last_message(), "lr=0.2");
+  expect_contains(last_message(), "lr=0.1");
+
+  // Wrong kind of operation for the variable.
+  px_var* e = nullptr;
+  check(register_with(c, "e", PX_F32, 100, o, &e), "register e");
+  px_var* d = nullptr;
+  check(px_register_dense(c, "d", PX_F32, 4, PX_SUM, &d), "register d");
+  float buffer[16] = {0};
+  px_request* r = nullptr;
+  expect_status(px_allreduce(e, buffer, buffer, &r), PX_ERR_INVALID, "allreduce of sparse");
+  expect_contains(last_message(), "sparse");
+  int64_t index = 1;
+  expect_status(px_pull_rows(d, &index, 1, buffer, &r), PX_ERR_INVALID, "pull of dense");
+  expect_contains(last_message(), "not a sparse variable");
+  expect_status(px_pull_rows(e, nullptr, 1, buffer, &r), PX_ERR_INVALID, "NULL indices");
+
+  // Reads and loads are checked like pushes: nothing of a bad one is applied.
+  int64_t out_of_range[2] = {3, 100};
+  check(px_read_rows(e, out_of_range, 2, buffer, &r), "px_read_rows");
+  expect_status(wait_free(r), PX_ERR_INDEX, "read of row 100");
+  expect_contains(last_message(), "index 100 at position 1");
+  expect_contains(last_message(), "[0, 100)");
+  float nan_rows[8] = {1, 2, 3, 4, 5, NAN, 7, 8};
+  int64_t two[2] = {3, 4};
+  check(px_load_rows(e, two, 2, nan_rows, &r), "px_load_rows");
+  expect_status(wait_free(r), PX_ERR_INVALID, "load with NaN");
+  expect_contains(last_message(), "row 4");
+  check(px_read_rows(e, two, 2, buffer, &r), "px_read_rows");
+  check(wait_free(r), "read after the refused load");
+  for (int i = 0; i < 8; ++i)
+    if (buffer[i] != 0.0f) die("the refused load left a trace");
+
+  // NaN gradients skipped by option: the other rows and workers still count.
+  px_sparse_options skip = o;
+  skip.nonfinite = PX_NONFINITE_SKIP;
+  skip.learning_rate = 1;
+  px_var* sk = nullptr;
+  check(register_with(c, "skip", PX_F32, 10, skip, &sk), "register skip");
+  int64_t rows0[2] = {1, 2};
+  float grads0[8] = {NAN, 1, 1, 1, 2, 2, 2, 2};
+  int64_t rows1[1] = {1};
+  float grads1[4] = {3, 3, 3, 3};
+  check(px_pull_rows(sk, nullptr, 0, nullptr, &r), "pull step 0");
+  check(wait_free(r), "pull step 0 (skip)");
+  if (g_rank == 0)
+    check(px_push_rows(sk, rows0, 2, grads0, &r), "push with NaN (skip)");
+  else
+    check(px_push_rows(sk, rows1, g_rank == 1 ? 1 : 0, grads1, &r), "push");
+  check(wait_free(r), "push (skip)");
+  check(px_pull_rows(sk, rows0, 2, buffer, &r), "pull");
+  check(wait_free(r), "pull step 1 (skip)");
+  if (buffer[0] != -3.0f || buffer[4] != -2.0f)
+    die("NaN-skipped push gave " + std::to_string(buffer[0]) + ", " + std::to_string(buffer[4]));
+  printf("ok rank %d errors\n", g_rank);
+  return 0;
+}
+
+// sparse-load: rank 0 loads a table (ordinary memory), everyone reads it back (arena
+// memory, duplicates), then a training step starts from the loaded values.
+int scenario_load(px_client* c) {
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  o.learning_rate = 0.5;
+  px_var* var = nullptr;
+  check(px_register_sparse(c, "tbl", PX_F32, kRows, kDim, &o, &var), "register");
+  auto value = [](int64_t row, uint64_t col) { return float(row) + float(col) / 10.0f; };
+  px_request* r = nullptr;
+  if (g_rank == 0) {
+    std::vector<int64_t> idx = all_rows();
+    std::vector<float> rows(kRows * kDim);
+    for (uint64_t i = 0; i < kRows * kDim; ++i) rows[i] = value(int64_t(i / kDim), i % kDim);
+    idx.push_back(5);  // duplicates: the last one wins
+    rows.resize(rows.size() + kDim, -1.0f);
+    check(px_load_rows(var, idx.data(), idx.size(), rows.data(), &r), "px_load_rows");
+    check(wait_free(r), "load");
+  }
+  check(px_barrier(c, 30000), "px_barrier");
+  void* arena_idx = nullptr;
+  void* arena_rows = nullptr;
+  check(px_alloc(c, 64 * sizeof(int64_t), &arena_idx), "px_alloc");
+  check(px_alloc(c, 64 * kDim * sizeof(float), &arena_rows), "px_alloc");
+  auto* idx = static_cast<int64_t*>(arena_idx);
+  auto* rows = static_cast<float*>(arena_rows);
+  for (int j = 0; j < 64; ++j) idx[j] = int64_t(mix(uint64_t(g_rank * 100 + j)) % 50) * 20;
+  check(px_read_rows(var, idx, 64, rows, &r), "px_read_rows");
+  check(wait_free(r), "read");
+  for (int j = 0; j < 64; ++j)
+    for (uint64_t col = 0; col < kDim; ++col) {
+      float want = idx[j] == 5 ? -1.0f : value(idx[j], col);
+      if (rows[j * kDim + col] != want)
+        die("read row " + std::to_string(idx[j]) + " gave " + std::to_string(rows[j * kDim + col]));
+    }
+  int64_t row = 7;
+  float got[kDim];
+  check(px_pull_rows(var, &row, 1, got, &r), "pull");
+  check(wait_free(r), "pull 0");
+  float grad[kDim];
+  for (uint64_t col = 0; col < kDim; ++col) grad[col] = 1.0f;
+  check(px_push_rows(var, &row, 1, grad, &r), "push");
+  check(wait_free(r), "push 0");
+  check(px_pull_rows(var, &row, 1, got, &r), "pull");
+  check(wait_free(r), "pull 1");
+  int world = world_size(c);
+  for (uint64_t col = 0; col < kDim; ++col)
+    if (got[col] != value(7, col) - 0.5f * float(world))
+      die("after one step row 7 is " + std::to_string(got[col]));
+  px_free(c, arena_idx);
+  px_free(c, arena_rows);
+  printf("ok rank %d load\n", g_rank);
+  return 0;
+}
+
+// sparse-node-mismatch: the learning rate differs by node: PX_ERR_MISMATCH everywhere.
+int scenario_node_mismatch(px_client* c) {
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  o.learning_rate = w.node_index == 1 ? 0.5 : 0.25;
+  px_var* var = nullptr;
+  // From the registration itself if the nodes' verdict came first, else from the pull.
+  px_status s = px_register_sparse(c, "emb", PX_F32, 100, 4, &o, &var);
+  if (s == PX_OK) {
+    int64_t row = 1;
+    float out[4];
+    px_request* r = nullptr;
+    check(px_pull_rows(var, &row, 1, out, &r), "pull");
+    s = wait_free(r);
+  }
+  expect_status(s, PX_ERR_MISMATCH, "a variable the nodes disagree on");
+  expect_contains(last_message(), "lr=0.5");
+  expect_contains(last_message(), "node 1");
+  printf("ok rank %d node-mismatch\n", g_rank);
+  return 0;
+}
+
 }  // namespace
 
 int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, char** argv) {
   if (scenario == "sparse-train" && argc >= 3) return scenario_train(c, argc, argv);
+  if (scenario == "sparse-bounded" && argc >= 3) return scenario_bounded(c, argc, argv);
+  if (scenario == "sparse-errors") return scenario_errors(c);
+  if (scenario == "sparse-load") return scenario_load(c);
+  if (scenario == "sparse-node-mismatch") return scenario_node_mismatch(c);
   die("unknown sparse scenario or missing arguments: " + scenario);
 }
 

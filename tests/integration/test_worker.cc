@@ -385,14 +385,32 @@ int scenario_world(px_client* c) {
 
 // until-lost: allreduces until an operation fails; it must fail with PX_ERR_PEER_LOST
 // (a daemon of the cluster is killed meanwhile by the harness).
-int scenario_until_lost(px_client* c) {
+// until-lost [sparse]: steps (allreduces, or pull + push of a sparse table) until one fails.
+int scenario_until_lost(px_client* c, bool sparse) {
   px_var* var = nullptr;
-  check(px_register_dense(c, "steady", PX_F32, 1 << 18, PX_SUM, &var), "px_register_dense");
+  if (sparse) {
+    check(px_register_sparse(c, "steady", PX_F32, 100000, 16, nullptr, &var), "px_register_sparse");
+  } else {
+    check(px_register_dense(c, "steady", PX_F32, 1 << 18, PX_SUM, &var), "px_register_dense");
+  }
   std::vector<float> buf(1 << 18, 1.0f);
+  std::vector<int64_t> rows(1000);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i * 97);
   for (int step = 0; step < 1000000; ++step) {
     px_request* req = nullptr;
-    px_status s = px_allreduce(var, buf.data(), buf.data(), &req);
-    if (s == PX_OK) s = px_wait(req, 30000);
+    px_status s = PX_OK;
+    if (sparse) {
+      s = px_pull_rows(var, rows.data(), rows.size(), buf.data(), &req);
+      if (s == PX_OK) s = px_wait(req, 30000);
+      if (s == PX_OK) {
+        px_request_free(req);
+        s = px_push_rows(var, rows.data(), rows.size(), buf.data(), &req);
+        if (s == PX_OK) s = px_wait(req, 30000);
+      }
+    } else {
+      s = px_allreduce(var, buf.data(), buf.data(), &req);
+      if (s == PX_OK) s = px_wait(req, 30000);
+    }
     std::string message = px_last_error();
     px_request_free(req);
     if (s == PX_OK) {
@@ -409,7 +427,7 @@ int scenario_until_lost(px_client* c) {
       std::fill(buf.begin(), buf.end(), 1.0f);
       continue;
     }
-    expect_status(s, PX_ERR_PEER_LOST, "allreduce while a node dies");
+    expect_status(s, PX_ERR_PEER_LOST, "a step while a node dies");
     printf("LOST at step %d: %s\n", step, message.c_str());
     return 0;
   }
@@ -471,7 +489,7 @@ int main(int argc, char** argv) {
   else if (scenario == "world")
     rc = scenario_world(c);
   else if (scenario == "until-lost")
-    rc = scenario_until_lost(c);
+    rc = scenario_until_lost(c, argc > 2 && std::string(argv[2]) == "sparse");
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
   else if (scenario.rfind("sparse", 0) == 0)

@@ -1,0 +1,140 @@
+// Integration tests of sparse variables: real parallaxd processes (one, or a cluster on
+// loopback over tcp;ofi_rxm) and real worker processes that check every pulled row
+// against a reference optimizer (sparse_scenarios.cc).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "harness.h"
+
+using namespace pxt;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string field(const std::string& output, const std::string& key) {
+  size_t at = output.find(key + "=");
+  if (at == std::string::npos) return "";
+  size_t end = output.find_first_of(" \n", at);
+  return output.substr(at + key.size() + 1, end - at - key.size() - 1);
+}
+
+// Every worker pulled the same final table.
+bool same_table(const std::vector<WorkerResult>& results) {
+  std::set<std::string> hashes;
+  for (auto& r : results) hashes.insert(field(r.output, "table_hash"));
+  return hashes.size() == 1 && !hashes.begin()->empty();
+}
+
+}  // namespace
+
+TEST_CASE("sparse: one node, every optimizer, duplicates within and across workers") {
+  DaemonProcess daemon("sp-opt");
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"sparse-train", "sgd", "sum", "50"},
+           {"sparse-train", "adagrad", "mean", "50", "3", "ps"},
+           {"sparse-train", "adam", "sum", "50", "2", "hybrid"}}) {
+    CAPTURE(args[1]);
+    auto results = run_workers(daemon, "opt-" + args[1], 3, args);
+    CHECK(all_ok(results));
+    CHECK(same_table(results));
+  }
+}
+
+TEST_CASE("sparse: a bad index or a NaN fails that push alone and leaves no trace") {
+  DaemonProcess daemon("sp-bad");
+  CHECK(all_ok(
+      run_workers(daemon, "bad", 2, {"sparse-train", "adam", "mean", "10", "0", "ps", "1"})));
+}
+
+TEST_CASE("sparse: bad registrations, wrong operations and refused loads are clear errors") {
+  DaemonProcess daemon("sp-err");
+  CHECK(all_ok(run_workers(daemon, "errors", 2, {"sparse-errors"})));
+  CHECK(contains(daemon.log(), "registered as sgd(lr="));
+  CHECK(daemon.alive());
+}
+
+TEST_CASE("sparse: load, read and train from loaded values") {
+  DaemonProcess daemon("sp-load");
+  CHECK(all_ok(run_workers(daemon, "load", 2, {"sparse-load"})));
+}
+
+TEST_CASE("sparse: the same training on 1, 2 and 3 nodes gives the reference table") {
+  // World size 6 each time: 1 x 6, 2 x 3, 3 x 2; partitions automatic and 7, both routes.
+  {
+    DaemonProcess daemon("sp-eq1");
+    auto results =
+        run_workers(daemon, "eq", 6, {"sparse-train", "adam", "mean", "50", "7", "ps", "1"});
+    CHECK(all_ok(results));
+    CHECK(same_table(results));
+  }
+  for (int nodes : {2, 3}) {
+    CAPTURE(nodes);
+    ClusterProcesses cluster("sp-eq" + std::to_string(nodes), nodes);
+    for (auto partitions : {"0", "7"}) {
+      auto results = run_cluster_workers(cluster, std::string("eq") + partitions, 6 / nodes,
+                                         {"sparse-train", "adam", "mean", "50", partitions,
+                                          partitions[0] == '0' ? "hybrid" : "ps", "1"});
+      CHECK(all_ok(results));
+      CHECK(same_table(results));
+    }
+  }
+}
+
+TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
+  ClusterProcesses cluster("sp-cons", 3);
+  CHECK(all_ok(run_cluster_workers(cluster, "sync", 1, {"sparse-bounded", "sync", "0", "30"})));
+  CHECK(
+      all_ok(run_cluster_workers(cluster, "bounded", 1, {"sparse-bounded", "bounded", "2", "30"})));
+  CHECK(all_ok(run_cluster_workers(cluster, "async", 1, {"sparse-bounded", "async", "0", "30"})));
+}
+
+TEST_CASE("sparse: errors, loads and option mismatches on a cluster") {
+  ClusterProcesses cluster("sp-cerr", 2);
+  CHECK(all_ok(run_cluster_workers(cluster, "errors", 2, {"sparse-errors"})));
+  CHECK(all_ok(run_cluster_workers(cluster, "load", 2, {"sparse-load"})));
+  auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
+  CHECK(all_ok(results));
+  CHECK(contains(results[0].output, "node-mismatch"));
+}
+
+TEST_CASE("sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it") {
+  ClusterProcesses cluster("sp-kill", 3);
+  std::vector<WorkerResult> results;
+  std::string ready_dir = "/tmp/pxt-sp-ready-" + std::to_string(getpid());
+  mkdir(ready_dir.c_str(), 0700);
+  std::thread workers([&] {
+    results = run_cluster_workers(cluster, "steady", 1, {"until-lost", "sparse"}, 90000,
+                                  {{"PX_TEST_READY_DIR", ready_dir}});
+  });
+  auto ready = [&] {
+    int n = 0;
+    for (int node = 0; node < 3; ++node)
+      n += access((ready_dir + "/" + std::to_string(node)).c_str(), F_OK) == 0;
+    return n;
+  };
+  for (int i = 0; i < 3000 && ready() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(ready() == 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  cluster.node(1).kill_and_reap(SIGKILL);
+  workers.join();
+  REQUIRE(results.size() == 3);
+  for (int node : {0, 2}) {
+    const WorkerResult& r = results[static_cast<size_t>(node)];
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+    CHECK_MESSAGE(contains(r.output, "node 1"), r.output);
+  }
+  CHECK(cluster.node(0).alive());
+  CHECK(cluster.node(2).alive());
+}
