@@ -1,8 +1,10 @@
 /*
  * px-demo: a local Parallax "cluster" of one node. Starts parallaxd and N worker processes
- * that train a linear regression model data-parallel: each worker computes the gradient
- * on its own batch, px_allreduce averages the gradients through the daemon, every worker
- * applies the same update. Written in plain C99 against parallax_c.h only.
+ * that train, data-parallel, a regression model with a dense part and a sparse embedding:
+ * y = x . w + sum(emb[token]). The dense gradient is averaged with px_allreduce and
+ * applied by every worker; the embedding lives in the daemons: each worker pulls the rows
+ * of its batch's tokens (Zipf-skewed, so hot tokens repeat) and pushes their gradients,
+ * which the daemons coalesce and apply. Written in plain C99 against parallax_c.h only.
  *
  * usage: px-demo --daemon PATH [--workers N] [--steps N]
  *        px-demo --worker [--steps N]   (one worker; PARALLAX_* from the environment,
@@ -22,7 +24,7 @@
 
 #include "parallax_c.h"
 
-enum { kFeatures = 512, kBatch = 512 };
+enum { kFeatures = 512, kBatch = 512, kVocabulary = 10000, kEmbeddingDim = 8 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -37,6 +39,13 @@ static uint64_t next_random(uint64_t* state) {
 }
 static float uniform(uint64_t* state) {
   return (float)(next_random(state) % 2000001) / 1000000.0f - 1.0f;
+}
+
+/* The token's true offset in the data, in [-1, 1]. */
+static float token_offset(int64_t token) {
+  uint64_t state = 7 + (uint64_t)token * 2654435761ull;
+  next_random(&state);
+  return uniform(&state);
 }
 
 static void check(px_status s, const char* what) {
@@ -70,6 +79,16 @@ static int run_worker(const char* socket_path, int local_rank, int local_size, i
         "register");
   check(px_register_dense(client, "loss", PX_F64, 1, PX_SUM, &loss_sum), "register");
   check(px_register_dense(client, "samples_seen", PX_I64, 1, PX_SUM, &samples), "register");
+  px_sparse_options emb_options;
+  px_sparse_options_init(&emb_options);
+  emb_options.learning_rate = 0.5;
+  emb_options.aggregation = PX_MEAN;
+  px_var* embedding = NULL;
+  check(px_register_sparse(client, "token.embedding", PX_F32, kVocabulary, kEmbeddingDim,
+                           &emb_options, &embedding),
+        "px_register_sparse");
+  static int64_t tokens[kBatch];
+  static float emb_rows[kBatch][kEmbeddingDim], emb_grads[kBatch][kEmbeddingDim];
 
   /* Gradients live in the shared arena: the daemon reduces them in place, no copies. */
   float* grad = NULL;
@@ -82,26 +101,36 @@ static int run_worker(const char* socket_path, int local_rank, int local_size, i
   double comm_seconds = 0;
   for (int step = 0; step < steps; ++step) {
     for (int i = 0; i < kBatch; ++i) { /* this worker's fresh batch */
-      float dot = 0;
+      float dot = 0, u = 0.5f + 0.5f * uniform(&data);
+      tokens[i] = (int64_t)((float)kVocabulary * u * u * u) % kVocabulary;
       for (int j = 0; j < kFeatures; ++j) x[i][j] = uniform(&data), dot += x[i][j] * w_true[j];
-      y[i] = dot + 0.01f * uniform(&data);
+      y[i] = dot + token_offset(tokens[i]) + 0.01f * uniform(&data);
     }
+    double t0 = now_s();
+    px_request* pull = NULL;
+    check(px_pull_rows(embedding, tokens, kBatch, emb_rows, &pull), "px_pull_rows");
+    check(px_wait(pull, 30000), "pull");
+    px_request_free(pull);
+    comm_seconds += now_s() - t0;
     double loss = 0;
     memset(grad, 0, sizeof(float) * kFeatures);
     for (int i = 0; i < kBatch; ++i) {
       float err = -y[i];
       for (int j = 0; j < kFeatures; ++j) err += x[i][j] * w[j];
+      for (int k = 0; k < kEmbeddingDim; ++k) err += emb_rows[i][k];
       loss += (double)err * err / (kBatch * workers);
       for (int j = 0; j < kFeatures; ++j) grad[j] += 2.0f * err * x[i][j] / kBatch;
+      for (int k = 0; k < kEmbeddingDim; ++k) emb_grads[i][k] = 2.0f * err / kBatch;
     }
     int64_t seen = kBatch;
-    double t0 = now_s();
-    px_request* requests[3];
+    t0 = now_s();
+    px_request* requests[4];
     check(px_allreduce(weight_grad, grad, grad, &requests[0]), "px_allreduce");
     check(px_allreduce(loss_sum, &loss, &loss, &requests[1]), "px_allreduce");
     check(px_allreduce(samples, &seen, &seen, &requests[2]), "px_allreduce");
-    check(px_wait_all(requests, 3, 30000), "px_wait_all");
-    for (int k = 0; k < 3; ++k) px_request_free(requests[k]);
+    check(px_push_rows(embedding, tokens, kBatch, emb_grads, &requests[3]), "px_push_rows");
+    check(px_wait_all(requests, 4, 30000), "px_wait_all");
+    for (int k = 0; k < 4; ++k) px_request_free(requests[k]);
     comm_seconds += now_s() - t0;
     for (int j = 0; j < kFeatures; ++j) w[j] -= 0.5f * grad[j];
     if (rank == 0 && (step % 5 == 0 || step == steps - 1))
@@ -109,8 +138,16 @@ static int run_worker(const char* socket_path, int local_rank, int local_size, i
   }
   double checksum = 0;
   for (int j = 0; j < kFeatures; ++j) checksum += w[j] * (double)(j + 1);
+  /* One more pull step sees every push: the hot head of the table. */
+  for (int i = 0; i < 100; ++i) tokens[i] = i;
+  px_request* pull = NULL;
+  check(px_pull_rows(embedding, tokens, 100, emb_rows, &pull), "px_pull_rows");
+  check(px_wait(pull, 30000), "pull");
+  px_request_free(pull);
+  for (int i = 0; i < 100; ++i)
+    for (int k = 0; k < kEmbeddingDim; ++k) checksum += emb_rows[i][k] * (double)(i + k + 1);
   px_barrier(client, 30000);
-  printf("worker %d (node %d of %d): weight checksum %.9f, allreduce wait %.3f ms/step\n", rank,
+  printf("worker %d (node %d of %d): weight checksum %.9f, communication %.3f ms/step\n", rank,
          world.node_index, world.node_count, checksum, 1e3 * comm_seconds / steps);
   fflush(stdout);
   px_free(client, grad);

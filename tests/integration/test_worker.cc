@@ -314,7 +314,9 @@ int scenario_abi() {
   std::string message = px_last_error();
   expect_status(s, PX_ERR_VERSION, "px_connect with ABI 2.0");
   expect_contains(message, "2.0");
-  expect_contains(message, "1.0");
+  std::string daemon_abi = "(ABI " + std::to_string(PX_ABI_VERSION_MAJOR) + "." +
+                           std::to_string(PX_ABI_VERSION_MINOR) + ")";
+  expect_contains(message, daemon_abi);
   if (client) die("a client was returned");
   printf("OK abi: %s\n", message.c_str());
   return 0;
