@@ -28,7 +28,7 @@ class Scheduler {
   void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
     fabric_ = transport;
     chunk_bytes_ = chunk_bytes;
-    sparse_.set_fabric(transport);
+    sparse_.set_fabric(transport, chunk_bytes);
   }
   SparseRouter& sparse() { return sparse_; }
 

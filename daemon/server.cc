@@ -137,7 +137,7 @@ bool Server::start_cluster(std::string* error) {
     Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
     if (!var) return;
     var->global_id = id;
-    if (var->sparse) var->sparse->channel->start(id);
+    if (var->sparse) scheduler_.sparse().start_variable(*var, id);
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();
   };

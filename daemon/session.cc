@@ -10,6 +10,7 @@
 #include "parallax_c.h"
 #include "scheduler.h"
 #include "server.h"
+#include "sparse_router.h"
 
 namespace px {
 namespace {
@@ -311,11 +312,6 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   options.nonfinite = static_cast<NonFinite>(o->nonfinite());
   std::string error;
   if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
-  if (options.route == Route::kAllgatherv || options.route == Route::kAllreduce)
-    return reply_register(PX_ERR_NOT_IMPLEMENTED,
-                          what + ": route " + route_name(options.route) +
-                              " is not implemented yet (README, limits); use hybrid or ps",
-                          0);
   Fingerprint fingerprint;
   fingerprint.count = rows;
   fingerprint.sparse = true;
@@ -362,7 +358,11 @@ void Session::handle_stats(const control::StatsRequest& request) {
     body = control::CreateStatsReply(b, PX_ERR_NOT_FOUND, text);
   } else {
     const VarStats& s = var->stats;
-    body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns);
+    SparseCounters sc;
+    if (var->sparse) sc = sparse_counters(*var->sparse);
+    body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns,
+                                     sc.pull_steps, sc.push_steps, sc.rows_pulled, sc.rows_unique,
+                                     sc.rows_applied, sc.bytes_sent, sc.bytes_received);
   }
   send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
 }

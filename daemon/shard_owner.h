@@ -2,6 +2,12 @@
 // (when a pushed step is applied, when a pull may be served) and the order of shard work.
 // Requests come from this node's router directly or from other nodes through the
 // SparseChannel. Loop thread only; shard work runs through a SerialQueue.
+//
+// Routes: ps/hybrid hold this node's partitions and receive every node's pushes. The
+// replicated routes hold the whole table on every node; a push step is exchanged with the
+// other nodes by a collective (allgatherv: the nodes' coalesced rows; allreduce: the
+// gradient densified to rows x (dim + 1), the extra column counting who touched a row),
+// then every replica applies the identical update.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "collective_transport.h"
 #include "parallax_c.h"
 #include "serial_queue.h"
 #include "shard_store.h"
@@ -35,15 +42,23 @@ struct ShardRequest {
 
 class ShardOwner {
  public:
+  // map: the variable's partitioning (ps); replicated routes hold every row regardless.
   ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
              const SparseOptions& options, int world_size, ThreadPool& pool,
              SerialQueue::PostToLoop post);
 
+  // Cluster: the transport and cluster-wide id the replicated routes' collectives use.
+  void attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes);
+
   void handle(ShardRequest request);
 
+  bool replicated() const { return replicated_; }
   uint64_t applied_steps() const { return applied_steps_; }
   uint64_t store_bytes() const { return store_.bytes(); }
   uint64_t owned_rows() const { return store_.owned_rows(); }
+  uint64_t rows_applied() const { return rows_applied_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
 
  private:
   bool valid(const ShardRequest& r, std::string* why) const;
@@ -53,9 +68,22 @@ class ShardOwner {
   void apply_sync_steps();
   void apply(std::vector<ShardRequest> batches);
   void serve_ready_pulls();
+  // Replicated routes.
+  struct Exchange;
+  void exchange(ShardRequest mine);
+  void exchange_allgatherv(const std::shared_ptr<Exchange>& ex);
+  void exchange_allreduce(const std::shared_ptr<Exchange>& ex);
+  void exchanged(const std::shared_ptr<Exchange>& ex);
 
   std::string label_;
+  bool replicated_;
+  int node_;
   int node_count_;
+  ThreadPool& pool_;
+  SerialQueue::PostToLoop post_;
+  CollectiveTransport* fabric_ = nullptr;
+  uint32_t global_id_ = 0;
+  size_t chunk_bytes_ = 256 * 1024;
   size_t dim_;
   SparseOptions options_;
   int world_size_;
@@ -67,6 +95,10 @@ class ShardOwner {
   uint64_t applies_ = 0;                  // optimizer applications so far (Adam's step)
   std::map<uint64_t, std::vector<std::optional<ShardRequest>>> sync_pushes_;
   std::deque<ShardRequest> waiting_pulls_;
+  std::map<uint64_t, std::shared_ptr<Exchange>> exchanged_;  // replicated: done, by step
+  uint64_t rows_applied_ = 0;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
 };
 
 }  // namespace px

@@ -73,6 +73,18 @@ struct SparseRun {
   }
 };
 
+SparseCounters sparse_counters(const SparseTable& table) {
+  SparseCounters c;
+  c.pull_steps = table.pull_steps;
+  c.push_steps = table.push_steps;
+  c.rows_pulled = table.rows_pulled;
+  c.rows_unique = table.rows_unique;
+  c.rows_applied = table.owner->rows_applied();
+  c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
+  c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
+  return c;
+}
+
 std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable& var,
                                                   SparseShape shape, const SparseOptions& options,
                                                   std::function<std::string(int)> node_label) {
@@ -86,6 +98,8 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
   table->owner = std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim,
                                               options, world.world_size, pool_, post_);
+  table->replicated = table->owner->replicated();
+  table->node = world.node_index;
   table->channel =
       std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
                                       table->owner, post_, std::move(node_label));
@@ -96,6 +110,20 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
       static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
   return table;
 }
+
+void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
+  var.sparse->owner->attach(fabric_, global_id, chunk_bytes_);
+  var.sparse->channel->start(global_id);
+}
+
+namespace {
+
+// The node a request for row goes to: its owner, or this node's replica.
+int target_node(const SparseTable& table, int64_t row) {
+  return table.replicated ? table.node : table.map.owner(static_cast<uint64_t>(row));
+}
+
+}  // namespace
 
 void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                             PendingStep pending) {
@@ -200,7 +228,7 @@ void SparseRouter::prepare_rows(Run& run) {
   run.begin.assign(nodes + 1, 0);
   std::vector<int> owner(run.unique.size());
   for (size_t i = 0; i < run.unique.size(); ++i) {
-    owner[i] = map.owner(static_cast<uint64_t>(run.unique[i]));
+    owner[i] = target_node(*run.table, run.unique[i]);
     ++run.begin[static_cast<size_t>(owner[i]) + 1];
   }
   for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
@@ -242,13 +270,13 @@ void SparseRouter::prepare_updates(Run& run) {
   const PartitionMap& map = run.table->map;
   size_t nodes = static_cast<size_t>(map.nodes());
   run.begin.assign(nodes + 1, 0);
-  for (int64_t r : rows) ++run.begin[static_cast<size_t>(map.owner(static_cast<uint64_t>(r))) + 1];
+  for (int64_t r : rows) ++run.begin[static_cast<size_t>(target_node(*run.table, r)) + 1];
   for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
   std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
   run.rows.resize(rows.size());
   run.values.resize(values.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    size_t at = fill[static_cast<size_t>(map.owner(static_cast<uint64_t>(rows[i])))]++;
+    size_t at = fill[static_cast<size_t>(target_node(*run.table, rows[i]))]++;
     run.rows[at] = rows[i];
     std::memcpy(run.values.data() + at * dim, values.data() + i * dim, dim * sizeof(float));
   }
@@ -265,16 +293,24 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     return;
   }
   if (run->op == SparseOp::kPull) {
+    ++run->table->pull_steps;
     for (auto& w : run->workers) run->table->rows_pulled += w.n;
     run->table->rows_unique += run->unique.size();
   }
+  if (run->op == SparseOp::kPush) ++run->table->push_steps;
   int nodes = run->table->map.nodes();
   // Every owner hears of every push step (empty or not): sync and bounded owners count them.
+  // A replica hears only of this node's pushes (exchanging them is its business); a load
+  // goes to every replica.
+  const SparseTable& table = *run->table;
+  bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
   std::vector<int> targets;
   for (int node = 0; node < nodes; ++node) {
     size_t count =
         run->begin[static_cast<size_t>(node) + 1] - run->begin[static_cast<size_t>(node)];
-    if (count > 0 || run->op == SparseOp::kPush) targets.push_back(node);
+    bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
+    if (count > 0 || pushes_here || (to_every_replica && !run->rows.empty()))
+      targets.push_back(node);
   }
   run->requests_left = static_cast<int>(targets.size());
   if (targets.empty()) return deliver(run);
@@ -282,6 +318,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   for (int node : targets) {
     size_t at = run->begin[static_cast<size_t>(node)];
     size_t count = run->begin[static_cast<size_t>(node) + 1] - at;
+    if (to_every_replica) {  // every row was grouped under this node: send them everywhere
+      at = run->begin[static_cast<size_t>(table.node)];
+      count = run->begin[static_cast<size_t>(table.node) + 1] - at;
+    }
     bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
     const float* values = updates ? run->values.data() + at * dim : nullptr;
     float* out = updates ? nullptr : run->values.data() + at * dim;

@@ -25,27 +25,43 @@ struct SparseRun;
 struct SparseTable {
   SparseShape shape;
   SparseOptions options;
-  PartitionMap map;
+  PartitionMap map;         // ps: where rows live
+  bool replicated = false;  // allgatherv/allreduce routes: every node holds every row
+  int node = 0;
   std::shared_ptr<ShardOwner> owner;
   std::shared_ptr<SparseChannel> channel;
   // Counters for stats: rows the local workers pulled (duplicates included) and the rows
   // this node asked the shards for (their union), summed over pull steps.
+  uint64_t pull_steps = 0;
+  uint64_t push_steps = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
   std::set<SparseRun*> in_flight;  // operations past local matching, not yet complete
 };
+
+struct SparseCounters {
+  uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
+           bytes_sent = 0, bytes_received = 0;
+};
+SparseCounters sparse_counters(const SparseTable& table);
 
 class SparseRouter {
  public:
   using PostToLoop = std::function<void(std::function<void()>)>;
   SparseRouter(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
 
-  void set_fabric(CollectiveTransport* fabric) { fabric_ = fabric; }
+  void set_fabric(CollectiveTransport* fabric, size_t chunk_bytes) {
+    fabric_ = fabric;
+    chunk_bytes_ = chunk_bytes;
+  }
 
   // Sets up the variable's table on this node (its shards allocated and initialised).
   std::shared_ptr<SparseTable> create(const Job& job, const Variable& var, SparseShape shape,
                                       const SparseOptions& options,
                                       std::function<std::string(int)> node_label);
+
+  // Cluster: every node registered the variable alike; its bulk messages use global_id.
+  void start_variable(Variable& var, uint32_t global_id);
 
   // A pull or push step every local worker submitted.
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
@@ -71,6 +87,7 @@ class SparseRouter {
   ThreadPool& pool_;
   PostToLoop post_;
   CollectiveTransport* fabric_ = nullptr;
+  size_t chunk_bytes_ = 256 * 1024;
 };
 
 }  // namespace px

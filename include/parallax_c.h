@@ -102,6 +102,16 @@ typedef struct px_var_stats {
   uint64_t bytes;     /* bytes reduced on this node (input bytes of all local workers) */
   uint64_t wait_ns;   /* total time from first to last local submission of each step */
   uint64_t reduce_ns; /* total time spent reducing and fanning out */
+  /* Sparse variables (ABI 1.1; zero for dense ones). Per pull step a worker's density is
+   * alpha = rows_pulled / (pull_steps * local workers * rows). */
+  uint64_t pull_steps;
+  uint64_t push_steps;
+  uint64_t rows_pulled;    /* rows the local workers pulled, duplicates included */
+  uint64_t rows_unique;    /* rows this node asked for: the union of its workers' rows */
+  uint64_t rows_applied;   /* rows this node's shards updated; summed over the nodes this is
+                              the per-step union across nodes (ps; each replica counts all) */
+  uint64_t bytes_sent;     /* payload bytes this node sent to other nodes for the variable */
+  uint64_t bytes_received; /* payload bytes it received from them */
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------

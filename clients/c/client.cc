@@ -388,6 +388,13 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   s.bytes = reply->bytes();
   s.wait_ns = reply->wait_ns();
   s.reduce_ns = reply->reduce_ns();
+  s.pull_steps = reply->pull_steps();
+  s.push_steps = reply->push_steps();
+  s.rows_pulled = reply->rows_pulled();
+  s.rows_unique = reply->rows_unique();
+  s.rows_applied = reply->rows_applied();
+  s.bytes_sent = reply->bytes_sent();
+  s.bytes_received = reply->bytes_received();
   std::memcpy(out_stats, &s, s.struct_size);
   return succeed();
 }

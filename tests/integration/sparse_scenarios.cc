@@ -149,7 +149,13 @@ int scenario_train(px_client* c, int argc, char** argv) {
   px_sparse_options o = parse_options(argv[0], argv[1]);
   uint64_t steps = strtoull(argv[2], nullptr, 10);
   if (argc > 3) o.partitions = uint32_t(atoi(argv[3]));
-  if (argc > 4) o.route = std::string(argv[4]) == "ps" ? PX_ROUTE_PS : PX_ROUTE_HYBRID;
+  if (argc > 4) {
+    std::string route = argv[4];
+    o.route = route == "ps"           ? PX_ROUTE_PS
+              : route == "allgatherv" ? PX_ROUTE_ALLGATHERV
+              : route == "allreduce"  ? PX_ROUTE_ALLREDUCE
+                                      : PX_ROUTE_HYBRID;
+  }
   bool bad = argc > 5 && std::string(argv[5]) == "1";
   int world = world_size(c);
   px_var* var = nullptr;
@@ -342,9 +348,9 @@ int scenario_errors(px_client* c) {
   px_sparse_options_init(&o);
   px_var* v = nullptr;
   px_sparse_options bad = o;
-  bad.route = PX_ROUTE_ALLGATHERV;
-  expect_status(register_with(c, "ag", PX_F32, 10, bad, &v), PX_ERR_NOT_IMPLEMENTED, "allgatherv");
-  expect_contains(last_message(), "allgatherv");
+  bad.route = 7;
+  expect_status(register_with(c, "route", PX_F32, 10, bad, &v), PX_ERR_INVALID, "route 7");
+  expect_contains(last_message(), "route");
   expect_status(register_with(c, "f64", PX_F64, 10, o, &v), PX_ERR_NOT_IMPLEMENTED, "f64 table");
   expect_status(register_with(c, "empty", PX_F32, 0, o, &v), PX_ERR_INVALID, "0 rows");
   bad = o;
@@ -431,10 +437,14 @@ int scenario_errors(px_client* c) {
 
 // sparse-load: rank 0 loads a table (ordinary memory), everyone reads it back (arena
 // memory, duplicates), then a training step starts from the loaded values.
-int scenario_load(px_client* c) {
+int scenario_load(px_client* c, int argc, char** argv) {
   px_sparse_options o;
   px_sparse_options_init(&o);
   o.learning_rate = 0.5;
+  if (argc > 0)
+    o.route = std::string(argv[0]) == "allgatherv"  ? PX_ROUTE_ALLGATHERV
+              : std::string(argv[0]) == "allreduce" ? PX_ROUTE_ALLREDUCE
+                                                    : PX_ROUTE_PS;
   px_var* var = nullptr;
   check(px_register_sparse(c, "tbl", PX_F32, kRows, kDim, &o, &var), "register");
   auto value = [](int64_t row, uint64_t col) { return float(row) + float(col) / 10.0f; };
@@ -515,7 +525,7 @@ int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, cha
   if (scenario == "sparse-train" && argc >= 3) return scenario_train(c, argc, argv);
   if (scenario == "sparse-bounded" && argc >= 3) return scenario_bounded(c, argc, argv);
   if (scenario == "sparse-errors") return scenario_errors(c);
-  if (scenario == "sparse-load") return scenario_load(c);
+  if (scenario == "sparse-load") return scenario_load(c, argc, argv);
   if (scenario == "sparse-node-mismatch") return scenario_node_mismatch(c);
   die("unknown sparse scenario or missing arguments: " + scenario);
 }

@@ -69,22 +69,28 @@ TEST_CASE("sparse: load, read and train from loaded values") {
   CHECK(all_ok(run_workers(daemon, "load", 2, {"sparse-load"})));
 }
 
-TEST_CASE("sparse: the same training on 1, 2 and 3 nodes gives the reference table") {
-  // World size 6 each time: 1 x 6, 2 x 3, 3 x 2; partitions automatic and 7, both routes.
+TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
+  // World size 6 each time: 1 x 6, 2 x 3, 3 x 2 nodes x workers. Every run is checked
+  // against the same reference, so the routes and node counts agree with each other.
+  const char* routes[][2] = {{"hybrid", "0"}, {"ps", "7"}, {"allgatherv", "0"}, {"allreduce", "0"}};
   {
     DaemonProcess daemon("sp-eq1");
-    auto results =
-        run_workers(daemon, "eq", 6, {"sparse-train", "adam", "mean", "50", "7", "ps", "1"});
-    CHECK(all_ok(results));
-    CHECK(same_table(results));
+    for (auto& route : routes) {
+      CAPTURE(route[0]);
+      auto results = run_workers(daemon, std::string("eq-") + route[0], 6,
+                                 {"sparse-train", "adam", "mean", "50", route[1], route[0], "1"});
+      CHECK(all_ok(results));
+      CHECK(same_table(results));
+    }
   }
   for (int nodes : {2, 3}) {
     CAPTURE(nodes);
     ClusterProcesses cluster("sp-eq" + std::to_string(nodes), nodes);
-    for (auto partitions : {"0", "7"}) {
-      auto results = run_cluster_workers(cluster, std::string("eq") + partitions, 6 / nodes,
-                                         {"sparse-train", "adam", "mean", "50", partitions,
-                                          partitions[0] == '0' ? "hybrid" : "ps", "1"});
+    for (auto& route : routes) {
+      CAPTURE(route[0]);
+      auto results =
+          run_cluster_workers(cluster, std::string("eq-") + route[0], 6 / nodes,
+                              {"sparse-train", "adam", "mean", "50", route[1], route[0], "1"});
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
@@ -102,7 +108,11 @@ TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
 TEST_CASE("sparse: errors, loads and option mismatches on a cluster") {
   ClusterProcesses cluster("sp-cerr", 2);
   CHECK(all_ok(run_cluster_workers(cluster, "errors", 2, {"sparse-errors"})));
-  CHECK(all_ok(run_cluster_workers(cluster, "load", 2, {"sparse-load"})));
+  for (auto route : {"ps", "allgatherv", "allreduce"}) {
+    CAPTURE(route);
+    CHECK(all_ok(
+        run_cluster_workers(cluster, std::string("load-") + route, 2, {"sparse-load", route})));
+  }
   auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "node-mismatch"));
