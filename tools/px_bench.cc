@@ -13,6 +13,8 @@
 //     (0: unlimited) or plain loopback ("lo"). Open MPI and PyTorch gloo run on the same
 //     links with W ranks per node (N x W ranks in all).
 //
+//   px-bench sparse ...   (bench_sparse.cc)
+//
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
@@ -33,28 +35,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "parallax_c.h"
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-[[noreturn]] void die(const std::string& what) {
-  fprintf(stderr, "px-bench: %s\n", what.c_str());
-  exit(1);
-}
-
-void check(px_status s, const char* what) {
-  if (s != PX_OK) die(std::string(what) + ": " + px_strerror(s) + ": " + px_last_error());
-}
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using namespace pxbench;
 
 // Single-thread memcpy of 64 MiB, median of several runs, in GB/s (10^9 bytes/s).
 double memcpy_gbps() {
@@ -245,15 +231,6 @@ std::vector<double> big_allreduce(const Daemon& d, int workers, bool arena, int 
 }
 
 // The folder px-bench runs from (BUILD/tools).
-std::string tools_dir() {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return ".";
-  self[n] = '\0';
-  std::string path(self);
-  return path.substr(0, path.rfind('/'));
-}
-
 std::string default_daemon_path() {
   return tools_dir() + "/../daemon/parallaxd";
 }
@@ -362,18 +339,6 @@ std::vector<std::pair<uint64_t, double>> collect(const std::string& command,
   return out;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t comma = text.find(',', at);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > at) out.push_back(text.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return out;
-}
-
 int bench_allreduce(bool json, const std::string& daemon, const std::string& nodes_list,
                     const std::string& links_list, const std::string& sizes, int iterations,
                     const std::string& peers_list, int per_node) {
@@ -458,10 +423,16 @@ int main(int argc, char** argv) {
             "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
             "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
             "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
-            "                          [--daemon PATH]\n");
+            "                          [--daemon PATH]\n"
+            "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
+            "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
+            "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
+            "                       [--peers gloo] [--daemon PATH]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
+  if (scenario == "sparse") return bench_sparse(argc - 2, argv + 2);
+  if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
     return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
@@ -497,5 +468,5 @@ int main(int argc, char** argv) {
   if (scenario == "allreduce")
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node);
-  die("unknown scenario '" + scenario + "' (this build has: local, allreduce)");
+  die("unknown scenario '" + scenario + "' (this build has: local, allreduce, sparse)");
 }

@@ -1,0 +1,46 @@
+#!/usr/bin/python3
+"""PyTorch gloo sparse all_reduce peer for px-bench sparse: one process per worker.
+
+Usage (under tools/px-cluster --no-daemons): gloo_sparse.py ROWS DIM LOOKUPS DENSE_BYTES STEPS
+Each rank builds the same LM1B-shaped gradient px-bench's workers push: LOOKUPS Zipf(1.0)
+rows of a ROWS x DIM table, uncoalesced, as a sparse COO tensor, and all_reduces it (what
+Horovod-style systems do with sparse gradients). Prints "RESULT gloo-sparse <median s>".
+"""
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def main():
+    rows, dim, lookups, _dense, steps = (int(x) for x in sys.argv[1:6])
+    per_node = int(os.environ.get("PX_CLUSTER_WORKERS_PER_NODE", "1"))
+    rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ.get("PARALLAX_LOCAL_RANK", "0"))
+    world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
+    master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:29561", rank=rank, world_size=world)
+    weights = 1.0 / torch.arange(1, rows + 1, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(rank + 1)
+    times = []
+    for step in range(steps + 1):
+        index = torch.multinomial(weights, lookups, replacement=True, generator=generator)
+        grad = torch.sparse_coo_tensor(index.unsqueeze(0), torch.full((lookups, dim), 1e-3),
+                                       (rows, dim))
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(grad)
+        if step > 0:  # the first one sets up connections
+            times.append(time.perf_counter() - start)
+    if rank == 0:
+        print(f"RESULT gloo-sparse {statistics.median(times):.6f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

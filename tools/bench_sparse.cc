@@ -1,0 +1,386 @@
+// px-bench sparse: an LM1B-shaped training step through every sparse route.
+//
+//   px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]
+//                   [--routes hybrid,ps,allgatherv,allreduce] [--steps N]
+//                   [--rows 800000] [--dim 128] [--lookups 8192] [--dense-bytes 25000000]
+//                   [--peers gloo] [--daemon PATH]
+//
+// Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(1.0)-distributed,
+// pulls them, and pushes a gradient for each (uncoalesced, as a model would); the full step
+// also reduces `dense-bytes` of dense gradients (allreduce; through the parameter server
+// too under the ps route, as Parallax's PS mode). Runs on tools/px-cluster netns links.
+// Reported per route: the sparse part's step time (pull + push) and the full step's, the
+// payload each node sent for the table (daemon counters), the bytes its network interface
+// sent (headers included), both divided by the route's theoretical volume computed from
+// the measured unique rows, and the full step against its busiest link's bytes / link rate.
+// Peer in the same run: PyTorch gloo's sparse all_reduce of the same uncoalesced
+// per-worker gradients (tools/bench/gloo_sparse.py).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "bench_common.h"
+
+namespace pxbench {
+namespace {
+
+struct SparseShapeArgs {
+  uint64_t rows = 800000, dim = 128, lookups = 8192, dense_bytes = 25000000;
+  int steps = 6;
+};
+
+// Zipf(1.0) over [0, rows): P(k) proportional to 1 / (k + 1).
+class Zipf {
+ public:
+  explicit Zipf(uint64_t rows) : cdf_(rows) {
+    double sum = 0;
+    for (uint64_t k = 0; k < rows; ++k) cdf_[k] = sum += 1.0 / double(k + 1);
+    for (double& c : cdf_) c /= sum;
+  }
+  int64_t operator()(uint64_t& state) const {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double u = double(state >> 11) / 9007199254740992.0;
+    return int64_t(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// This network namespace's interface counters (/proc/net/dev follows the netns).
+std::pair<uint64_t, uint64_t> iface_bytes() {
+  const char* iface = getenv("PX_CLUSTER_IFACE");
+  std::ifstream dev("/proc/net/dev");
+  std::string line;
+  while (std::getline(dev, line)) {
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (!iface || name != iface) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    uint64_t v[16] = {0};
+    for (auto& x : v) fields >> x;
+    return {v[8], v[0]};  // tx, rx
+  }
+  return {0, 0};
+}
+
+px_var_stats stats_of(px_var* var) {
+  px_var_stats s{};
+  s.struct_size = sizeof s;
+  check(px_var_stats_get(var, &s), "px_var_stats_get");
+  return s;
+}
+
+px_route parse_route(const std::string& r) {
+  if (r == "ps") return PX_ROUTE_PS;
+  if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
+  if (r == "allreduce") return PX_ROUTE_ALLREDUCE;
+  if (r == "hybrid") return PX_ROUTE_HYBRID;
+  die("unknown route " + r);
+}
+
+}  // namespace
+
+// One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS.
+// Local rank 0 of every node prints "NODE {json}".
+int sparse_worker(int argc, char** argv) {
+  if (argc < 6) die("usage: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS");
+  std::string route = argv[0];
+  SparseShapeArgs a;
+  a.rows = std::stoull(argv[1]);
+  a.dim = std::stoull(argv[2]);
+  a.lookups = std::stoull(argv[3]);
+  a.dense_bytes = std::stoull(argv[4]);
+  a.steps = std::max(1, atoi(argv[5]));
+  uint64_t row_bytes = a.dim * sizeof(float);
+  uint64_t dense_rows = (a.dense_bytes + row_bytes - 1) / row_bytes;
+  bool dense_as_ps = route == "ps";
+  px_connect_options o;
+  px_connect_options_init(&o);
+  o.timeout_ms = 300000;
+  uint64_t dense_buffer = dense_as_ps ? dense_rows * (row_bytes + 8) : a.dense_bytes;
+  o.arena_bytes = a.lookups * (2 * row_bytes + 8) + 2 * dense_buffer + (64ull << 20);
+  px_client* c = nullptr;
+  check(px_connect(&o, &c), "px_connect");
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+
+  px_sparse_options so;
+  px_sparse_options_init(&so);
+  so.learning_rate = 0.01;
+  so.route = parse_route(route);
+  px_var* table = nullptr;
+  check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &so, &table), "register table");
+  px_var* dense = nullptr;
+  if (dense_as_ps) {
+    check(px_register_sparse(c, "dense", PX_F32, dense_rows, a.dim, &so, &dense), "register dense");
+  } else {
+    check(px_register_dense(c, "dense", PX_F32, a.dense_bytes / 4, PX_SUM, &dense), "register");
+  }
+  void *idx_mem, *rows_mem, *grads_mem, *dense_mem, *dense_idx_mem = nullptr;
+  check(px_alloc(c, a.lookups * 8, &idx_mem), "px_alloc");
+  check(px_alloc(c, a.lookups * row_bytes, &rows_mem), "px_alloc");
+  check(px_alloc(c, a.lookups * row_bytes, &grads_mem), "px_alloc");
+  check(px_alloc(c, dense_as_ps ? dense_rows * row_bytes : a.dense_bytes, &dense_mem), "px_alloc");
+  auto* idx = static_cast<int64_t*>(idx_mem);
+  auto* grads = static_cast<float*>(grads_mem);
+  for (uint64_t i = 0; i < a.lookups * a.dim; ++i) grads[i] = 1e-3f * float(i % 7);
+  std::memset(dense_mem, 0, dense_as_ps ? dense_rows * row_bytes : a.dense_bytes);
+  if (dense_as_ps) {
+    check(px_alloc(c, dense_rows * 8, &dense_idx_mem), "px_alloc");
+    for (uint64_t r = 0; r < dense_rows; ++r) static_cast<int64_t*>(dense_idx_mem)[r] = int64_t(r);
+  }
+  Zipf zipf(a.rows);
+  uint64_t rng = 0x9e3779b97f4a7c15ull * uint64_t(w.rank + 1);
+
+  auto wait = [](px_request* r, const char* what) {
+    check(px_wait(r, 600000), what);
+    px_request_free(r);
+  };
+  // full: also the dense part, its push in flight with the table's.
+  auto step = [&](bool full) {
+    for (uint64_t i = 0; i < a.lookups; ++i) idx[i] = zipf(rng);
+    px_request* r = nullptr;
+    if (full && dense_as_ps) {
+      px_request* d = nullptr;
+      check(px_pull_rows(dense, static_cast<int64_t*>(dense_idx_mem), dense_rows, dense_mem, &d),
+            "pull dense");
+      check(px_pull_rows(table, idx, a.lookups, rows_mem, &r), "pull");
+      wait(d, "pull dense");
+    } else {
+      check(px_pull_rows(table, idx, a.lookups, rows_mem, &r), "pull");
+    }
+    wait(r, "pull");
+    check(px_push_rows(table, idx, a.lookups, grads, &r), "push");
+    if (full) {
+      px_request* d = nullptr;
+      if (dense_as_ps)
+        check(px_push_rows(dense, static_cast<int64_t*>(dense_idx_mem), dense_rows, dense_mem, &d),
+              "push dense");
+      else
+        check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
+      wait(d, "dense");
+    }
+    wait(r, "push");
+  };
+  struct Phase {
+    std::vector<double> seconds;
+    px_var_stats before{}, after{};
+    std::pair<uint64_t, uint64_t> iface_before, iface_after;
+  };
+  auto run_phase = [&](bool full) {
+    Phase p;
+    step(full);  // warm-up: connections, page faults, first-touch of the shards
+    check(px_barrier(c, 600000), "px_barrier");
+    p.before = stats_of(table);
+    p.iface_before = iface_bytes();
+    for (int s = 0; s < a.steps; ++s) {
+      double t0 = now_s();
+      step(full);
+      p.seconds.push_back(now_s() - t0);
+    }
+    p.after = stats_of(table);
+    p.iface_after = iface_bytes();
+    return p;
+  };
+  Phase sparse = run_phase(false);
+  Phase full = run_phase(true);
+  if (w.local_rank == 0) {
+    double n = a.steps;
+    auto per_step = [n](uint64_t after, uint64_t before) { return double(after - before) / n; };
+    printf(
+        "NODE {\"node\":%d,\"sparse_step_s\":%.6f,\"step_s\":%.6f,\"rows_pulled\":%.1f,"
+        "\"rows_unique\":%.1f,\"rows_applied\":%.1f,\"payload_sent\":%.1f,"
+        "\"payload_received\":%.1f,\"iface_tx_sparse\":%.1f,\"iface_rx_sparse\":%.1f,"
+        "\"iface_tx_full\":%.1f,\"iface_rx_full\":%.1f}\n",
+        w.node_index, percentile(sparse.seconds, 0.5), percentile(full.seconds, 0.5),
+        per_step(sparse.after.rows_pulled, sparse.before.rows_pulled),
+        per_step(sparse.after.rows_unique, sparse.before.rows_unique),
+        per_step(sparse.after.rows_applied, sparse.before.rows_applied),
+        per_step(sparse.after.bytes_sent, sparse.before.bytes_sent),
+        per_step(sparse.after.bytes_received, sparse.before.bytes_received),
+        per_step(sparse.iface_after.first, sparse.iface_before.first),
+        per_step(sparse.iface_after.second, sparse.iface_before.second),
+        per_step(full.iface_after.first, full.iface_before.first),
+        per_step(full.iface_after.second, full.iface_before.second));
+    fflush(stdout);
+  }
+  check(px_barrier(c, 600000), "px_barrier");
+  px_disconnect(c);
+  return 0;
+}
+
+namespace {
+
+// A number from a flat JSON object printed by sparse_worker.
+double json_number(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return 0;
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
+// Theoretical payload a node sends per step under a route, from the measured unique rows
+// per node U (its workers' union; a push coalesces to the same rows):
+//   ps: pull requests 8 B and pushed rows 8 + 4d for the rows other nodes own, and the
+//       replies 4d to other nodes' pulls of its own rows: U (N-1)/N (16 + 8d);
+//   allgatherv: the ring forwards N-1 nodes' coalesced rows: (N-1) U (8 + 4d);
+//   allreduce: 2 (N-1)/N of the densified table, V d 4 bytes.
+double theoretical_sent(const std::string& route, int nodes, double unique, uint64_t rows,
+                        uint64_t dim) {
+  double n = nodes, d = double(dim);
+  if (route == "allgatherv") return (n - 1) * unique * (8 + 4 * d);
+  if (route == "allreduce") return 2 * (n - 1) / n * double(rows) * d * 4;
+  return unique * (n - 1) / n * (16 + 8 * d);
+}
+
+}  // namespace
+
+int bench_sparse(int argc, char** argv) {
+  bool json = false;
+  std::string nodes_list = "2,4", routes = "hybrid,ps,allgatherv,allreduce", peers = "gloo";
+  int per_node = 2;
+  double link_gbit = 1;
+  SparseShapeArgs a;
+  std::string daemon = tools_dir() + "/../daemon/parallaxd";
+  for (int i = 0; i < argc; ++i) {
+    std::string o = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value for " + o);
+      return argv[++i];
+    };
+    if (o == "--json")
+      json = true;
+    else if (o == "--nodes")
+      nodes_list = next();
+    else if (o == "--workers-per-node")
+      per_node = std::max(1, std::stoi(next()));
+    else if (o == "--link-gbit")
+      link_gbit = std::stod(next());
+    else if (o == "--routes")
+      routes = next();
+    else if (o == "--steps")
+      a.steps = std::max(1, std::stoi(next()));
+    else if (o == "--rows")
+      a.rows = std::stoull(next());
+    else if (o == "--dim")
+      a.dim = std::stoull(next());
+    else if (o == "--lookups")
+      a.lookups = std::stoull(next());
+    else if (o == "--dense-bytes")
+      a.dense_bytes = std::stoull(next());
+    else if (o == "--peers")
+      peers = next();
+    else if (o == "--daemon")
+      daemon = next();
+    else
+      die("unknown option " + o);
+  }
+  std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
+  bool want_gloo = peers.find("gloo") != std::string::npos &&
+                   system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
+  if (peers.find("gloo") != std::string::npos && !want_gloo)
+    fprintf(stderr, "px-bench: /usr/bin/python3 cannot import torch; skipping gloo\n");
+  char link_text[32];
+  snprintf(link_text, sizeof link_text, "%g", link_gbit);
+  double link_bytes_per_s = link_gbit * 1e9 / 8;
+  if (json)
+    printf(
+        "{\"scenario\":\"sparse\",\"cores\":%u,\"link_gbit\":%s,\"rows\":%llu,\"dim\":%llu,"
+        "\"lookups_per_worker\":%llu,\"dense_bytes\":%llu,\"workers_per_node\":%d,"
+        "\"steps\":%d,\"results\":[",
+        std::thread::hardware_concurrency(), link_text, (unsigned long long)a.rows,
+        (unsigned long long)a.dim, (unsigned long long)a.lookups, (unsigned long long)a.dense_bytes,
+        per_node, a.steps);
+  bool first = true;
+  for (const std::string& n_text : split(nodes_list)) {
+    int n = std::stoi(n_text);
+    std::string base = source_tools + "/px-cluster --nodes " + n_text + " --workers-per-node " +
+                       std::to_string(per_node) + " --mode netns --link-gbit " + link_text +
+                       " --timeout 3000";
+    std::string shape = std::to_string(a.rows) + " " + std::to_string(a.dim) + " " +
+                        std::to_string(a.lookups) + " " + std::to_string(a.dense_bytes) + " " +
+                        std::to_string(a.steps);
+    for (const std::string& route : split(routes)) {
+      std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
+                            "/px-bench sparse-worker " + route + " " + shape +
+                            " 2>/tmp/px-bench-last.err";
+      FILE* p = popen(command.c_str(), "r");
+      std::vector<std::string> node_json;
+      char line[4096];
+      while (p && fgets(line, sizeof line, p))
+        if (strncmp(line, "NODE ", 5) == 0) node_json.emplace_back(line + 5);
+      if (!p || pclose(p) != 0 || node_json.size() != size_t(n)) {
+        fprintf(stderr, "px-bench: route %s on %d nodes failed (see /tmp/px-bench-last.err)\n",
+                route.c_str(), n);
+        continue;
+      }
+      double step = 0, sparse_step = 0, unique = 0, pulled = 0, sent = 0, tx_sparse = 0,
+             busiest = 0;
+      for (const std::string& j : node_json) {
+        step = std::max(step, json_number(j, "step_s"));
+        sparse_step = std::max(sparse_step, json_number(j, "sparse_step_s"));
+        unique += json_number(j, "rows_unique") / n;
+        pulled += json_number(j, "rows_pulled") / n;
+        sent += json_number(j, "payload_sent") / n;
+        tx_sparse += json_number(j, "iface_tx_sparse") / n;
+        busiest =
+            std::max({busiest, json_number(j, "iface_tx_full"), json_number(j, "iface_rx_full")});
+      }
+      double theory = theoretical_sent(route, n, unique, a.rows, a.dim);
+      double alpha = pulled / per_node / double(a.rows);
+      double link_bound = busiest / link_bytes_per_s;
+      if (json) {
+        printf(
+            "%s{\"system\":\"parallax\",\"route\":\"%s\",\"nodes\":%d,\"step_s\":%.4f,"
+            "\"sparse_step_s\":%.4f,\"alpha\":%.6f,\"unique_rows_per_node\":%.0f,"
+            "\"payload_sent_per_node\":%.0f,\"wire_tx_sparse_per_node\":%.0f,"
+            "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
+            "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
+            "\"step_over_link_bound\":%.3f}",
+            first ? "" : ",", route.c_str(), n, step, sparse_step, alpha, unique, sent, tx_sparse,
+            theory, sent / theory, tx_sparse / theory, busiest, step / link_bound);
+        first = false;
+      } else {
+        printf(
+            "%-10s N=%d step %.3f s  sparse %.3f s  alpha %.5f  unique/node %.0f  "
+            "sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
+            "step / link bound %.2f\n",
+            route.c_str(), n, step, sparse_step, alpha, unique, sent / 1e6, tx_sparse / 1e6,
+            theory / 1e6, sent / theory, tx_sparse / theory, step / link_bound);
+      }
+      fflush(stdout);
+    }
+    if (want_gloo) {
+      std::string command = base + " --no-daemons -- /usr/bin/python3 " + source_tools +
+                            "/bench/gloo_sparse.py " + shape + " 2>/tmp/px-bench-last.err";
+      FILE* p = popen(command.c_str(), "r");
+      char line[512];
+      double seconds = 0;
+      while (p && fgets(line, sizeof line, p)) sscanf(line, "RESULT gloo-sparse %lf", &seconds);
+      if (p) pclose(p);
+      if (seconds <= 0) {
+        fprintf(stderr, "px-bench: gloo sparse on %d nodes failed\n", n);
+      } else if (json) {
+        printf(
+            "%s{\"system\":\"gloo\",\"route\":\"sparse-allreduce\",\"nodes\":%d,"
+            "\"sparse_step_s\":%.4f}",
+            first ? "" : ",", n, seconds);
+        first = false;
+      } else {
+        printf("gloo       N=%d sparse all_reduce %.3f s\n", n, seconds);
+      }
+      fflush(stdout);
+    }
+  }
+  if (json) printf("]}\n");
+  return 0;
+}
+
+}  // namespace pxbench
