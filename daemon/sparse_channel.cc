@@ -1,11 +1,14 @@
 #include "sparse_channel.h"
 
+#include <algorithm>
+
 #include "log.h"
 
 namespace px {
 namespace {
 
 constexpr uint64_t kHeaderPart = 0, kRowsPart = 1, kValuesPart = 2;
+constexpr uint64_t kMaxChunks = 1ull << (kTagAlgorithmBits - 2);
 // Largest request accepted from the network (rows per request).
 constexpr uint64_t kMaxRequestRows = 1ull << 32;
 
@@ -25,17 +28,44 @@ struct SparseChannel::Incoming {
 };
 
 SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
-                             std::shared_ptr<ShardOwner> owner, PostToLoop post,
+                             size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
                              std::function<std::string(int)> node_label)
     : fabric_(fabric),
       node_(node),
       nodes_(nodes),
       dim_(dim),
+      chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
       owner_(std::move(owner)),
       post_(std::move(post)),
       node_label_(std::move(node_label)),
       next_seq_to_(static_cast<size_t>(nodes), 0),
       peers_(static_cast<size_t>(nodes)) {}
+
+size_t SparseChannel::chunk_size(size_t bytes) const {
+  // Both sides derive it from the size alone; huge payloads get larger chunks so the
+  // chunk index fits its tag bits.
+  return std::max(chunk_bytes_, (bytes + kMaxChunks - 1) / kMaxChunks);
+}
+
+size_t SparseChannel::chunks(size_t bytes) const {
+  return bytes == 0 ? 0 : (bytes + chunk_size(bytes) - 1) / chunk_size(bytes);
+}
+
+void SparseChannel::send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
+                              const TransferCallback& done) {
+  size_t chunk = chunk_size(bytes);
+  for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
+    fabric_->send(peer, tag | part | (i << 2), static_cast<const char*>(data) + at,
+                  std::min(chunk, bytes - at), done);
+}
+
+void SparseChannel::recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
+                              const TransferCallback& done) {
+  size_t chunk = chunk_size(bytes);
+  for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
+    fabric_->recv(peer, tag | part | (i << 2), static_cast<char*>(data) + at,
+                  std::min(chunk, bytes - at), done);
+}
 
 void SparseChannel::start(uint32_t global_id) {
   if (!fabric_ || global_id_ != 0) return;
@@ -84,14 +114,17 @@ void SparseChannel::request(int to, SparseOp op, uint64_t step, size_t count, co
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
   bool replies = sparse_reply_bytes(op, count, dim_) > 0;
-  bool rows_back = sparse_op_returns_rows(op) && count > 0;
-  bool values_out = sparse_op_carries_values(op) && count > 0;
-  int parts = 1 + (count > 0) + values_out + replies + rows_back;
+  size_t row_bytes = count * dim_ * sizeof(float);
+  size_t rows_back = sparse_op_returns_rows(op) ? row_bytes : 0;
+  size_t values_out = sparse_op_carries_values(op) ? row_bytes : 0;
+  size_t index_bytes = count * sizeof(int64_t);
+  int parts =
+      static_cast<int>(1 + chunks(index_bytes) + chunks(values_out) + replies + chunks(rows_back));
   call->left.store(parts);
   bytes_sent_ += sizeof(SparseRequestHeader) + call->header.payload_bytes;
   auto self = shared_from_this();
   std::string peer_name = node_label_(to);
-  auto part_done = [self, call, peer_name, to](bool ok, const std::string& error) {
+  auto part_done = [self, call, peer_name](bool ok, const std::string& error) {
     if (!ok) {
       std::lock_guard<std::mutex> lock(call->mutex);
       if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
@@ -106,20 +139,16 @@ void SparseChannel::request(int to, SparseOp op, uint64_t step, size_t count, co
                           peer_name + " refused the request (its log says why)");
       call->done(PX_OK, "");
     });
-    (void)to;
   };
-  if (replies)
+  if (replies) {
     fabric_->recv(to, reply_tag | kHeaderPart, &call->reply, sizeof call->reply, part_done);
-  if (rows_back) {
-    bytes_received_ += count * dim_ * sizeof(float);
-    fabric_->recv(to, reply_tag | kRowsPart, out, count * dim_ * sizeof(float), part_done);
+    bytes_received_ += sizeof(SparseReplyHeader);
   }
-  if (replies) bytes_received_ += sizeof(SparseReplyHeader);
+  recv_part(to, reply_tag, kRowsPart, out, rows_back, part_done);
+  bytes_received_ += rows_back;
   fabric_->send(to, request_tag | kHeaderPart, &call->header, sizeof call->header, part_done);
-  if (count > 0)
-    fabric_->send(to, request_tag | kRowsPart, rows, count * sizeof(int64_t), part_done);
-  if (values_out)
-    fabric_->send(to, request_tag | kValuesPart, values, count * dim_ * sizeof(float), part_done);
+  send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
+  send_part(to, request_tag, kValuesPart, values, values_out, part_done);
 }
 
 void SparseChannel::post_header(int peer) {
@@ -165,7 +194,9 @@ void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
   bytes_received_ += sizeof h + h.payload_bytes;
   p.in_order.push_back(in);
   uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);
-  int parts = (h.count > 0) + (h.count > 0 && sparse_op_carries_values(op));
+  size_t index_bytes = h.count * sizeof(int64_t);
+  size_t value_bytes = in->values.size() * sizeof(float);
+  int parts = static_cast<int>(chunks(index_bytes) + chunks(value_bytes));
   if (parts == 0) {
     in->received = true;
   } else {
@@ -179,10 +210,8 @@ void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
         self->deliver_ready(peer);
       });
     };
-    fabric_->recv(peer, tag | kRowsPart, in->rows.data(), h.count * sizeof(int64_t), part_done);
-    if (parts == 2)
-      fabric_->recv(peer, tag | kValuesPart, in->values.data(), h.count * dim_ * sizeof(float),
-                    part_done);
+    recv_part(peer, tag, kRowsPart, in->rows.data(), index_bytes, part_done);
+    recv_part(peer, tag, kValuesPart, in->values.data(), value_bytes, part_done);
   }
   post_header(peer);
   deliver_ready(peer);
@@ -220,11 +249,9 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   auto keep = [in](bool, const std::string&) {};
   fabric_->send(peer, tag | kHeaderPart, &in->reply, sizeof in->reply, keep);
   bytes_sent_ += sizeof in->reply;
-  if (sparse_op_returns_rows(static_cast<SparseOp>(in->header.op)) && in->header.count > 0) {
-    // Sent even when refused, so the requester's posted receive completes.
-    fabric_->send(peer, tag | kRowsPart, in->out.data(), in->out.size() * sizeof(float), keep);
-    bytes_sent_ += in->out.size() * sizeof(float);
-  }
+  // Rows are sent even when refused, so the requester's posted receives complete.
+  send_part(peer, tag, kRowsPart, in->out.data(), in->out.size() * sizeof(float), keep);
+  bytes_sent_ += in->out.size() * sizeof(float);
 }
 
 }  // namespace px

@@ -1,7 +1,9 @@
 // A sparse variable's requests to shard owners: to this node's ShardOwner directly, to
 // other nodes' over the fabric (sparse_wire.h), and the receiving side that feeds other
 // nodes' requests into this node's ShardOwner, in the order each node sent them. Payloads
-// travel as separate messages (rows, values) so neither side copies them.
+// travel as separate messages (rows, values) so neither side copies them, cut into chunks
+// of at most chunk_bytes: larger messages would take ofi_rxm's rendezvous path, which runs
+// at about half the link rate on rate-limited links (fabric_endpoint.h).
 #pragma once
 
 #include <atomic>
@@ -23,7 +25,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   using PostToLoop = std::function<void(std::function<void()>)>;
 
   // fabric is null on a single node. node_label(i) names node i in errors.
-  SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
+  SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim, size_t chunk_bytes,
                 std::shared_ptr<ShardOwner> owner, PostToLoop post,
                 std::function<std::string(int)> node_label);
 
@@ -47,6 +49,13 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
     SparseRequestHeader header{};
     std::deque<std::shared_ptr<Incoming>> in_order;
   };
+  // A payload part of `bytes` goes as chunks() messages tagged tag | part | chunk << 2.
+  size_t chunk_size(size_t bytes) const;
+  size_t chunks(size_t bytes) const;
+  void send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
+                 const TransferCallback& done);
+  void recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
+                 const TransferCallback& done);
   void post_header(int peer);
   void on_header(int peer, bool ok, const std::string& error);
   void deliver_ready(int peer);
@@ -56,6 +65,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   int node_;
   int nodes_;
   size_t dim_;
+  size_t chunk_bytes_;
   std::shared_ptr<ShardOwner> owner_;
   PostToLoop post_;
   std::function<std::string(int)> node_label_;

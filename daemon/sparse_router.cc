@@ -102,7 +102,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->node = world.node_index;
   table->channel =
       std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
-                                      table->owner, post_, std::move(node_label));
+                                      chunk_bytes_, table->owner, post_, std::move(node_label));
   PX_LOG_INFO(
       "%s: %llu x %llu f32, %u partitions, %llu rows (%llu bytes) held here; %s", label.c_str(),
       static_cast<unsigned long long>(shape.rows), static_cast<unsigned long long>(shape.dim),

@@ -186,8 +186,17 @@ int sparse_worker(int argc, char** argv) {
       step(full);
       p.seconds.push_back(now_s() - t0);
     }
+    // Settle: a pull waits until every push so far is applied (replicated routes exchange
+    // a push after it completed), so the counters hold exactly these steps; an empty push
+    // keeps pull and push steps paired.
+    int64_t row0 = 0;
+    px_request* r = nullptr;
+    check(px_pull_rows(table, &row0, 1, rows_mem, &r), "settling pull");
+    wait(r, "settling pull");
     p.after = stats_of(table);
     p.iface_after = iface_bytes();
+    check(px_push_rows(table, nullptr, 0, nullptr, &r), "empty push");
+    wait(r, "empty push");
     return p;
   };
   Phase sparse = run_phase(false);

@@ -97,6 +97,18 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
   }
 }
 
+TEST_CASE("sparse: payloads cut into many chunks arrive whole") {
+  // 4 KiB chunks: a step's pull replies and pushes span several messages per owner.
+  ClusterProcesses cluster("sp-chunk", 2, {"--chunk-bytes", "4096"});
+  for (auto route : {"hybrid", "allgatherv"}) {
+    CAPTURE(route);
+    auto results = run_cluster_workers(cluster, std::string("chunk-") + route, 2,
+                                       {"sparse-train", "adagrad", "sum", "20", "0", route, "1"});
+    CHECK(all_ok(results));
+    CHECK(same_table(results));
+  }
+}
+
 TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
   ClusterProcesses cluster("sp-cons", 3);
   CHECK(all_ok(run_cluster_workers(cluster, "sync", 1, {"sparse-bounded", "sync", "0", "30"})));
