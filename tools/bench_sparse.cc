@@ -145,8 +145,11 @@ int sparse_worker(int argc, char** argv) {
     px_request_free(r);
   };
   // full: also the dense part, its push in flight with the table's.
-  auto step = [&](bool full) {
+  // The batch's lookups are drawn before a step is timed (as the gloo peer does).
+  auto draw_lookups = [&] {
     for (uint64_t i = 0; i < a.lookups; ++i) idx[i] = zipf(rng);
+  };
+  auto step = [&](bool full) {
     px_request* r = nullptr;
     if (full && dense_as_ps) {
       px_request* d = nullptr;
@@ -170,6 +173,19 @@ int sparse_worker(int argc, char** argv) {
     }
     wait(r, "push");
   };
+  // A pull waits until every push so far is applied (the replicated routes exchange a push
+  // after it completed), so counters read then hold exactly the steps before; an empty push
+  // keeps pull and push steps paired. Returns the counters read in between.
+  auto settle = [&] {
+    int64_t row0 = 0;
+    px_request* r = nullptr;
+    check(px_pull_rows(table, &row0, 1, rows_mem, &r), "settling pull");
+    wait(r, "settling pull");
+    px_var_stats s = stats_of(table);
+    check(px_push_rows(table, nullptr, 0, nullptr, &r), "empty push");
+    wait(r, "empty push");
+    return s;
+  };
   struct Phase {
     std::vector<double> seconds;
     px_var_stats before{}, after{};
@@ -177,26 +193,20 @@ int sparse_worker(int argc, char** argv) {
   };
   auto run_phase = [&](bool full) {
     Phase p;
+    draw_lookups();
     step(full);  // warm-up: connections, page faults, first-touch of the shards
+    settle();
     check(px_barrier(c, 600000), "px_barrier");
     p.before = stats_of(table);
     p.iface_before = iface_bytes();
     for (int s = 0; s < a.steps; ++s) {
+      draw_lookups();
       double t0 = now_s();
       step(full);
       p.seconds.push_back(now_s() - t0);
     }
-    // Settle: a pull waits until every push so far is applied (replicated routes exchange
-    // a push after it completed), so the counters hold exactly these steps; an empty push
-    // keeps pull and push steps paired.
-    int64_t row0 = 0;
-    px_request* r = nullptr;
-    check(px_pull_rows(table, &row0, 1, rows_mem, &r), "settling pull");
-    wait(r, "settling pull");
-    p.after = stats_of(table);
+    p.after = settle();
     p.iface_after = iface_bytes();
-    check(px_push_rows(table, nullptr, 0, nullptr, &r), "empty push");
-    wait(r, "empty push");
     return p;
   };
   Phase sparse = run_phase(false);
