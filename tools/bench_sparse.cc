@@ -124,67 +124,54 @@ int sparse_worker(int argc, char** argv) {
   } else {
     check(px_register_dense(c, "dense", PX_F32, a.dense_bytes / 4, PX_SUM, &dense), "register");
   }
-  void *idx_mem, *rows_mem, *grads_mem, *dense_mem, *dense_idx_mem = nullptr;
-  check(px_alloc(c, a.lookups * 8, &idx_mem), "px_alloc");
+  void *idx_mem[2], *rows_mem, *grads_mem, *dense_mem, *dense_idx_mem = nullptr;
+  for (auto& m : idx_mem) check(px_alloc(c, a.lookups * 8, &m), "px_alloc");
   check(px_alloc(c, a.lookups * row_bytes, &rows_mem), "px_alloc");
   check(px_alloc(c, a.lookups * row_bytes, &grads_mem), "px_alloc");
   check(px_alloc(c, dense_as_ps ? dense_rows * row_bytes : a.dense_bytes, &dense_mem), "px_alloc");
-  auto* idx = static_cast<int64_t*>(idx_mem);
   auto* grads = static_cast<float*>(grads_mem);
   for (uint64_t i = 0; i < a.lookups * a.dim; ++i) grads[i] = 1e-3f * float(i % 7);
   std::memset(dense_mem, 0, dense_as_ps ? dense_rows * row_bytes : a.dense_bytes);
+  auto* dense_idx = static_cast<int64_t*>(dense_idx_mem);
   if (dense_as_ps) {
     check(px_alloc(c, dense_rows * 8, &dense_idx_mem), "px_alloc");
-    for (uint64_t r = 0; r < dense_rows; ++r) static_cast<int64_t*>(dense_idx_mem)[r] = int64_t(r);
+    dense_idx = static_cast<int64_t*>(dense_idx_mem);
+    for (uint64_t r = 0; r < dense_rows; ++r) dense_idx[r] = int64_t(r);
   }
   Zipf zipf(a.rows);
   uint64_t rng = 0x9e3779b97f4a7c15ull * uint64_t(w.rank + 1);
-
+  int cur = 0;  // idx_mem[cur]: the batch pulled last, pushed next
+  auto idx = [&](int which) { return static_cast<int64_t*>(idx_mem[which]); };
+  // The next batch's lookups are drawn before a step is timed (as the gloo peer does).
+  auto draw_next = [&] {
+    for (uint64_t i = 0; i < a.lookups; ++i) idx(1 - cur)[i] = zipf(rng);
+  };
   auto wait = [](px_request* r, const char* what) {
     check(px_wait(r, 600000), what);
     px_request_free(r);
   };
-  // full: also the dense part, its push in flight with the table's.
-  // The batch's lookups are drawn before a step is timed (as the gloo peer does).
-  auto draw_lookups = [&] {
-    for (uint64_t i = 0; i < a.lookups; ++i) idx[i] = zipf(rng);
+  // A step's communication: push batch cur's gradients, then pull batch cur + 1's rows (in
+  // sync mode that pull waits until every node's push is applied). full: the dense part
+  // too, its reduction in flight with the table's push.
+  auto pull = [&](int which, bool full) {
+    px_request *r = nullptr, *d = nullptr;
+    if (full && dense_as_ps)
+      check(px_pull_rows(dense, dense_idx, dense_rows, dense_mem, &d), "pull dense");
+    check(px_pull_rows(table, idx(which), a.lookups, rows_mem, &r), "pull");
+    wait(r, "pull");
+    if (d) wait(d, "pull dense");
   };
   auto step = [&](bool full) {
-    px_request* r = nullptr;
-    if (full && dense_as_ps) {
-      px_request* d = nullptr;
-      check(px_pull_rows(dense, static_cast<int64_t*>(dense_idx_mem), dense_rows, dense_mem, &d),
-            "pull dense");
-      check(px_pull_rows(table, idx, a.lookups, rows_mem, &r), "pull");
-      wait(d, "pull dense");
-    } else {
-      check(px_pull_rows(table, idx, a.lookups, rows_mem, &r), "pull");
-    }
-    wait(r, "pull");
-    check(px_push_rows(table, idx, a.lookups, grads, &r), "push");
-    if (full) {
-      px_request* d = nullptr;
-      if (dense_as_ps)
-        check(px_push_rows(dense, static_cast<int64_t*>(dense_idx_mem), dense_rows, dense_mem, &d),
-              "push dense");
-      else
-        check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
-      wait(d, "dense");
-    }
+    px_request *r = nullptr, *d = nullptr;
+    check(px_push_rows(table, idx(cur), a.lookups, grads, &r), "push");
+    if (full && dense_as_ps)
+      check(px_push_rows(dense, dense_idx, dense_rows, dense_mem, &d), "push dense");
+    else if (full)
+      check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
+    if (d) wait(d, "dense");
     wait(r, "push");
-  };
-  // A pull waits until every push so far is applied (the replicated routes exchange a push
-  // after it completed), so counters read then hold exactly the steps before; an empty push
-  // keeps pull and push steps paired. Returns the counters read in between.
-  auto settle = [&] {
-    int64_t row0 = 0;
-    px_request* r = nullptr;
-    check(px_pull_rows(table, &row0, 1, rows_mem, &r), "settling pull");
-    wait(r, "settling pull");
-    px_var_stats s = stats_of(table);
-    check(px_push_rows(table, nullptr, 0, nullptr, &r), "empty push");
-    wait(r, "empty push");
-    return s;
+    pull(1 - cur, full);
+    cur = 1 - cur;
   };
   struct Phase {
     std::vector<double> seconds;
@@ -193,22 +180,26 @@ int sparse_worker(int argc, char** argv) {
   };
   auto run_phase = [&](bool full) {
     Phase p;
-    draw_lookups();
-    step(full);  // warm-up: connections, page faults, first-touch of the shards
-    settle();
+    draw_next();
+    step(full);  // warm-up: connections, page faults, first touch of the shards
+    // Its pull waited for every push so far to be applied (the replicated routes exchange a
+    // push after it completed), so the counters now hold exactly the steps before.
     check(px_barrier(c, 600000), "px_barrier");
     p.before = stats_of(table);
     p.iface_before = iface_bytes();
     for (int s = 0; s < a.steps; ++s) {
-      draw_lookups();
+      draw_next();
       double t0 = now_s();
       step(full);
       p.seconds.push_back(now_s() - t0);
     }
-    p.after = settle();
+    p.after = stats_of(table);
     p.iface_after = iface_bytes();
     return p;
   };
+  draw_next();
+  pull(1 - cur, false);
+  cur = 1 - cur;
   Phase sparse = run_phase(false);
   Phase full = run_phase(true);
   if (w.local_rank == 0) {

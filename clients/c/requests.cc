@@ -115,6 +115,25 @@ px_status submit(px_client* c, const SubmitEntry& entry, px_request* r) {
   return PX_OK;
 }
 
+BufferRef host_buffer(uint64_t offset, uint64_t bytes) {
+  return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+}
+
+// Hands a prepared request to the daemon; on success *out_request owns it.
+px_status submit_request(px_client* c, const SubmitEntry& entry,
+                         std::unique_ptr<px_request> request, px_request** out_request) {
+  px_request* r = request.get();
+  r->step = entry.step;
+  c->requests[r] = std::move(request);
+  px_status status = submit(c, entry, r);
+  if (status != PX_OK) {
+    destroy_request(c, r);
+    return status;
+  }
+  *out_request = r;
+  return succeed();
+}
+
 int64_t deadline_after(int64_t timeout_ms) {
   return timeout_ms < 0 ? -1 : monotonic_ns() + timeout_ms * 1000000;
 }
@@ -202,18 +221,10 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
   entry.step = var->next_step++;
   entry.var_id = var->id;
   entry.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
-  entry.in = BufferRef{in_offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
-  entry.out = BufferRef{out_offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+  entry.in = host_buffer(in_offset, bytes);
+  entry.out = host_buffer(out_offset, bytes);
   r->var = var;
-  r->step = entry.step;
-  c->requests[r] = std::move(request);
-  px_status status = submit(c, entry, r);
-  if (status != PX_OK) {
-    destroy_request(c, r);
-    return status;
-  }
-  *out_request = r;
-  return succeed();
+  return submit_request(c, entry, std::move(request), out_request);
 }
 
 PX_API px_status px_wait(px_request* request, int64_t timeout_ms) {
@@ -384,19 +395,10 @@ px_status submit_rows(px_var* var, Opcode opcode, const char* fn, const int64_t*
       r->has_step = false;
       break;
   }
-  entry.in =
-      BufferRef{index_offset, index_bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
-  entry.out = BufferRef{row_offset, row_bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+  entry.in = host_buffer(index_offset, index_bytes);
+  entry.out = host_buffer(row_offset, row_bytes);
   r->var = var;
-  r->step = entry.step;
-  c->requests[r] = std::move(request);
-  px_status status = submit(c, entry, r);
-  if (status != PX_OK) {
-    destroy_request(c, r);
-    return status;
-  }
-  *out_request = r;
-  return succeed();
+  return submit_request(c, entry, std::move(request), out_request);
 }
 
 }  // namespace

@@ -299,4 +299,15 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
   return collect_workers(pids, outputs, now_ms() + timeout_ms);
 }
 
+int wait_for_ready_files(const std::string& dir, int n, int timeout_ms) {
+  auto ready = [&] {
+    int count = 0;
+    for (int i = 0; i < n; ++i) count += access((dir + "/" + std::to_string(i)).c_str(), F_OK) == 0;
+    return count;
+  };
+  for (int waited = 0; waited < timeout_ms && ready() < n; waited += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return ready();
+}
+
 }  // namespace pxt

@@ -73,6 +73,9 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
                                               int timeout_ms = 120000,
                                               const std::map<std::string, std::string>& env = {});
 
+// Waits (up to timeout_ms) until files dir/0 .. dir/(n-1) exist; returns how many do.
+int wait_for_ready_files(const std::string& dir, int n, int timeout_ms);
+
 // Every worker exited 0 (prints the outputs otherwise, for the test log).
 bool all_ok(const std::vector<WorkerResult>& results);
 

@@ -113,15 +113,7 @@ TEST_CASE(
                                   {{"PX_TEST_READY_DIR", ready_dir}});
   });
   // Kill node 2 once every worker has completed a step, so the loss comes mid-run.
-  auto ready = [&] {
-    int n = 0;
-    for (int node = 0; node < 3; ++node)
-      n += access((ready_dir + "/" + std::to_string(node)).c_str(), F_OK) == 0;
-    return n;
-  };
-  for (int i = 0; i < 3000 && ready() < 3; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(ready() == 3);
+  CHECK(wait_for_ready_files(ready_dir, 3, 60000) == 3);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   cluster.node(2).kill_and_reap(SIGKILL);
   workers.join();

@@ -139,15 +139,7 @@ TEST_CASE("sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it
     results = run_cluster_workers(cluster, "steady", 1, {"until-lost", "sparse"}, 90000,
                                   {{"PX_TEST_READY_DIR", ready_dir}});
   });
-  auto ready = [&] {
-    int n = 0;
-    for (int node = 0; node < 3; ++node)
-      n += access((ready_dir + "/" + std::to_string(node)).c_str(), F_OK) == 0;
-    return n;
-  };
-  for (int i = 0; i < 3000 && ready() < 3; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(ready() == 3);
+  CHECK(wait_for_ready_files(ready_dir, 3, 60000) == 3);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   cluster.node(1).kill_and_reap(SIGKILL);
   workers.join();
