@@ -152,7 +152,8 @@ int sparse_worker(int argc, char** argv) {
   };
   // A step's communication: push batch cur's gradients, then pull batch cur + 1's rows (in
   // sync mode that pull waits until every node's push is applied). full: the dense part
-  // too, its reduction in flight with the table's push.
+  // too; the next batch's rows are prefetched while the dense gradients are reduced, as a
+  // training loop would (the pull only needs the table's push applied).
   auto pull = [&](int which, bool full) {
     px_request *r = nullptr, *d = nullptr;
     if (full && dense_as_ps)
@@ -168,9 +169,9 @@ int sparse_worker(int argc, char** argv) {
       check(px_push_rows(dense, dense_idx, dense_rows, dense_mem, &d), "push dense");
     else if (full)
       check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
-    if (d) wait(d, "dense");
     wait(r, "push");
     pull(1 - cur, full);
+    if (d) wait(d, "dense");
     cur = 1 - cur;
   };
   struct Phase {
