@@ -30,6 +30,7 @@ const char kUsage[] =
     "  --ring-capacity N      entries per submission/completion ring, a power of two\n"
     "                         (default 1024): the most requests a worker can have in flight\n"
     "  --log-level LEVEL      error, warn, info (default) or debug\n"
+    "  --restore DIR          sparse variables start from their checkpoint in DIR, if any\n"
     "cluster:\n"
     "  --cluster NAME         cluster name; every node must use the same (default parallax)\n"
     "  --node-index I         this node's index, 0 is the coordinator\n"
@@ -100,6 +101,8 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     c->socket_path = value;
   else if (key == "group")
     c->group = value;
+  else if (key == "restore")
+    c->restore_dir = value;
   else if (key == "threads") {
     if (!number(0, 256)) return false;
     c->threads = static_cast<unsigned>(n);
@@ -243,6 +246,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
   static const std::pair<const char*, const char*> kFlags[] = {
       {"--socket", "socket"},
       {"--group", "group"},
+      {"--restore", "restore"},
       {"--threads", "threads"},
       {"--arena-bytes", "arena_bytes"},
       {"--max-arena-bytes", "max_arena_bytes"},

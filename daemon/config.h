@@ -16,6 +16,7 @@ struct DaemonConfig {
   unsigned threads = 0;  // 0: min(4, cores)
   uint64_t default_arena_bytes = 256ull << 20;
   uint64_t max_arena_bytes = 16ull << 30;
+  std::string restore_dir;  // sparse variables load their checkpoint from here, if it has one
   uint32_t ring_capacity = 1024;
   LogLevel log_level = LogLevel::kInfo;
 

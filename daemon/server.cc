@@ -34,6 +34,7 @@ Server::Server(DaemonConfig config)
   uv_loop_init(&loop_);
   uv_async_init(&loop_, &async_, on_async);
   async_.data = this;
+  scheduler_.sparse().set_restore_dir(config_.restore_dir);
 }
 
 Server::~Server() {

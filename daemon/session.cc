@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -147,6 +148,9 @@ void Session::handle_frame(const std::string& payload) {
     case control::Body::RegisterSparse:
       if (state_ == State::kActive)
         return handle_register_sparse(*message->body_as_RegisterSparse());
+      break;
+    case control::Body::Checkpoint:
+      if (state_ == State::kActive) return handle_checkpoint(*message->body_as_Checkpoint());
       break;
     case control::Body::StatsRequest:
       if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
@@ -328,9 +332,16 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
     var = &job.add(name, fingerprint, label());
     if (sparse_options) {
       Server& server = server_;
-      var->sparse = server.scheduler().sparse().create(
-          job, *var, SparseShape{fingerprint.count, fingerprint.dim}, *sparse_options,
-          [&server](int node) { return server.node_label(node); });
+      SparseRouter& router = server.scheduler().sparse();
+      var->sparse =
+          router.create(job, *var, SparseShape{fingerprint.count, fingerprint.dim}, *sparse_options,
+                        [&server](int node) { return server.node_label(node); });
+      std::string error;
+      if (!router.restore(*var->sparse, job, *var, &error)) {
+        var->poison_status = PX_ERR_INVALID;
+        var->poison_message = "variable '" + name + "' cannot be restored: " + error;
+        PX_LOG_ERROR("%s", var->poison_message.c_str());
+      }
     }
     server_.variable_added(job, *var);
   } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
@@ -347,6 +358,50 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
     return reply_register(var->poison_status, var->poison_message, 0);
   var->registered[static_cast<size_t>(local_rank_)] = true;
   reply_register(PX_OK, "", var->id);
+}
+
+void Session::handle_checkpoint(const control::Checkpoint& request) {
+  auto reply = [self = shared_from_this()](px_status status, const std::string& message) {
+    if (self->closed()) return;
+    flatbuffers::FlatBufferBuilder b;
+    auto text = b.CreateString(message);
+    auto body = control::CreateCheckpointReply(b, status, text);
+    self->send_frame(finish_frame(b, control::Body::CheckpointReply, body.Union()));
+  };
+  std::string dir = request.path() ? request.path()->str() : "";
+  if (dir.empty() || dir.size() > 4000 || dir.find('\0') != std::string::npos)
+    return reply(PX_ERR_INVALID, "px_checkpoint: the path must have 1 to 4000 bytes");
+  ::mkdir(dir.c_str(), 0750);  // the other nodes need it too: a shared or same-named path
+  if (!job_->broken().empty()) return reply(PX_ERR_PEER_LOST, job_->broken());
+  struct Pending {
+    int left = 1;  // released after the loop
+    px_status status = PX_OK;
+    std::string message;
+  };
+  auto pending = std::make_shared<Pending>();
+  auto finish_one = [pending, reply](px_status status, const std::string& message) {
+    if (status != PX_OK && pending->status == PX_OK) {
+      pending->status = status;
+      pending->message = message;
+    }
+    if (--pending->left == 0) reply(pending->status, pending->message);
+  };
+  int variables = 0;
+  for (auto& var : job_->variables()) {
+    if (!var->sparse || !var->registered[static_cast<size_t>(local_rank_)]) continue;
+    if (var->poison_status != PX_OK) {
+      finish_one(var->poison_status, var->poison_message);
+      ++pending->left;
+      continue;
+    }
+    ++pending->left;
+    ++variables;
+    uint64_t pushes = next_step(var->id, static_cast<uint16_t>(Opcode::kPushRows));
+    server_.scheduler().sparse().checkpoint(job_, *var, pushes, dir, finish_one);
+  }
+  PX_LOG_INFO("%s: checkpoint of %d sparse variables to %s", label().c_str(), variables,
+              dir.c_str());
+  finish_one(PX_OK, "");
 }
 
 void Session::handle_stats(const control::StatsRequest& request) {

@@ -69,6 +69,7 @@ class Session : public std::enable_shared_from_this<Session> {
                          const SparseOptions* sparse_options);
   void reply_register(px_status status, const std::string& message, uint32_t var_id);
   void handle_stats(const control::StatsRequest& request);
+  void handle_checkpoint(const control::Checkpoint& request);
   void drain_submissions();
   void update_socket_poll();
 

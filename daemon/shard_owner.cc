@@ -44,7 +44,7 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) const {
     *why = "unknown node " + std::to_string(r.from_node);
     return false;
   }
-  for (size_t i = 0; i < r.count; ++i) {
+  for (size_t i = 0; i < r.count && r.op != SparseOp::kCheckpoint; ++i) {
     if (r.rows[i] < 0 || !store_.owns(r.rows[i])) {
       *why = "row " + std::to_string(r.rows[i]) + " is not held by this node";
       return false;
@@ -75,6 +75,12 @@ void ShardOwner::handle(ShardRequest r) {
       return serve(std::move(r));
     case SparseOp::kRead:
       return serve(std::move(r));
+    case SparseOp::kCheckpoint:
+      if (!ready(r)) {
+        waiting_pulls_.push_back(std::move(r));
+        return;
+      }
+      return write_checkpoint(std::move(r));
     case SparseOp::kPush:
       return push(std::move(r));
     case SparseOp::kLoad: {
@@ -100,6 +106,67 @@ bool ShardOwner::pull_ready(uint64_t step) const {
       return slowest >= step - options_.staleness;
     }
   }
+  return true;
+}
+
+bool ShardOwner::applied_through(uint64_t step) const {
+  if (replicated_ || options_.consistency == Consistency::kSync) return applied_steps_ >= step;
+  return *std::min_element(pushes_by_node_.begin(), pushes_by_node_.end()) >= step;
+}
+
+bool ShardOwner::ready(const ShardRequest& r) const {
+  return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(r.step);
+}
+
+// Runs after every push the requester made (and the work queued before it): a consistent cut.
+void ShardOwner::write_checkpoint(ShardRequest r) {
+  auto shared = std::make_shared<ShardRequest>(std::move(r));
+  std::string dir(reinterpret_cast<const char*>(shared->rows), shared->count * sizeof(int64_t));
+  dir.resize(strnlen(dir.c_str(), dir.size()));
+  std::string path =
+      checkpoint_stem(dir, job_, variable_) + ".node" + std::to_string(node_) + ".shard";
+  auto status = std::make_shared<px_status>(PX_OK);
+  queue_->push(
+      true,
+      [this, path, status] {
+        ShardFileData data;
+        store_.export_rows(&data);
+        std::string error;
+        if (!write_shard_file(path, data, &error)) {
+          PX_LOG_ERROR("%s: checkpoint: %s", label_.c_str(), error.c_str());
+          *status = PX_ERR_INVALID;
+        }
+      },
+      [this, shared, status, path] {
+        if (*status == PX_OK)
+          PX_LOG_INFO("%s: checkpoint written to %s", label_.c_str(), path.c_str());
+        shared->done(*status, "");
+      });
+}
+
+bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, std::string* error) {
+  if (manifest.dim != dim_ || manifest.state_slots != store_.state_slots()) {
+    *error = "the checkpoint has dim " + std::to_string(manifest.dim) + " and " +
+             std::to_string(manifest.state_slots) + " optimizer state slots, the variable " +
+             std::to_string(dim_) + " and " + std::to_string(store_.state_slots());
+    return false;
+  }
+  uint64_t taken = 0;
+  for (const std::string& file : manifest.shard_files) {
+    ShardFileData data;
+    if (!read_shard_file(dir + "/" + file, &data, error)) return false;
+    if (data.dim != dim_ || data.slots != store_.state_slots()) {
+      *error = dir + "/" + file + " does not match its manifest";
+      return false;
+    }
+    taken += store_.import_rows(data);
+  }
+  if (taken != store_.owned_rows()) {
+    *error = "the checkpoint holds " + std::to_string(taken) + " of the " +
+             std::to_string(store_.owned_rows()) + " rows this node owns";
+    return false;
+  }
+  applies_ = manifest.optimizer_steps;
   return true;
 }
 
@@ -181,8 +248,12 @@ void ShardOwner::serve_ready_pulls() {
   while (!waiting_pulls_.empty()) {
     ShardRequest r = std::move(waiting_pulls_.front());
     waiting_pulls_.pop_front();
-    if (pull_ready(r.step)) {
-      serve(std::move(r));
+    if (ready(r)) {
+      if (r.op == SparseOp::kCheckpoint) {
+        write_checkpoint(std::move(r));
+      } else {
+        serve(std::move(r));
+      }
     } else {
       still_waiting.push_back(std::move(r));
     }

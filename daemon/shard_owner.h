@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "collective_transport.h"
 #include "parallax_c.h"
 #include "serial_queue.h"
@@ -52,6 +53,14 @@ class ShardOwner {
 
   void handle(ShardRequest request);
 
+  // Checkpoint files are <dir>/<job>.<variable>.node<i>.shard.
+  void set_names(std::string job, std::string variable) {
+    job_ = std::move(job);
+    variable_ = std::move(variable);
+  }
+  // Takes this node's rows from a checkpoint (any node count or partitioning).
+  bool restore(const std::string& dir, const ManifestData& manifest, std::string* error);
+
   bool replicated() const { return replicated_; }
   uint64_t applied_steps() const { return applied_steps_; }
   uint64_t store_bytes() const { return store_.bytes(); }
@@ -63,6 +72,9 @@ class ShardOwner {
  private:
   bool valid(const ShardRequest& r, std::string* why) const;
   bool pull_ready(uint64_t step) const;
+  bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)
+  bool ready(const ShardRequest& r) const;
+  void write_checkpoint(ShardRequest r);
   void serve(ShardRequest r);
   void push(ShardRequest r);
   void apply_sync_steps();
@@ -76,6 +88,7 @@ class ShardOwner {
   void exchanged(const std::shared_ptr<Exchange>& ex);
 
   std::string label_;
+  std::string job_, variable_;
   bool replicated_;
   int node_;
   int node_count_;

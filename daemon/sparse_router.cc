@@ -1,10 +1,14 @@
 #include "sparse_router.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
+#include "checkpoint.h"
 #include "coalesce.h"
 #include "log.h"
+#include "optimizer.h"
 #include "session.h"
 
 namespace px {
@@ -23,6 +27,8 @@ const char* op_noun(SparseOp op) {
       return "load";
     case SparseOp::kRead:
       return "read";
+    case SparseOp::kCheckpoint:
+      return "checkpoint";
   }
   return "?";
 }
@@ -98,6 +104,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
   table->owner = std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim,
                                               options, world.world_size, pool_, post_);
+  table->owner->set_names(job.name(), var.name);
   table->replicated = table->owner->replicated();
   table->node = world.node_index;
   table->channel =
@@ -109,6 +116,96 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
       table->map.partitions(), static_cast<unsigned long long>(table->owner->owned_rows()),
       static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
   return table;
+}
+
+bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& var,
+                           std::string* error) {
+  if (restore_dir_.empty()) return true;
+  std::string manifest_path = checkpoint_stem(restore_dir_, job.name(), var.name) + ".manifest";
+  if (access(manifest_path.c_str(), F_OK) != 0) return true;  // nothing saved for it
+  ManifestData manifest;
+  if (!read_manifest(manifest_path, &manifest, error)) return false;
+  if (manifest.rows != table.shape.rows || manifest.dim != table.shape.dim) {
+    *error = manifest_path + " holds " + std::to_string(manifest.rows) + " x " +
+             std::to_string(manifest.dim) + ", the variable is " +
+             std::to_string(table.shape.rows) + " x " + std::to_string(table.shape.dim);
+    return false;
+  }
+  if (!table.owner->restore(restore_dir_, manifest, error)) {
+    *error = manifest_path + ": " + *error;
+    return false;
+  }
+  PX_LOG_INFO(
+      "variable '%s' of job '%s' restored from %s (saved on %u nodes, %u partitions, "
+      "after %llu push steps; options then: %s)",
+      var.name.c_str(), job.name().c_str(), manifest_path.c_str(), manifest.nodes,
+      manifest.partitions, static_cast<unsigned long long>(manifest.optimizer_steps),
+      manifest.options.c_str());
+  return true;
+}
+
+void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
+                              const std::string& dir,
+                              std::function<void(px_status, const std::string&)> done) {
+  std::shared_ptr<SparseTable> table = var.sparse;
+  if (fabric_ && !table->channel->started()) {
+    var.awaiting_global_id.push_back([this, job, &var, push_steps, dir, done] {
+      if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
+      checkpoint(job, var, push_steps, dir, done);
+    });
+    return;
+  }
+  // The directory travels as the request's payload, NUL-padded to whole int64 words.
+  auto words = std::make_shared<std::vector<int64_t>>((dir.size() + 8) / 8, 0);
+  std::memcpy(words->data(), dir.data(), dir.size());
+  int nodes = table->map.nodes();
+  struct Pending {
+    int left = 0;
+    px_status status = PX_OK;
+    std::string error;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = nodes;
+  std::string variable = var.name;
+  for (int node = 0; node < nodes; ++node) {
+    table->channel->request(
+        node, SparseOp::kCheckpoint, push_steps, words->size(), words->data(), nullptr, nullptr,
+        words,
+        [job, table, variable, dir, push_steps, pending, done, nodes](px_status status,
+                                                                      const std::string& error) {
+          if (status != PX_OK && pending->status == PX_OK) {
+            pending->status = status;
+            pending->error = error;
+          }
+          if (--pending->left > 0) return;
+          if (pending->status != PX_OK)
+            return done(pending->status,
+                        "checkpoint of variable '" + variable + "' failed: " + pending->error);
+          // Every shard file is in place: the manifest makes the checkpoint exist.
+          ManifestData m;
+          m.job = job->name();
+          m.variable = variable;
+          m.rows = table->shape.rows;
+          m.dim = table->shape.dim;
+          m.options = table->options.canonical();
+          m.state_slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
+          m.optimizer_steps = push_steps;
+          m.nodes = static_cast<uint32_t>(nodes);
+          m.partitions = table->map.partitions();
+          std::string stem = checkpoint_stem(dir, job->name(), variable);
+          std::string base = stem.substr(stem.rfind('/') + 1);
+          for (int i = 0; i < nodes; ++i)
+            m.shard_files.push_back(base + ".node" + std::to_string(i) + ".shard");
+          std::string write_error;
+          if (!write_manifest(stem + ".manifest", m, &write_error))
+            return done(PX_ERR_INVALID,
+                        "checkpoint of variable '" + variable + "': " + write_error);
+          PX_LOG_INFO("checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
+                      variable.c_str(), job->name().c_str(),
+                      static_cast<unsigned long long>(push_steps), stem.c_str());
+          done(PX_OK, "");
+        });
+  }
 }
 
 void SparseRouter::start_variable(Variable& var, uint32_t global_id) {

@@ -60,6 +60,15 @@ class SparseRouter {
                                       const SparseOptions& options,
                                       std::function<std::string(int)> node_label);
 
+  // Checkpoints are restored from this directory when variables are registered.
+  void set_restore_dir(std::string dir) { restore_dir_ = std::move(dir); }
+  // Loads the variable's rows from the restore directory's checkpoint, if it has one.
+  bool restore(SparseTable& table, const Job& job, const Variable& var, std::string* error);
+  // Writes every node's shards of the variable to dir once push_steps push steps are
+  // applied everywhere, then the manifest; done on the loop thread.
+  void checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
+                  const std::string& dir, std::function<void(px_status, const std::string&)> done);
+
   // Cluster: every node registered the variable alike; its bulk messages use global_id.
   void start_variable(Variable& var, uint32_t global_id);
 
@@ -88,6 +97,7 @@ class SparseRouter {
   PostToLoop post_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 256 * 1024;
+  std::string restore_dir_;
 };
 
 }  // namespace px

@@ -3,6 +3,8 @@
 //   pull, read  payload: int64 rows[count]                reply: status, float rows[count][dim]
 //   push        payload: int64 rows[count], float grads   (no reply)
 //   load        payload: int64 rows[count], float values  reply: status
+//   checkpoint  payload: the directory, NUL-padded to count int64 words; step = push steps
+//               to wait for                               reply: status
 // Tags carry the variable's cluster-wide id and the sender's request sequence number to
 // that owner (collective_transport.h).
 #pragma once
@@ -11,7 +13,7 @@
 
 namespace px {
 
-enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4 };
+enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4, kCheckpoint = 5 };
 
 struct SparseRequestHeader {
   uint32_t op;  // SparseOp
@@ -29,7 +31,7 @@ struct SparseReplyHeader {
 static_assert(sizeof(SparseReplyHeader) == 8);
 
 inline bool sparse_op_valid(uint32_t op) {
-  return op >= 1 && op <= 4;
+  return op >= 1 && op <= 5;
 }
 inline bool sparse_op_carries_values(SparseOp op) {
   return op == SparseOp::kPush || op == SparseOp::kLoad;
@@ -55,6 +57,8 @@ inline const char* sparse_op_name(SparseOp op) {
       return "load";
     case SparseOp::kRead:
       return "read";
+    case SparseOp::kCheckpoint:
+      return "checkpoint";
   }
   return "?";
 }

@@ -223,6 +223,18 @@ PX_API px_status px_free(px_client* client, void* ptr);
  * of different variables may be submitted in any order. Do not touch in or out until the
  * request completes. */
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
+/* Writes every sparse variable of the job this worker registered to the directory path
+ * (created if missing; on a cluster every node writes its own shards there, so use a path
+ * every node shares, or the same local path on each and gather the files before a
+ * restore): once every push this worker has issued is applied on every shard, each node
+ * writes <path>/<job>.<variable>.node<i>.shard, then this worker's daemon writes the Cap'n
+ * Proto manifest <path>/<job>.<variable>.manifest. Files are written atomically
+ * (temporary file, fsync, rename); a checkpoint exists once its manifest does. Call it
+ * between steps, when every worker has pushed the same number of steps (e.g. after a
+ * px_barrier). parallaxd --restore DIR loads a variable from its manifest when the
+ * variable is registered, on any number of nodes. */
+PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t timeout_ms);
+
 /* Sparse operations. indices are n row numbers in [0, rows), duplicates allowed; row
  * buffers hold n * dim values, row i of the buffer for indices[i]. A bad index fails the
  * request with PX_ERR_INDEX naming it and none of that request is applied. Buffers may be

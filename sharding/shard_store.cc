@@ -49,6 +49,39 @@ float* ShardStore::row_state(int64_t row) {
   return part.state.data() + map_.local_index(r) * slots_ * dim_;
 }
 
+void ShardStore::export_rows(ShardFileData* out) const {
+  out->dim = dim_;
+  out->slots = static_cast<uint32_t>(slots_);
+  out->rows.clear();
+  out->values.clear();
+  out->state.clear();
+  out->rows.reserve(owned_rows_);
+  out->values.reserve(owned_rows_ * dim_);
+  out->state.reserve(owned_rows_ * slots_ * dim_);
+  for (uint32_t p = 0; p < map_.partitions(); ++p) {
+    if (slot_of_[p] < 0) continue;
+    const Partition& part = partitions_[static_cast<size_t>(slot_of_[p])];
+    for (uint64_t i = 0; i < map_.rows_in(p); ++i)
+      out->rows.push_back(static_cast<int64_t>(i * map_.partitions() + p));
+    out->values.insert(out->values.end(), part.values.begin(), part.values.end());
+    out->state.insert(out->state.end(), part.state.begin(), part.state.end());
+  }
+}
+
+uint64_t ShardStore::import_rows(const ShardFileData& data) {
+  uint64_t taken = 0;
+  for (size_t i = 0; i < data.rows.size(); ++i) {
+    int64_t row = data.rows[i];
+    if (row < 0 || static_cast<uint64_t>(row) >= map_.rows() || !owns(row)) continue;
+    std::memcpy(row_values(row), data.values.data() + i * dim_, dim_ * sizeof(float));
+    if (slots_)
+      std::memcpy(row_state(row), data.state.data() + i * slots_ * dim_,
+                  slots_ * dim_ * sizeof(float));
+    ++taken;
+  }
+  return taken;
+}
+
 void ShardStore::gather(const int64_t* rows, size_t n, float* out) const {
   for (size_t i = 0; i < n; ++i)
     std::memcpy(out + i * dim_, row_values(rows[i]), dim_ * sizeof(float));

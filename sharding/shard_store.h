@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "checkpoint.h"
 #include "partition_map.h"
 #include "sparse_spec.h"
 
@@ -22,6 +23,13 @@ class ShardStore {
   size_t dim() const { return dim_; }
   uint64_t owned_rows() const { return owned_rows_; }
   uint64_t bytes() const;
+  size_t state_slots() const { return slots_; }
+
+  // Every owned row (by global number) with its values and optimizer state.
+  void export_rows(ShardFileData* out) const;
+  // Takes the rows of data this store owns (the rest belong to other nodes); returns how
+  // many. data must have this store's dim and state slots.
+  uint64_t import_rows(const ShardFileData& data);
 
   // rows must all be owned here. out receives n x dim values.
   void gather(const int64_t* rows, size_t n, float* out) const;

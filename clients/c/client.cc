@@ -361,6 +361,30 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
                       std::move(var), out_var);
 }
 
+PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t timeout_ms) {
+  using namespace px;
+  if (!client || !path) return fail(PX_ERR_INVALID, "px_checkpoint: NULL argument");
+  std::lock_guard<std::mutex> lock(client->mutex);
+  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(path);
+  auto request = control::CreateCheckpoint(b, text);
+  std::string payload;
+  const control::Message* message = nullptr;
+  int64_t saved_timeout = client->control_timeout_ms;
+  if (timeout_ms > 0) client->control_timeout_ms = timeout_ms;
+  px_status status =
+      control_call(client, finish_frame(b, control::Body::Checkpoint, request.Union()),
+                   control::Body::CheckpointReply, &payload, &message);
+  client->control_timeout_ms = saved_timeout;
+  if (status != PX_OK) return status;
+  const control::CheckpointReply* reply = message->body_as_CheckpointReply();
+  if (reply->status() != PX_OK)
+    return fail(static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
+  return succeed();
+}
+
 PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   using namespace px;
   if (!var || !out_stats) return fail(PX_ERR_INVALID, "px_var_stats_get: NULL argument");

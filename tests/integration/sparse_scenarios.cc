@@ -163,7 +163,7 @@ int scenario_train(px_client* c, int argc, char** argv) {
   Reference ref(o);
   auto bad_index_step = [&](int rank, uint64_t k) { return bad && k == 2 && rank == world - 1; };
   auto nan_step = [&](int rank, uint64_t k) { return bad && k == 4 && rank == 0; };
-  for (uint64_t k = 0; k < steps; ++k) {
+  auto daemon_step = [&](uint64_t k) {
     std::vector<int64_t> idx = lookups(g_rank, k);
     std::vector<float> rows(idx.size() * kDim);
     px_request* r = nullptr;
@@ -196,7 +196,13 @@ int scenario_train(px_client* c, int argc, char** argv) {
     } else {
       check(s, "push");
     }
-
+  };
+  // PX_TEST_START_STEP: the table was restored after that many steps; they are replayed in
+  // the reference only. PX_TEST_CHECKPOINT_DIR: checkpoint after the last step.
+  uint64_t start =
+      getenv("PX_TEST_START_STEP") ? strtoull(getenv("PX_TEST_START_STEP"), nullptr, 10) : 0;
+  for (uint64_t k = 0; k < steps; ++k) {
+    if (k >= start) daemon_step(k);
     // The reference step: every rank's contribution (from reference values).
     std::vector<std::pair<int64_t, std::vector<double>>> contributions;
     for (int rank = 0; rank < world; ++rank) {
@@ -211,7 +217,12 @@ int scenario_train(px_client* c, int argc, char** argv) {
     }
     ref.apply(contributions, world, k + 1);
   }
-  // Pull step `steps` sees every push: the whole table.
+  if (const char* dir = getenv("PX_TEST_CHECKPOINT_DIR")) {
+    check(px_barrier(c, 30000), "px_barrier");
+    if (g_rank == 0) check(px_checkpoint(c, dir, 60000), "px_checkpoint");
+    check(px_barrier(c, 30000), "px_barrier");
+  }
+  // The next pull step sees every push: the whole table.
   std::vector<int64_t> idx = all_rows();
   std::vector<float> table(kRows * kDim);
   px_request* r = nullptr;
@@ -494,6 +505,18 @@ int scenario_load(px_client* c, int argc, char** argv) {
   return 0;
 }
 
+// sparse-restore-mismatch: 'emb' registered with another dim than its checkpoint.
+int scenario_restore_mismatch(px_client* c) {
+  px_var* var = nullptr;
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  px_status s = px_register_sparse(c, "emb", PX_F32, kRows, kDim * 2, &o, &var);
+  expect_status(s, PX_ERR_INVALID, "registration against a checkpoint of another shape");
+  expect_contains(last_message(), "cannot be restored");
+  printf("ok rank %d restore-mismatch\n", g_rank);
+  return 0;
+}
+
 // sparse-node-mismatch: the learning rate differs by node: PX_ERR_MISMATCH everywhere.
 int scenario_node_mismatch(px_client* c) {
   px_world_info w;
@@ -527,6 +550,7 @@ int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, cha
   if (scenario == "sparse-errors") return scenario_errors(c);
   if (scenario == "sparse-load") return scenario_load(c, argc, argv);
   if (scenario == "sparse-node-mismatch") return scenario_node_mismatch(c);
+  if (scenario == "sparse-restore-mismatch") return scenario_restore_mismatch(c);
   die("unknown sparse scenario or missing arguments: " + scenario);
 }
 

@@ -1,0 +1,190 @@
+#include "checkpoint.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "checkpoint.capnp.h"
+
+namespace px {
+namespace {
+
+constexpr uint64_t kShardMagic = 0x3144524148535850ull;  // "PXSHARD1"
+
+struct ShardHeader {
+  uint64_t magic;
+  uint64_t dim;
+  uint64_t count;
+  uint32_t slots;
+  uint32_t reserved;
+};
+
+std::string os_error(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + strerror(errno);
+}
+
+bool write_all(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t bytes) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::read(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Writes parts to path atomically: a temporary file, fsync, rename, fsync of the folder.
+bool write_atomically(const std::string& path,
+                      const std::vector<std::pair<const void*, size_t>>& parts,
+                      std::string* error) {
+  std::string temp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    *error = os_error("cannot create", temp);
+    return false;
+  }
+  bool ok = true;
+  for (auto& [data, bytes] : parts) ok = ok && write_all(fd, data, bytes);
+  ok = ok && ::fsync(fd) == 0;
+  if (!ok) *error = os_error("cannot write", temp);
+  ::close(fd);
+  if (ok && ::rename(temp.c_str(), path.c_str()) != 0) {
+    *error = os_error("cannot rename to", path);
+    ok = false;
+  }
+  if (!ok) {
+    ::unlink(temp.c_str());
+    return false;
+  }
+  std::string dir = path.substr(0, path.rfind('/') == std::string::npos ? 1 : path.rfind('/'));
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return true;
+}
+
+std::string safe(const std::string& name) {
+  std::string out;
+  for (char c : name)
+    out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_stem(const std::string& dir, const std::string& job,
+                            const std::string& variable) {
+  return dir + "/" + safe(job) + "." + safe(variable);
+}
+
+bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error) {
+  ShardHeader h{kShardMagic, data.dim, data.rows.size(), data.slots, 0};
+  return write_atomically(path,
+                          {{&h, sizeof h},
+                           {data.rows.data(), data.rows.size() * sizeof(int64_t)},
+                           {data.values.data(), data.values.size() * sizeof(float)},
+                           {data.state.data(), data.state.size() * sizeof(float)}},
+                          error);
+}
+
+bool read_shard_file(const std::string& path, ShardFileData* data, std::string* error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = os_error("cannot open", path);
+    return false;
+  }
+  ShardHeader h{};
+  bool ok = read_all(fd, &h, sizeof h) && h.magic == kShardMagic && h.dim > 0 &&
+            h.count < (1ull << 40) / h.dim && h.slots <= 8;
+  if (ok) {
+    data->dim = h.dim;
+    data->slots = h.slots;
+    data->rows.resize(h.count);
+    data->values.resize(h.count * h.dim);
+    data->state.resize(h.count * h.slots * h.dim);
+    ok = read_all(fd, data->rows.data(), data->rows.size() * sizeof(int64_t)) &&
+         read_all(fd, data->values.data(), data->values.size() * sizeof(float)) &&
+         read_all(fd, data->state.data(), data->state.size() * sizeof(float));
+  }
+  ::close(fd);
+  if (!ok) *error = path + " is not a complete Parallax shard file";
+  return ok;
+}
+
+bool write_manifest(const std::string& path, const ManifestData& d, std::string* error) {
+  capnp::MallocMessageBuilder message;
+  auto m = message.initRoot<CheckpointManifest>();
+  m.setFormatVersion(1);
+  m.setJob(d.job);
+  m.setVariable(d.variable);
+  m.setRows(d.rows);
+  m.setDim(d.dim);
+  m.setOptions(d.options);
+  m.setStateSlots(d.state_slots);
+  m.setOptimizerSteps(d.optimizer_steps);
+  m.setNodes(d.nodes);
+  m.setPartitions(d.partitions);
+  auto files = m.initShardFiles(static_cast<unsigned>(d.shard_files.size()));
+  for (size_t i = 0; i < d.shard_files.size(); ++i)
+    files.set(static_cast<unsigned>(i), d.shard_files[i]);
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return write_atomically(path, {{bytes.begin(), bytes.size()}}, error);
+}
+
+bool read_manifest(const std::string& path, ManifestData* d, std::string* error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = os_error("cannot open", path);
+    return false;
+  }
+  try {
+    capnp::StreamFdMessageReader reader(fd);
+    auto m = reader.getRoot<CheckpointManifest>();
+    if (m.getFormatVersion() != 1) throw std::runtime_error("unknown format version");
+    d->job = m.getJob();
+    d->variable = m.getVariable();
+    d->rows = m.getRows();
+    d->dim = m.getDim();
+    d->options = m.getOptions();
+    d->state_slots = m.getStateSlots();
+    d->optimizer_steps = m.getOptimizerSteps();
+    d->nodes = m.getNodes();
+    d->partitions = m.getPartitions();
+    d->shard_files.clear();
+    for (auto f : m.getShardFiles()) d->shard_files.push_back(f);
+  } catch (const kj::Exception& e) {
+    ::close(fd);
+    *error = path + " is not a valid checkpoint manifest: " + e.getDescription().cStr();
+    return false;
+  } catch (const std::exception& e) {
+    ::close(fd);
+    *error = path + " is not a valid checkpoint manifest: " + e.what();
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
+
+}  // namespace px

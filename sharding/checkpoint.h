@@ -1,0 +1,36 @@
+// Checkpoint files of sparse variables: one shard file per node (its rows, values and
+// optimizer state, rows named by their global number) and a Cap'n Proto manifest
+// (checkpoint.capnp). Every file is written to a temporary name, fsynced and renamed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace px {
+
+struct ShardFileData {
+  uint64_t dim = 0;
+  uint32_t slots = 0;
+  std::vector<int64_t> rows;
+  std::vector<float> values;  // rows.size() x dim
+  std::vector<float> state;   // rows.size() x slots x dim
+};
+
+struct ManifestData {
+  std::string job, variable, options;
+  uint64_t rows = 0, dim = 0, optimizer_steps = 0;
+  uint32_t state_slots = 0, nodes = 0, partitions = 0;
+  std::vector<std::string> shard_files;
+};
+
+// "<dir>/<job>.<variable>": job and variable with '/' and other unsafe bytes replaced.
+std::string checkpoint_stem(const std::string& dir, const std::string& job,
+                            const std::string& variable);
+
+bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error);
+bool read_shard_file(const std::string& path, ShardFileData* data, std::string* error);
+bool write_manifest(const std::string& path, const ManifestData& data, std::string* error);
+bool read_manifest(const std::string& path, ManifestData* data, std::string* error);
+
+}  // namespace px
