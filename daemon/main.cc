@@ -1,5 +1,6 @@
 // parallaxd: the per-node communication daemon.
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,6 +47,10 @@ void detach(int* ready_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Sparse steps allocate and free buffers of megabytes every step; glibc would mmap and
+  // munmap each one, paying page faults and zeroing every step. Keep them in the heap.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   px::DaemonConfig config = px::parse_command_line(argc, argv);
   px::set_log_level(config.log_level);
   int ready_fd = -1;

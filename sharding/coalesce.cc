@@ -8,10 +8,16 @@
 namespace px {
 namespace {
 
+// NaN and Inf are the floats whose exponent bits are all ones; or-ing the test over the
+// row vectorises, unlike a branch per value.
 bool row_finite(const float* v, size_t dim) {
-  for (size_t c = 0; c < dim; ++c)
-    if (!std::isfinite(v[c])) return false;
-  return true;
+  uint32_t special = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, v + c, sizeof bits);
+    special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return special == 0;
 }
 
 }  // namespace
