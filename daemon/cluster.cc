@@ -242,17 +242,25 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
                               mine->describe_difference(fingerprint) + " and as " +
                               fingerprint.describe_difference(*mine);
         agreement.decided = true;
-        auto mismatch_message = build(config_.cluster, [&](Envelope::Body::Builder b) {
-          auto mismatch = b.initVarMismatch();
-          mismatch.setJob(key.first);
-          mismatch.setName(key.second);
-          mismatch.setMessage(message);
-        });
-        broadcast(frame_envelope(*mismatch_message));
-        member_handle(mismatch_message->getRoot<Envelope>().asReader());
+        announce(agreement, build(config_.cluster, [&](Envelope::Body::Builder b) {
+                   auto mismatch = b.initVarMismatch();
+                   mismatch.setJob(key.first);
+                   mismatch.setName(key.second);
+                   mismatch.setMessage(message);
+                 }));
         return;
       }
-      if (agreement.decided) return;
+      if (agreement.decided) {
+        if (!mine && agreement.verdict) {  // decided before this node registered: tell it
+          mine = fingerprint;
+          if (node == 0) {
+            member_handle(agreement.verdict->getRoot<Envelope>().asReader());
+          } else {
+            send_to_node(node, frame_envelope(*agreement.verdict));
+          }
+        }
+        return;
+      }
       mine = fingerprint;
       for (auto& f : agreement.by_node)
         if (!f) return;
@@ -281,13 +289,19 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
                               "' differs across nodes: " + shapes);
         }
       });
-      broadcast(frame_envelope(*message));
-      member_handle(message->getRoot<Envelope>().asReader());
+      announce(agreement, std::move(message));
       return;
     }
     default:
       PX_LOG_WARN("cluster: unexpected message from %s", node_label(node).c_str());
   }
+}
+
+void Cluster::announce(VarAgreement& agreement,
+                       std::unique_ptr<capnp::MallocMessageBuilder> verdict) {
+  agreement.verdict = std::move(verdict);
+  broadcast(frame_envelope(*agreement.verdict));
+  member_handle(agreement.verdict->getRoot<Envelope>().asReader());
 }
 
 void Cluster::send_to_node(int node, const std::string& frame) {

@@ -54,7 +54,12 @@ class Cluster {
   struct VarAgreement {
     std::vector<std::optional<Fingerprint>> by_node;
     bool decided = false;
+    // The verdict, for a node that registers after it (a node whose own workers disagreed
+    // decides it early).
+    std::shared_ptr<capnp::MallocMessageBuilder> verdict;
   };
+  // Records and sends a verdict to every node (the coordinator included).
+  void announce(VarAgreement& agreement, std::unique_ptr<capnp::MallocMessageBuilder> verdict);
 
   // Coordinator side.
   bool listen(std::string* error);
