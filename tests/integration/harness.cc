@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -231,18 +232,26 @@ bool all_ok(const std::vector<WorkerResult>& results) {
 namespace pxt {
 
 std::vector<std::string> ClusterProcesses::free_endpoints(int n) {
-  // Ports the kernel hands out for port 0 are free right now; the daemons bind them soon.
+  // Random free ports below the kernel's ephemeral range (32768+): a port handed out for
+  // port 0 could be taken, before the daemon binds it, by the ephemeral listener of another
+  // test's libfabric endpoint or by any outgoing connection.
+  static std::mt19937 rng(
+      static_cast<unsigned>(getpid()) ^
+      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::vector<int> fds;
   std::vector<std::string> endpoints;
-  for (int i = 0; i < n; ++i) {
+  while (static_cast<int>(endpoints.size()) < n) {
+    int port = 20000 + static_cast<int>(rng() % 12000);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    endpoints.push_back("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      continue;
+    }
+    endpoints.push_back("127.0.0.1:" + std::to_string(port));
     fds.push_back(fd);
   }
   for (int fd : fds) close(fd);
