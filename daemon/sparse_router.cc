@@ -17,20 +17,9 @@ namespace {
 // Row work above this many values goes to the pool.
 constexpr size_t kInlineValues = 32 * 1024;
 
-const char* op_noun(SparseOp op) {
-  switch (op) {
-    case SparseOp::kPull:
-      return "pull step";
-    case SparseOp::kPush:
-      return "push step";
-    case SparseOp::kLoad:
-      return "load";
-    case SparseOp::kRead:
-      return "read";
-    case SparseOp::kCheckpoint:
-      return "checkpoint";
-  }
-  return "?";
+std::string op_noun(SparseOp op) {
+  bool step = op == SparseOp::kPull || op == SparseOp::kPush;
+  return std::string(sparse_op_name(op)) + (step ? " step" : "");
 }
 
 }  // namespace
