@@ -389,9 +389,11 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
   int variables = 0;
   for (auto& var : job_->variables()) {
     if (!var->sparse || !var->registered[static_cast<size_t>(local_rank_)]) continue;
-    if (var->poison_status != PX_OK) {
-      finish_one(var->poison_status, var->poison_message);
-      ++pending->left;
+    if (var->poison_status != PX_OK) {  // its failure is the answer; nothing to wait for
+      if (pending->status == PX_OK) {
+        pending->status = var->poison_status;
+        pending->message = var->poison_message;
+      }
       continue;
     }
     ++pending->left;

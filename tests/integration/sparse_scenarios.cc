@@ -1,6 +1,8 @@
 // Sparse-variable scenarios of the test worker. Every worker simulates the whole job (all
 // ranks' lookups and gradients are functions of rank and step) with a reference optimizer
 // written here in double precision, and checks every pulled row against it.
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -377,6 +379,7 @@ int scenario_errors(px_client* c) {
   mine.learning_rate = g_rank == 0 ? 0.1 : 0.2;
   px_var* mm = nullptr;
   px_status s = register_with(c, "mm", PX_F32, 100, mine, &mm);
+  bool registered_mm = s == PX_OK;
   // On a cluster a node whose own workers agree may complete a few operations before the
   // other node's late registration is known; then it must fail too.
   for (int attempt = 0; s == PX_OK && attempt < 500; ++attempt) {
@@ -390,6 +393,17 @@ int scenario_errors(px_client* c) {
   expect_status(s, PX_ERR_MISMATCH, "options differ across workers");
   expect_contains(last_message(), "lr=0.2");
   expect_contains(last_message(), "lr=0.1");
+
+  // A checkpoint of a poisoned variable fails with the poison (and only one reply comes:
+  // the next control call, a registration, still gets its own answer).
+  std::string dir = "/tmp/pxt-ckpt-errors-" + std::to_string(getpid());
+  px_status ck = px_checkpoint(c, dir.c_str(), 30000);
+  if (registered_mm) {
+    expect_status(ck, PX_ERR_MISMATCH, "checkpoint of a poisoned variable");
+  } else {
+    check(ck, "checkpoint with no sparse variable registered");
+  }
+  rmdir(dir.c_str());
 
   // Wrong kind of operation for the variable.
   px_var* e = nullptr;
