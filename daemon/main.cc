@@ -49,8 +49,10 @@ void detach(int* ready_fd) {
 int main(int argc, char** argv) {
   // Sparse steps allocate and free buffers of megabytes every step; glibc would mmap and
   // munmap each one, paying page faults and zeroing every step. Keep them in the heap.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // glibc refuses an mmap threshold above 32 MiB (half its arena heap size), and fixing
+  // the trim threshold alone would pin the mmap threshold at its 128 KiB default.
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1)
+    fprintf(stderr, "parallaxd: mallopt refused the heap settings; sparse steps will be slower\n");
   px::DaemonConfig config = px::parse_command_line(argc, argv);
   px::set_log_level(config.log_level);
   int ready_fd = -1;

@@ -1,11 +1,15 @@
 // Runs one variable's shard work in submission order, one task at a time: large tasks on the
-// pool (the loop stays responsive), small ones inline on the loop when nothing is queued
-// (a pool hand-off costs two thread wake-ups). Loop thread only.
+// pool (the loop stays responsive), small ones inline on the loop when nothing is queued.
+// Once on the pool, the chain stays there: each task's `then` is posted to the loop and the
+// pool thread goes straight on with the next task, so a run of queued tasks (an apply, then
+// the pulls it released) costs no loop round trip per task. A task's `then` may therefore
+// run after the next task's work started. push() is called on the loop thread.
 #pragma once
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "thread_pool.h"
 
@@ -25,12 +29,14 @@ class SerialQueue : public std::enable_shared_from_this<SerialQueue> {
     std::function<void()> work;
     std::function<void()> then;
   };
-  void run_next();
+  void run_on_loop();
+  void run_on_pool();
 
   ThreadPool& pool_;
   PostToLoop post_;
+  std::mutex mutex_;
   std::deque<Task> tasks_;
-  bool running_ = false;
+  bool running_ = false;  // a task runs (loop or pool); new ones wait their turn
 };
 
 }  // namespace px

@@ -219,7 +219,8 @@ void ShardOwner::apply_sync_steps() {
 }
 
 // Sums the nodes' gradients (in node order, each already summed over its workers), scales
-// for mean aggregation and runs the optimizer on the touched rows.
+// for mean aggregation and runs the optimizer on the touched rows. Nodes send their rows
+// ascending, so the sum is a merge applied row by row; anything else is coalesced first.
 void ShardOwner::apply(std::vector<ShardRequest> batches) {
   uint64_t step = ++applies_;
   size_t values = 0;
@@ -231,33 +232,40 @@ void ShardOwner::apply(std::vector<ShardRequest> batches) {
       [this, shared, step, touched] {
         std::vector<RowBatch> parts;
         for (auto& b : *shared) parts.push_back({b.rows, b.count, b.values});
+        float divisor = options_.mean ? static_cast<float>(world_size_) : 1.0f;
+        auto apply_row = [&](int64_t row, float* sum) {
+          if (options_.mean)
+            for (size_t c = 0; c < dim_; ++c) sum[c] /= divisor;
+          store_.apply(&row, 1, sum, step);
+          ++*touched;
+        };
+        if (merge_sorted(parts, dim_, apply_row)) return;
         CoalescedRows sum;
         coalesce(parts, dim_, false, &sum);
-        if (options_.mean) {
-          float divisor = static_cast<float>(world_size_);
-          for (float& v : sum.values) v /= divisor;
-        }
-        store_.apply(sum.rows.data(), sum.rows.size(), sum.values.data(), step);
-        *touched = sum.rows.size();
+        for (size_t i = 0; i < sum.rows.size(); ++i)
+          apply_row(sum.rows[i], sum.values.data() + i * dim_);
       },
       [this, shared, touched] { rows_applied_ += *touched; });
 }
 
+// Other nodes' pulls are served before this node's own: their replies still have the
+// network to cross.
 void ShardOwner::serve_ready_pulls() {
-  std::deque<ShardRequest> still_waiting;
+  std::deque<ShardRequest> still_waiting, local;
   while (!waiting_pulls_.empty()) {
     ShardRequest r = std::move(waiting_pulls_.front());
     waiting_pulls_.pop_front();
-    if (ready(r)) {
-      if (r.op == SparseOp::kCheckpoint) {
-        write_checkpoint(std::move(r));
-      } else {
-        serve(std::move(r));
-      }
-    } else {
+    if (!ready(r)) {
       still_waiting.push_back(std::move(r));
+    } else if (r.op == SparseOp::kCheckpoint) {
+      write_checkpoint(std::move(r));
+    } else if (r.from_node == node_) {
+      local.push_back(std::move(r));
+    } else {
+      serve(std::move(r));
     }
   }
+  for (auto& r : local) serve(std::move(r));
   waiting_pulls_ = std::move(still_waiting);
 }
 

@@ -41,20 +41,31 @@ struct SparseRun {
     std::string message;
   };
   std::vector<Worker> workers;
-  // Requests, owner-major: node i's rows are rows[begin[i] .. begin[i+1]).
+  // Requests, owner-major: node i's rows are rows[begin[i] .. begin[i+1]). values is left
+  // uninitialised: every byte is written before it is read or sent.
   std::vector<int64_t> rows;
-  std::vector<float> values;
+  std::unique_ptr<float[]> values;
   std::vector<size_t> begin;
-  // pull/read: the sorted unique rows, and where each sits in `rows`.
-  std::vector<int64_t> unique;
-  std::vector<size_t> slot;
+  std::vector<int64_t> unique;  // pull/read: the sorted union of the workers' rows
+  // push: the gradients sorted by owner; each owner's sums are computed just before its
+  // request is sent, so the first request leaves while the others are still being summed.
+  std::unique_ptr<GroupedCoalescer> grouped;
+  // pull/read: where each owner's reply rows go, scattered as soon as that reply is in.
+  struct Placement {
+    uint32_t worker;
+    uint32_t position;
+    size_t slot;  // row index into values
+  };
+  std::vector<std::vector<Placement>> placements;  // by owner node
+  std::vector<int> targets;                        // nodes that get a request
   int requests_left = 0;
   px_status status = PX_OK;
   std::string error;
+  bool prepared = false;  // ready to send once the variable's earlier runs have sent
+  bool sending = false;
+  bool sent = false;  // every request issued
+  int busy = 0;       // pool tasks working on the workers' buffers
   bool finished = false;
-  // Only a run waiting on transfers may be failed from outside: while preparing or
-  // scattering a pool thread works on its workers' buffers (and it finishes soon anyway).
-  bool waiting = false;
 
   std::string where() const {
     return " (variable '" + var->name + "', " + op_noun(op) +
@@ -254,19 +265,35 @@ void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
   start(run);
 }
 
+// Runs of a variable send in the order they started (a node's pushes must reach each owner
+// in step order), whatever order their preparation on the pool finishes in.
 void SparseRouter::start(const std::shared_ptr<Run>& run) {
   run->table->in_flight.insert(run.get());
+  run->table->send_order.push_back(run);
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  ++run->busy;
   offload(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
       [this, run] {
-        run->waiting = true;
+        --run->busy;
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
           if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
-        send(run);
+        run->prepared = true;
+        send_next(*run->table);
       });
+}
+
+void SparseRouter::send_next(SparseTable& table) {
+  while (!table.send_order.empty()) {
+    std::shared_ptr<Run> run = table.send_order.front();
+    if (!run->prepared || run->sending) return;
+    run->sending = true;
+    send(run);
+    if (!run->sent) return;  // still summing, or waiting for the variable's global id
+    table.send_order.pop_front();
+  }
 }
 
 namespace {
@@ -320,17 +347,30 @@ void SparseRouter::prepare_rows(Run& run) {
   for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
   std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
   run.rows.resize(run.unique.size());
-  run.slot.resize(run.unique.size());
+  std::vector<size_t> slot(run.unique.size());
   for (size_t i = 0; i < run.unique.size(); ++i) {
     size_t at = fill[static_cast<size_t>(owner[i])]++;
     run.rows[at] = run.unique[i];
-    run.slot[i] = at;
+    slot[i] = at;
   }
-  run.values.resize(run.rows.size() * run.dim());
+  run.values.reset(new float[run.rows.size() * run.dim()]);
+  run.placements.assign(nodes, {});
+  for (size_t w = 0; w < run.workers.size(); ++w) {
+    const Run::Worker& worker = run.workers[w];
+    if (worker.status != PX_OK) continue;
+    for (size_t i = 0; i < worker.n; ++i) {
+      size_t u = static_cast<size_t>(
+          std::lower_bound(run.unique.begin(), run.unique.end(), worker.indices[i]) -
+          run.unique.begin());
+      run.placements[static_cast<size_t>(owner[u])].push_back(
+          {static_cast<uint32_t>(w), static_cast<uint32_t>(i), slot[u]});
+    }
+  }
 }
 
-// push: the workers' gradients coalesced; load: the values as given (last one wins at the
-// owner). Either way grouped by owner, order kept within each owner.
+// push: the workers' gradients sorted by owner (summed later, owner by owner, as they are
+// sent); load: the values as given (last one wins at the owner), grouped by owner, order
+// kept within each owner.
 void SparseRouter::prepare_updates(Run& run) {
   size_t dim = run.dim();
   std::vector<RowBatch> batches;
@@ -340,122 +380,196 @@ void SparseRouter::prepare_updates(Run& run) {
       continue;
     batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
   }
-  std::vector<int64_t> rows;
-  std::vector<float> values;
-  if (run.op == SparseOp::kPush) {
-    CoalescedRows sum;
-    coalesce(batches, dim, run.table->options.nonfinite == NonFinite::kSkip, &sum);
-    rows = std::move(sum.rows);
-    values = std::move(sum.values);
-  } else {
-    for (auto& b : batches) {
-      rows.insert(rows.end(), b.rows, b.rows + b.n);
-      values.insert(values.end(), b.values, b.values + b.n * dim);
-    }
-  }
-  const PartitionMap& map = run.table->map;
-  size_t nodes = static_cast<size_t>(map.nodes());
+  const SparseTable& table = *run.table;
+  size_t nodes = static_cast<size_t>(table.map.nodes());
   run.begin.assign(nodes + 1, 0);
-  for (int64_t r : rows) ++run.begin[static_cast<size_t>(target_node(*run.table, r)) + 1];
+  if (run.op == SparseOp::kPush) {
+    run.grouped = std::make_unique<GroupedCoalescer>(
+        batches, dim, table.options.nonfinite == NonFinite::kSkip, static_cast<int>(nodes),
+        [&table](int64_t row) { return target_node(table, row); });
+    for (size_t i = 0; i <= nodes; ++i)
+      run.begin[i] = run.grouped->group_begin(static_cast<int>(i));
+    run.rows.resize(run.grouped->unique_rows());
+    run.values.reset(new float[run.rows.size() * dim]);
+    return;
+  }
+  size_t total = 0;
+  for (auto& b : batches) total += b.n;
+  for (auto& b : batches)
+    for (size_t i = 0; i < b.n; ++i)
+      ++run.begin[static_cast<size_t>(target_node(table, b.rows[i])) + 1];
   for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
   std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
-  run.rows.resize(rows.size());
-  run.values.resize(values.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    size_t at = fill[static_cast<size_t>(target_node(*run.table, rows[i]))]++;
-    run.rows[at] = rows[i];
-    std::memcpy(run.values.data() + at * dim, values.data() + i * dim, dim * sizeof(float));
+  run.rows.resize(total);
+  run.values.reset(new float[total * dim]);
+  for (auto& b : batches) {
+    for (size_t i = 0; i < b.n; ++i) {
+      size_t at = fill[static_cast<size_t>(target_node(table, b.rows[i]))]++;
+      run.rows[at] = b.rows[i];
+      std::memcpy(run.values.get() + at * dim, b.values + i * dim, dim * sizeof(float));
+    }
   }
 }
 
 void SparseRouter::send(const std::shared_ptr<Run>& run) {
   Variable& var = *run->var;
   Job& job = *run->job;
-  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
-  if (!job.broken().empty()) return finish(*run, PX_ERR_PEER_LOST, job.broken() + run->where());
-  if (run->finished) return;
+  auto refuse = [&](px_status status, const std::string& why) {
+    run->sent = true;
+    finish(*run, status, why);
+  };
+  if (run->finished) return refuse(PX_OK, "");
+  if (var.poison_status != PX_OK) return refuse(var.poison_status, var.poison_message);
+  if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + run->where());
   if (fabric_ && !run->table->channel->started()) {  // not every node registered it yet
-    var.awaiting_global_id.push_back([this, run] { send(run); });
+    var.awaiting_global_id.push_back([this, run] {
+      send(run);
+      if (run->sent) {
+        run->table->send_order.pop_front();
+        send_next(*run->table);
+      }
+    });
     return;
   }
+  SparseTable& table = *run->table;
   if (run->op == SparseOp::kPull) {
-    ++run->table->pull_steps;
-    for (auto& w : run->workers) run->table->rows_pulled += w.n;
-    run->table->rows_unique += run->unique.size();
+    ++table.pull_steps;
+    for (auto& w : run->workers) table.rows_pulled += w.n;
+    table.rows_unique += run->unique.size();
   }
-  if (run->op == SparseOp::kPush) ++run->table->push_steps;
-  int nodes = run->table->map.nodes();
+  if (run->op == SparseOp::kPush) ++table.push_steps;
   // Every owner hears of every push step (empty or not): sync and bounded owners count them.
   // A replica hears only of this node's pushes (exchanging them is its business); a load
-  // goes to every replica.
-  const SparseTable& table = *run->table;
+  // goes to every replica. Remote owners first (from the next node on), so their transfers
+  // start while this node's own part is prepared.
+  int nodes = table.map.nodes();
   bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
-  std::vector<int> targets;
-  for (int node = 0; node < nodes; ++node) {
+  for (int k = 1; k <= nodes; ++k) {
+    int node = (table.node + k) % nodes;
     size_t count =
         run->begin[static_cast<size_t>(node) + 1] - run->begin[static_cast<size_t>(node)];
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
     if (count > 0 || pushes_here || (to_every_replica && !run->rows.empty()))
-      targets.push_back(node);
+      run->targets.push_back(node);
   }
-  run->requests_left = static_cast<int>(targets.size());
-  if (targets.empty()) return deliver(run);
-  size_t dim = run->dim();
-  for (int node : targets) {
-    size_t at = run->begin[static_cast<size_t>(node)];
-    size_t count = run->begin[static_cast<size_t>(node) + 1] - at;
-    if (to_every_replica) {  // every row was grouped under this node: send them everywhere
-      at = run->begin[static_cast<size_t>(table.node)];
-      count = run->begin[static_cast<size_t>(table.node) + 1] - at;
-    }
-    bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
-    const float* values = updates ? run->values.data() + at * dim : nullptr;
-    float* out = updates ? nullptr : run->values.data() + at * dim;
-    run->table->channel->request(node, run->op, run->step, count, run->rows.data() + at, values,
-                                 out, run, [this, run](px_status status, const std::string& error) {
-                                   if (status != PX_OK && run->status == PX_OK) {
-                                     run->status = status;
-                                     run->error = error;
-                                   }
-                                   if (--run->requests_left == 0) deliver(run);
-                                 });
+  run->requests_left = static_cast<int>(run->targets.size());
+  if (run->targets.empty()) {
+    run->sent = true;
+    return settle(run);
   }
-}
-
-void SparseRouter::deliver(const std::shared_ptr<Run>& run) {
-  if (run->finished) return;
-  if (run->status != PX_OK) {
-    const Job& job = *run->job;
-    std::string why = !job.broken().empty() ? job.broken() : run->error;
-    return finish(*run, run->status, why + run->where());
+  if (!run->grouped) {
+    for (int node : run->targets) request(run, node);
+    run->sent = true;
+    return settle(run);
   }
-  if (!sparse_op_returns_rows(run->op)) return finish(*run, PX_OK, "");
-  run->waiting = false;
+  // Push: sum each owner's rows, then send them; on the pool when heavy, each request
+  // posted to the loop as soon as its sums are ready.
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
-  offload(
-      heavy, [this, run] { scatter(*run); }, [this, run] { finish(*run, PX_OK, ""); });
+  if (!heavy) {
+    for (int node : run->targets) {
+      sum_owner(*run, node);
+      request(run, node);
+    }
+    run->sent = true;
+    return settle(run);
+  }
+  ++run->busy;
+  pool_.submit([this, run] {
+    for (size_t i = 0; i < run->targets.size(); ++i) {
+      int node = run->targets[i];
+      sum_owner(*run, node);
+      bool last = i + 1 == run->targets.size();
+      post_([this, run, node, last] {
+        if (last) {
+          --run->busy;
+          run->sent = true;
+        }
+        request(run, node);
+        if (!last) return;
+        run->table->send_order.pop_front();
+        send_next(*run->table);
+      });
+    }
+  });
 }
 
-// Each worker's rows, in its own order (duplicates included), from the owners' replies.
-void SparseRouter::scatter(Run& run) {
-  size_t dim = run.dim();
-  for (auto& w : run.workers) {
-    if (w.status != PX_OK) continue;
-    float* out = reinterpret_cast<float*>(w.rows);
-    for (size_t i = 0; i < w.n; ++i) {
-      size_t u =
-          static_cast<size_t>(std::lower_bound(run.unique.begin(), run.unique.end(), w.indices[i]) -
-                              run.unique.begin());
-      std::memcpy(out + i * dim, run.values.data() + run.slot[u] * dim, dim * sizeof(float));
-    }
+void SparseRouter::sum_owner(Run& run, int node) {
+  run.grouped->sum_group(node, run.rows.data(), run.values.get());
+}
+
+// One owner's request (for a load on a replicated route: every row, to every replica).
+void SparseRouter::request(const std::shared_ptr<Run>& run, int node) {
+  const SparseTable& table = *run->table;
+  size_t at = run->begin[static_cast<size_t>(node)];
+  size_t count = run->begin[static_cast<size_t>(node) + 1] - at;
+  if (table.replicated && run->op == SparseOp::kLoad) {
+    at = run->begin[static_cast<size_t>(table.node)];
+    count = run->begin[static_cast<size_t>(table.node) + 1] - at;
   }
+  size_t dim = run->dim();
+  bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  const float* values = updates ? run->values.get() + at * dim : nullptr;
+  float* out = updates ? nullptr : run->values.get() + at * dim;
+  table.channel->request(node, run->op, run->step, count, run->rows.data() + at, values, out, run,
+                         [this, run, node](px_status status, const std::string& error) {
+                           if (status != PX_OK && run->status == PX_OK) {
+                             run->status = status;
+                             run->error = error;
+                           }
+                           --run->requests_left;
+                           if (status == PX_OK && sparse_op_returns_rows(run->op) && !run->finished)
+                             return scatter(run, node);
+                           settle(run);
+                         });
+}
+
+// Copies one owner's reply rows to every worker position that asked for them.
+void SparseRouter::scatter(const std::shared_ptr<Run>& run, int node) {
+  const auto& placements = run->placements[static_cast<size_t>(node)];
+  bool heavy = placements.size() * run->dim() > kInlineValues;
+  ++run->busy;
+  offload(
+      heavy,
+      [run, node] {
+        size_t dim = run->dim();
+        const float* values = run->values.get();
+        for (const Run::Placement& p : run->placements[static_cast<size_t>(node)]) {
+          float* out = reinterpret_cast<float*>(run->workers[p.worker].rows);
+          std::memcpy(out + p.position * dim, values + p.slot * dim, dim * sizeof(float));
+        }
+      },
+      [this, run] {
+        --run->busy;
+        settle(run);
+      });
+}
+
+// Finishes the run once nothing of it is outstanding.
+void SparseRouter::settle(const std::shared_ptr<Run>& run) {
+  if (run->finished || !run->sent || run->busy > 0 || run->requests_left > 0) return;
+  if (run->status == PX_OK) return finish(*run, PX_OK, "");
+  const Job& job = *run->job;
+  std::string why = !job.broken().empty() ? job.broken() : run->error;
+  finish(*run, run->status, why + run->where());
 }
 
 void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
   if (!var.sparse) return;
   std::set<Run*> runs = var.sparse->in_flight;
-  for (Run* run : runs)
-    if (run->waiting) finish(*run, status, why + run->where());
+  // Runs still preparing or scattering (a pool thread works on their workers' buffers)
+  // finish when that work ends; runs not sent yet see the poison or broken job then.
+  for (Run* run : runs) {
+    if (!run->sent || run->finished) continue;
+    if (run->busy > 0) {
+      if (run->status == PX_OK) {
+        run->status = status;
+        run->error = why;
+      }
+      run->requests_left = 0;  // their transfers are ignored when they finish
+      continue;
+    }
+    finish(*run, status, why + run->where());
+  }
 }
 
 void SparseRouter::finish(Run& run, px_status status, const std::string& message) {

@@ -3,6 +3,7 @@
 // through the variable's SparseChannel and hands the results back to every worker.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
@@ -37,6 +38,8 @@ struct SparseTable {
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
   std::set<SparseRun*> in_flight;  // operations past local matching, not yet complete
+  // Operations in the order they started; each sends once those before it have sent.
+  std::deque<std::shared_ptr<SparseRun>> send_order;
 };
 
 struct SparseCounters {
@@ -86,9 +89,12 @@ class SparseRouter {
   void start(const std::shared_ptr<Run>& run);
   void prepare_rows(Run& run);
   void prepare_updates(Run& run);
+  void send_next(SparseTable& table);
   void send(const std::shared_ptr<Run>& run);
-  void deliver(const std::shared_ptr<Run>& run);
-  void scatter(Run& run);
+  void sum_owner(Run& run, int node);
+  void request(const std::shared_ptr<Run>& run, int node);
+  void scatter(const std::shared_ptr<Run>& run, int node);
+  void settle(const std::shared_ptr<Run>& run);
   void finish(Run& run, px_status status, const std::string& message);
   // work off the loop when heavy, then `then` on the loop.
   void offload(bool heavy, std::function<void()> work, std::function<void()> then);

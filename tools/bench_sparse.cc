@@ -189,7 +189,11 @@ int sparse_worker(int argc, char** argv) {
     p.before = stats_of(table);
     p.iface_before = iface_bytes();
     for (int s = 0; s < a.steps; ++s) {
+      // Every node starts the timed step together, as the gloo peer does: otherwise one
+      // node's batch sampling (untimed, but CPU-heavy on a shared machine) delays the
+      // others' timed step.
       draw_next();
+      check(px_barrier(c, 600000), "px_barrier");
       double t0 = now_s();
       step(full);
       p.seconds.push_back(now_s() - t0);

@@ -2,8 +2,10 @@
 // references written here in double precision.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -131,6 +133,66 @@ void ref_apply(const SparseOptions& o, RefRow& r, const std::vector<double>& g, 
       }
     }
   }
+}
+
+TEST_CASE("grouped coalescing and sorted merges give coalesce's sums, bit for bit") {
+  // Random batches with many duplicates; values whose sum depends on the order.
+  std::mt19937_64 rng(7);
+  const size_t dim = 3;
+  std::vector<std::vector<int64_t>> rows(4);
+  std::vector<std::vector<float>> values(4);
+  std::vector<RowBatch> batches;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    for (int i = 0; i < 500; ++i) {
+      rows[b].push_back(static_cast<int64_t>(rng() % 97));
+      for (size_t c = 0; c < dim; ++c)
+        values[b].push_back(
+            std::ldexp(static_cast<float>(rng() % 1000) + 0.1f, static_cast<int>(rng() % 30) - 15));
+    }
+    batches.push_back({rows[b].data(), rows[b].size(), values[b].data()});
+  }
+  CoalescedRows whole;
+  coalesce(batches, dim, false, &whole);
+
+  // Grouped by row mod 3: each group holds its rows ascending, with the same sums.
+  GroupedCoalescer grouped(batches, dim, false, 3,
+                           [](int64_t r) { return static_cast<int>(r % 3); });
+  REQUIRE(grouped.unique_rows() == whole.rows.size());
+  std::vector<int64_t> g_rows(grouped.unique_rows());
+  std::vector<float> g_values(grouped.unique_rows() * dim);
+  for (int g : {2, 0, 1}) grouped.sum_group(g, g_rows.data(), g_values.data());
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = grouped.group_begin(g); i < grouped.group_begin(g + 1); ++i) {
+      CHECK(g_rows[i] % 3 == g);
+      if (i > grouped.group_begin(g)) CHECK(g_rows[i] > g_rows[i - 1]);
+      size_t at = static_cast<size_t>(
+          std::lower_bound(whole.rows.begin(), whole.rows.end(), g_rows[i]) - whole.rows.begin());
+      REQUIRE(at < whole.rows.size());
+      for (size_t c = 0; c < dim; ++c) CHECK(g_values[i * dim + c] == whole.values[at * dim + c]);
+    }
+  }
+
+  // Merging each batch's own coalesced rows in batch order equals coalescing all of them.
+  std::vector<CoalescedRows> each(batches.size());
+  std::vector<RowBatch> sorted;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    coalesce({batches[b]}, dim, false, &each[b]);
+    sorted.push_back({each[b].rows.data(), each[b].rows.size(), each[b].values.data()});
+  }
+  CoalescedRows of_each;
+  coalesce(sorted, dim, false, &of_each);
+  std::vector<int64_t> merged_rows;
+  std::vector<float> merged_values;
+  CHECK(merge_sorted(sorted, dim, [&](int64_t row, float* sum) {
+    merged_rows.push_back(row);
+    merged_values.insert(merged_values.end(), sum, sum + dim);
+  }));
+  CHECK(merged_rows == of_each.rows);
+  CHECK(merged_values == of_each.values);
+  // Unsorted input is refused before anything is visited.
+  int visited = 0;
+  CHECK_FALSE(merge_sorted(batches, dim, [&](int64_t, float*) { ++visited; }));
+  CHECK(visited == 0);
 }
 
 TEST_CASE("optimizers match the reference over steps that touch different rows") {
