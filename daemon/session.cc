@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "loop_timer.h"
 #include "parallax_c.h"
 #include "scheduler.h"
 #include "server.h"
@@ -361,24 +362,29 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
 }
 
 void Session::handle_checkpoint(const control::Checkpoint& request) {
-  auto reply = [self = shared_from_this()](px_status status, const std::string& message) {
+  std::string dir = request.path() ? request.path()->str() : "";
+  struct Pending {
+    int left = 1;  // released after the loop
+    px_status status = PX_OK;
+    std::string message;
+    bool replied = false;
+    std::shared_ptr<LoopTimer> deadline;
+  };
+  auto pending = std::make_shared<Pending>();
+  auto reply = [self = shared_from_this(), pending](px_status status, const std::string& message) {
+    if (pending->replied) return;
+    pending->replied = true;
+    if (pending->deadline) pending->deadline->cancel();
     if (self->closed()) return;
     flatbuffers::FlatBufferBuilder b;
     auto text = b.CreateString(message);
     auto body = control::CreateCheckpointReply(b, status, text);
     self->send_frame(finish_frame(b, control::Body::CheckpointReply, body.Union()));
   };
-  std::string dir = request.path() ? request.path()->str() : "";
   if (dir.empty() || dir.size() > 4000 || dir.find('\0') != std::string::npos)
     return reply(PX_ERR_INVALID, "px_checkpoint: the path must have 1 to 4000 bytes");
   ::mkdir(dir.c_str(), 0750);  // the other nodes need it too: a shared or same-named path
   if (!job_->broken().empty()) return reply(PX_ERR_PEER_LOST, job_->broken());
-  struct Pending {
-    int left = 1;  // released after the loop
-    px_status status = PX_OK;
-    std::string message;
-  };
-  auto pending = std::make_shared<Pending>();
   auto finish_one = [pending, reply](px_status status, const std::string& message) {
     if (status != PX_OK && pending->status == PX_OK) {
       pending->status = status;
@@ -403,6 +409,15 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
   }
   PX_LOG_INFO("%s: checkpoint of %d sparse variables to %s", label().c_str(), variables,
               dir.c_str());
+  int64_t timeout_ms = request.timeout_ms();
+  if (pending->left > 1 && timeout_ms > 0) {
+    // The shard writes already asked for go on; a manifest still appears if they finish.
+    std::string text = "checkpoint to " + dir + " by " + label() + " did not complete within " +
+                       std::to_string(timeout_ms) +
+                       " ms (every node's workers must first push the steps this worker pushed)";
+    pending->deadline = LoopTimer::start(server_.loop(), static_cast<uint64_t>(timeout_ms),
+                                         [reply, text] { reply(PX_ERR_TIMEOUT, text); });
+  }
   finish_one(PX_OK, "");
 }
 

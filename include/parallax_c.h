@@ -232,7 +232,10 @@ PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request
  * (temporary file, fsync, rename); a checkpoint exists once its manifest does. Call it
  * between steps, when every worker has pushed the same number of steps (e.g. after a
  * px_barrier). parallaxd --restore DIR loads a variable from its manifest when the
- * variable is registered, on any number of nodes. */
+ * variable is registered, on any number of nodes. timeout_ms <= 0 means the connection's
+ * timeout; past it the call returns PX_ERR_TIMEOUT (shard writes already under way still
+ * finish, and their manifest then still appears). A lost node is PX_ERR_PEER_LOST naming
+ * it. */
 PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t timeout_ms);
 
 /* Sparse operations. indices are n row numbers in [0, rows), duplicates allowed; row

@@ -361,6 +361,8 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
                       std::move(var), out_var);
 }
 
+constexpr int64_t kCheckpointReplyGraceMs = 5000;
+
 PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t timeout_ms) {
   using namespace px;
   if (!client || !path) return fail(PX_ERR_INVALID, "px_checkpoint: NULL argument");
@@ -368,11 +370,14 @@ PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t time
   if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
   flatbuffers::FlatBufferBuilder b;
   auto text = b.CreateString(path);
-  auto request = control::CreateCheckpoint(b, text);
+  int64_t deadline_ms = timeout_ms > 0 ? timeout_ms : client->control_timeout_ms;
+  auto request = control::CreateCheckpoint(b, text, deadline_ms);
   std::string payload;
   const control::Message* message = nullptr;
   int64_t saved_timeout = client->control_timeout_ms;
-  if (timeout_ms > 0) client->control_timeout_ms = timeout_ms;
+  // The daemon answers at its deadline; waiting a little longer keeps its answer from
+  // arriving after this call gave up (it would then answer the next control call).
+  client->control_timeout_ms = deadline_ms + kCheckpointReplyGraceMs;
   px_status status =
       control_call(client, finish_frame(b, control::Body::Checkpoint, request.Union()),
                    control::Body::CheckpointReply, &payload, &message);

@@ -556,6 +556,51 @@ int scenario_node_mismatch(px_client* c) {
   return 0;
 }
 
+// sparse-checkpoint-timeout DIR (2 nodes x 1 worker): node 1 pushes its second step late,
+// so node 0's checkpoint after its own second push cannot complete in time:
+// PX_ERR_TIMEOUT at its deadline, and the connection still answers the next control call
+// correctly. Once both pushed, a checkpoint succeeds and its manifest is there.
+int scenario_checkpoint_timeout(px_client* c, const char* dir) {
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  px_var* var = nullptr;
+  check(px_register_sparse(c, "emb", PX_F32, 100, 4, nullptr, &var), "register");
+  int64_t row = 1;
+  float grad[4] = {1, 1, 1, 1};
+  auto push = [&] {
+    px_request* r = nullptr;
+    check(px_push_rows(var, &row, 1, grad, &r), "push");
+    check(wait_free(r), "push wait");
+  };
+  push();
+  if (w.node_index == 0) {
+    push();
+    auto t0 = std::chrono::steady_clock::now();
+    px_status s = px_checkpoint(c, dir, 1500);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    expect_status(s, PX_ERR_TIMEOUT, "a checkpoint another node holds up");
+    expect_contains(last_message(), "1500 ms");
+    if (seconds < 1.4 || seconds > 5)
+      die("the checkpoint gave up after " + std::to_string(seconds) + " s");
+    px_var_stats stats;
+    stats.struct_size = sizeof stats;
+    check(px_var_stats_get(var, &stats), "px_var_stats_get after a timed-out checkpoint");
+    if (stats.push_steps != 2) die("push_steps " + std::to_string(stats.push_steps));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    push();
+  }
+  check(px_barrier(c, 30000), "px_barrier");
+  if (w.node_index == 0) {
+    check(px_checkpoint(c, dir, 20000), "px_checkpoint once every node pushed");
+    std::string manifest = std::string(dir) + "/checkpoint-timeout.emb.manifest";
+    if (access(manifest.c_str(), F_OK) != 0) die("no " + manifest);
+  }
+  printf("ok rank %d checkpoint-timeout\n", g_rank);
+  return 0;
+}
+
 }  // namespace
 
 int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, char** argv) {
@@ -564,6 +609,8 @@ int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, cha
   if (scenario == "sparse-errors") return scenario_errors(c);
   if (scenario == "sparse-load") return scenario_load(c, argc, argv);
   if (scenario == "sparse-node-mismatch") return scenario_node_mismatch(c);
+  if (scenario == "sparse-checkpoint-timeout" && argc >= 1)
+    return scenario_checkpoint_timeout(c, argv[0]);
   if (scenario == "sparse-restore-mismatch") return scenario_restore_mismatch(c);
   die("unknown sparse scenario or missing arguments: " + scenario);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -153,7 +154,8 @@ TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
   CHECK(all_ok(run_cluster_workers(cluster, "async", 1, {"sparse-bounded", "async", "0", "30"})));
 }
 
-TEST_CASE("sparse: errors, loads and option mismatches on a cluster") {
+TEST_CASE(
+    "sparse: errors, loads, option mismatches and a checkpoint past its deadline on a cluster") {
   ClusterProcesses cluster("sp-cerr", 2);
   CHECK(all_ok(run_cluster_workers(cluster, "errors", 2, {"sparse-errors"})));
   for (auto route : {"ps", "allgatherv", "allreduce"}) {
@@ -164,9 +166,16 @@ TEST_CASE("sparse: errors, loads and option mismatches on a cluster") {
   auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "node-mismatch"));
+  std::string dir = "/tmp/pxt-sp-ckpt-timeout-" + std::to_string(getpid());
+  results =
+      run_cluster_workers(cluster, "checkpoint-timeout", 1, {"sparse-checkpoint-timeout", dir});
+  CHECK(all_ok(results));
+  CHECK(contains(results[0].output, "checkpoint-timeout"));
+  std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it") {
+TEST_CASE(
+    "sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it, checkpoints too") {
   ClusterProcesses cluster("sp-kill", 3);
   std::vector<WorkerResult> results;
   std::string ready_dir = "/tmp/pxt-sp-ready-" + std::to_string(getpid());
@@ -184,6 +193,12 @@ TEST_CASE("sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it
     const WorkerResult& r = results[static_cast<size_t>(node)];
     CHECK_MESSAGE(r.exit_code == 0, r.output);
     CHECK_MESSAGE(contains(r.output, "node 1"), r.output);
+    // Then a checkpoint fails within its deadline, naming the lost node.
+    // (the worker checks the status is PX_ERR_PEER_LOST).
+    size_t at = r.output.find("CHECKPOINT failed");
+    REQUIRE_MESSAGE(at != std::string::npos, r.output);
+    std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    CHECK_MESSAGE(contains(line, "node 1"), line);
   }
   CHECK(cluster.node(0).alive());
   CHECK(cluster.node(2).alive());

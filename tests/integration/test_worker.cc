@@ -2,12 +2,15 @@
 // Usage: px_test_worker SCENARIO [ARGS...]; the socket, job, rank and size come from the
 // PARALLAX_* environment. Prints "FAIL: ..." and exits 1 on any wrong result.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -431,6 +434,18 @@ int scenario_until_lost(px_client* c, bool sparse) {
     }
     expect_status(s, PX_ERR_PEER_LOST, "a step while a node dies");
     printf("LOST at step %d: %s\n", step, message.c_str());
+    if (sparse) {
+      // A checkpoint needs every node's shards: it must fail (not hang) and say which.
+      std::string dir = "/tmp/pxt-lost-ckpt-" + std::to_string(getpid());
+      mkdir(dir.c_str(), 0700);
+      auto t0 = std::chrono::steady_clock::now();
+      px_status cs = px_checkpoint(c, dir.c_str(), 20000);
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string why = px_last_error();
+      std::filesystem::remove_all(dir);
+      expect_status(cs, PX_ERR_PEER_LOST, "a checkpoint with a node lost");
+      printf("CHECKPOINT failed after %.1f s: %s\n", seconds, why.c_str());
+    }
     return 0;
   }
   die("no failure after 1000000 steps");
