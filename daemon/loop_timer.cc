@@ -31,12 +31,16 @@ std::shared_ptr<LoopTimer> LoopTimer::start(uv_loop_t* loop, uint64_t ms,
       [](uv_timer_t* t) {
         auto* h = static_cast<Handle*>(t->data);
         std::function<void()> fire = std::move(h->fire);
-        h->owner->handle_ = nullptr;
+        if (h->owner) h->owner->handle_ = nullptr;
         close_handle(t);
         fire();
       },
       ms, 0);
   return timer;
+}
+
+LoopTimer::~LoopTimer() {
+  if (handle_) handle_->owner = nullptr;
 }
 
 void LoopTimer::cancel() {

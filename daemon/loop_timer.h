@@ -1,6 +1,7 @@
 // A one-shot timer on a libuv loop: runs `fire` once after ms milliseconds unless
-// cancelled first (destroying it cancels it). Loop thread only; the uv handle frees
-// itself once closed.
+// cancelled first. Destroying the object does not cancel it (no uv call may happen then,
+// e.g. after the loop closed at exit); the uv handle frees itself once closed. Loop thread
+// only.
 #pragma once
 
 #include <uv.h>
@@ -14,7 +15,7 @@ namespace px {
 class LoopTimer {
  public:
   static std::shared_ptr<LoopTimer> start(uv_loop_t* loop, uint64_t ms, std::function<void()> fire);
-  ~LoopTimer() { cancel(); }
+  ~LoopTimer();
   // Does nothing once fired or cancelled.
   void cancel();
 

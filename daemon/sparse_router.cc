@@ -110,11 +110,16 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->channel =
       std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
                                       chunk_bytes_, table->owner, post_, std::move(node_label));
-  PX_LOG_INFO(
-      "%s: %llu x %llu f32, %u partitions, %llu rows (%llu bytes) held here; %s", label.c_str(),
-      static_cast<unsigned long long>(shape.rows), static_cast<unsigned long long>(shape.dim),
-      table->map.partitions(), static_cast<unsigned long long>(table->owner->owned_rows()),
-      static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
+  const char* why_partitions =
+      options.partitions ? "as asked"
+                         : "automatic: one per node, since requests go per owner node and "
+                           "striped rows balance bytes for any multiple of the node count";
+  PX_LOG_INFO("%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
+              label.c_str(), static_cast<unsigned long long>(shape.rows),
+              static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions,
+              static_cast<unsigned long long>(table->owner->owned_rows()),
+              static_cast<unsigned long long>(table->owner->store_bytes()),
+              options.canonical().c_str());
   return table;
 }
 
