@@ -59,6 +59,7 @@ struct SparseRun {
   std::vector<std::vector<Placement>> placements;  // by owner node
   std::vector<int> targets;                        // nodes that get a request
   int requests_left = 0;
+  bool abandoned = false;  // failed from outside: transfers still out no longer count
   px_status status = PX_OK;
   std::string error;
   bool prepared = false;  // ready to send once the variable's earlier runs have sent
@@ -551,7 +552,8 @@ void SparseRouter::scatter(const std::shared_ptr<Run>& run, int node) {
 
 // Finishes the run once nothing of it is outstanding.
 void SparseRouter::settle(const std::shared_ptr<Run>& run) {
-  if (run->finished || !run->sent || run->busy > 0 || run->requests_left > 0) return;
+  if (run->finished || !run->sent || run->busy > 0) return;
+  if (run->requests_left > 0 && !run->abandoned) return;
   if (run->status == PX_OK) return finish(*run, PX_OK, "");
   const Job& job = *run->job;
   std::string why = !job.broken().empty() ? job.broken() : run->error;
@@ -570,7 +572,7 @@ void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::st
         run->status = status;
         run->error = why;
       }
-      run->requests_left = 0;  // their transfers are ignored when they finish
+      run->abandoned = true;
       continue;
     }
     finish(*run, status, why + run->where());
