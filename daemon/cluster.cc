@@ -292,6 +292,21 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       announce(agreement, std::move(message));
       return;
     }
+    case Envelope::Body::JOB_BROKEN: {
+      if (body.getJobBroken().getNodeIndex() != static_cast<uint32_t>(node)) {
+        PX_LOG_WARN("cluster: %s reported a broken job for another node; ignored",
+                    node_label(node).c_str());
+        return;
+      }
+      // Relayed as received, to every node but the one it came from.
+      capnp::MallocMessageBuilder copy;
+      copy.setRoot(envelope);
+      std::string frame = frame_envelope(copy);
+      for (int other = 1; other < config_.node_count; ++other)
+        if (other != node) send_to_node(other, frame);
+      if (node != 0) member_handle(envelope);
+      return;
+    }
     default:
       PX_LOG_WARN("cluster: unexpected message from %s", node_label(node).c_str());
   }
@@ -419,6 +434,11 @@ void Cluster::member_handle(Envelope::Reader envelope) {
     case Envelope::Body::NODE_LOST:
       return events_.node_lost(static_cast<int>(body.getNodeLost().getNodeIndex()),
                                body.getNodeLost().getReason());
+    case Envelope::Body::JOB_BROKEN: {
+      auto broken = body.getJobBroken();
+      return events_.job_broken(broken.getJob(), broken.getBarrierId(),
+                                static_cast<int>(broken.getNodeIndex()), broken.getReason());
+    }
     default:
       PX_LOG_WARN("cluster: unexpected message from the coordinator");
   }
@@ -450,6 +470,19 @@ void Cluster::register_var(const std::string& job, const std::string& var,
     r.setDim(fingerprint.dim);
     r.setOptions(fingerprint.options);
     r.setNodeIndex(static_cast<uint32_t>(config_.node_index));
+  });
+  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
+  send_to_coordinator(frame_envelope(*message));
+}
+
+void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id,
+                                const std::string& why) {
+  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+    auto broken = b.initJobBroken();
+    broken.setJob(job);
+    broken.setBarrierId(barrier_id);
+    broken.setNodeIndex(static_cast<uint32_t>(config_.node_index));
+    broken.setReason(why);
   });
   if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
   send_to_coordinator(frame_envelope(*message));

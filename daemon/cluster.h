@@ -32,6 +32,10 @@ class Cluster {
     std::function<void(const std::string& job, const std::string& var, const std::string& why)>
         var_mismatch;
     std::function<void(int node, const std::string& why)> node_lost;
+    // Another node's part of a started job broke (relayed by the coordinator).
+    std::function<void(const std::string& job, uint32_t barrier_id, int node,
+                       const std::string& why)>
+        job_broken;
   };
 
   Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fabric, Events events);
@@ -48,6 +52,8 @@ class Cluster {
   // Reports this node's part of a job / a variable registration to the coordinator.
   void join_job(const std::string& job, uint32_t local_size);
   void register_var(const std::string& job, const std::string& var, const Fingerprint& fingerprint);
+  // Tells every other node that this node's part of a started job broke.
+  void report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why);
 
  private:
   struct Connection;

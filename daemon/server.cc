@@ -155,6 +155,15 @@ bool Server::start_cluster(std::string* error) {
     for (auto& resume : waiting) resume();  // they see the poison and fail
   };
   events.node_lost = [this](int, const std::string& why) { on_node_lost(why); };
+  events.job_broken = [this](const std::string& name, uint32_t barrier_id, int node,
+                             const std::string& why) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second->barrier_id() != barrier_id) return;  // gone, or a rerun
+    Job& job = *it->second;
+    if (!job.broken().empty()) return;
+    PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
+    break_job(job, why, true);
+  };
   cluster_ = std::make_unique<Cluster>(&loop_, config_, *fabric_, std::move(events));
   return cluster_->start(error);
 }
@@ -182,8 +191,23 @@ void Server::on_node_lost(const std::string& why) {
   if (fabric_) fabric_->fail_all(why);
   for (auto& [name, job] : jobs_) {
     if (!job->broken().empty()) continue;
-    job->mark_broken(why);
-    scheduler_.fail_job(*job, PX_ERR_PEER_LOST, why);
+    break_job(*job, why, false);  // fail_all stopped every peer's traffic already
+  }
+}
+
+void Server::break_job(Job& job, const std::string& why, bool stop_traffic) {
+  job.mark_broken(why);
+  scheduler_.fail_job(job, PX_ERR_PEER_LOST, why);
+  if (stop_traffic && fabric_ && job.barrier_id() != 0) {
+    std::vector<uint32_t> ids{job.barrier_id()};
+    for (auto& var : job.variables())
+      if (var->global_id != 0) ids.push_back(var->global_id);
+    fabric_->fail_variables(ids, why);
+  }
+  // Steps waiting for the nodes to agree on a variable see the broken job and fail.
+  for (auto& var : job.variables()) {
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();
   }
 }
 
@@ -374,8 +398,13 @@ void Server::leave_job(Session& session, const std::string& why) {
   if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session)
     job->members()[static_cast<size_t>(rank)].reset();
   if (job->ready() && job->broken().empty()) {
-    job->mark_broken(session.label() + " " + why);
-    scheduler_.fail_job(*job, PX_ERR_PEER_LOST, job->broken());
+    // A clean px_disconnect is how a job ends: other nodes may still read its shards, so
+    // only a worker that died (or broke the protocol) stops the job on every node.
+    bool died = !session.left_cleanly();
+    std::string reason = session.label() + " " + why;
+    break_job(*job, reason, died);
+    if (died && cluster_ && job->barrier_id() != 0)
+      cluster_->report_job_broken(job->name(), job->barrier_id(), reason);
   }
   if (job->connected() == 0) jobs_.erase(it);
 }

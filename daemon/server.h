@@ -67,6 +67,9 @@ class Server {
   void job_complete_locally(const std::shared_ptr<Job>& job);
   void activate(const std::shared_ptr<Job>& job);
   void on_node_lost(const std::string& why);  // why names the node
+  // Fails every operation of a started job, pending or in flight; with stop_traffic, also
+  // its messages on the fabric (peers may never send what they wait for).
+  void break_job(Job& job, const std::string& why, bool stop_traffic);
   void on_fatal(const std::string& why);
 
   DaemonConfig config_;

@@ -69,6 +69,7 @@ void Session::on_socket_event(uv_poll_t* handle, int status, int events) {
 
 void Session::read_socket() {
   char buffer[8192];
+  bool gone = false;
   for (;;) {
     ssize_t n = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
     if (n > 0) {
@@ -77,11 +78,10 @@ void Session::read_socket() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    // EOF or error: the process is gone (or closed its socket).
-    close(left_cleanly_ ? "left (px_disconnect)"
-                        : "lost its connection (process exited or was killed)");
-    return;
+    gone = true;  // EOF or error: the process is gone (or closed its socket)
+    break;
   }
+  // Frames that arrived with the EOF count (px_disconnect's goodbye comes just before it).
   std::string payload;
   std::string error;
   while (!closed()) {
@@ -94,6 +94,9 @@ void Session::read_socket() {
     }
     handle_frame(payload);
   }
+  if (gone)
+    close(left_cleanly_ ? "left (px_disconnect)"
+                        : "lost its connection (process exited or was killed)");
 }
 
 void Session::send_frame(const std::string& frame) {

@@ -30,6 +30,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Closes the connection (idempotent); the job is told the worker left, with reason.
   void close(const std::string& reason);
   bool closed() const { return state_ == State::kClosed; }
+  // It said goodbye (px_disconnect) before its connection closed.
+  bool left_cleanly() const { return left_cleanly_; }
 
   // Called by the server once every worker of the job has connected.
   void activate();

@@ -157,6 +157,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
   if (fabric_ && !table->channel->started()) {
     var.awaiting_global_id.push_back([this, job, &var, push_steps, dir, done] {
       if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
+      if (!job->broken().empty()) return done(PX_ERR_PEER_LOST, job->broken());
       checkpoint(job, var, push_steps, dir, done);
     });
     return;

@@ -12,7 +12,7 @@
 
 namespace px {
 
-constexpr uint32_t kClusterProtocolVersion = 2;  // 2: sparse variables
+constexpr uint32_t kClusterProtocolVersion = 3;  // 2: sparse variables, 3: JobBroken
 constexpr uint64_t kClusterEpoch = 1;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 

@@ -43,4 +43,8 @@ inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {
 }
 constexpr uint64_t kTagAlgorithmBits = 20;
 
+inline uint32_t tag_var_id(uint64_t tag) {
+  return static_cast<uint32_t>((tag >> 36) & 0xffffff);
+}
+
 }  // namespace px

@@ -19,6 +19,7 @@ struct FabricEndpoint::Op {
   void* buffer = nullptr;
   size_t bytes = 0;
   bool abandoned = false;  // failed by fail_peer; a late completion only frees it
+  std::string cancelled;   // fail_variables: the completion, whatever it says, fails with this
   TransferCallback done;
 };
 
@@ -153,6 +154,10 @@ void FabricEndpoint::post(std::unique_ptr<Op> op) {
   }
   std::unique_lock<std::mutex> lock(mutex_);
   std::string error = dead_[static_cast<size_t>(op->peer)];
+  if (error.empty() && !dead_vars_.empty()) {
+    auto dead = dead_vars_.find(tag_var_id(op->tag));
+    if (dead != dead_vars_.end()) error = dead->second;
+  }
   if (error.empty()) {
     if (!backlog_.empty() || posted_.size() >= max_posted_) {
       backlog_.push_back(std::move(op));
@@ -202,6 +207,29 @@ void FabricEndpoint::fail_peer(int peer, const std::string& why) {
 
 void FabricEndpoint::fail_all(const std::string& why) {
   for (int peer = 0; peer < size(); ++peer) fail_peer(peer, why);
+}
+
+void FabricEndpoint::fail_variables(const std::vector<uint32_t>& var_ids, const std::string& why) {
+  std::vector<TransferCallback> failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (uint32_t id : var_ids) dead_vars_.emplace(id & 0xffffff, why);
+    auto dead = [&](const Op& op) { return dead_vars_.count(tag_var_id(op.tag)) > 0; };
+    for (Op* op : posted_) {
+      if (op->is_send || op->abandoned || !op->cancelled.empty() || !dead(*op)) continue;
+      op->cancelled = why;
+      fi_cancel(&ep_->fid, &op->context);
+    }
+    for (auto it = backlog_.begin(); it != backlog_.end();) {
+      if (dead(**it)) {
+        failed.push_back(std::move((*it)->done));
+        it = backlog_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& done : failed) done(false, why);
 }
 
 bool FabricEndpoint::try_post(Op* op, std::string* error) {
@@ -259,6 +287,7 @@ void FabricEndpoint::complete(Op* op, bool ok, const std::string& error) {
     posted_.erase(op);
     if (op->abandoned) return;  // already failed by fail_peer
   }
+  if (!owned->cancelled.empty()) return owned->done(false, owned->cancelled);
   owned->done(ok, error);
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -65,6 +66,11 @@ class FabricEndpoint : public CollectiveTransport {
   // Fails every peer: what a daemon does when the cluster loses a node, since collectives
   // in flight also wait on survivors that stopped at the failure.
   void fail_all(const std::string& why);
+  // Fails the operations of these variables (tag_var_id), now and from now on: what a
+  // daemon does when a job breaks while its peers are alive. Posted receives are cancelled
+  // and fail once the provider gives them back (a peer may still be sending into them);
+  // posted sends finish as usual.
+  void fail_variables(const std::vector<uint32_t>& var_ids, const std::string& why);
 
   // Starts the progress thread (after set_peers).
   void start();
@@ -96,6 +102,7 @@ class FabricEndpoint : public CollectiveTransport {
   std::deque<std::unique_ptr<Op>> backlog_;
   std::unordered_set<Op*> posted_;
   std::vector<std::string> dead_;  // per peer: why it is dead, empty while alive
+  std::unordered_map<uint32_t, std::string> dead_vars_;  // var id -> why its operations fail
   std::atomic<bool> stopping_{false};
   std::thread progress_;
 };

@@ -18,6 +18,7 @@ struct Envelope {
     varReady @9 :VarReady;
     varMismatch @10 :VarMismatch;
     nodeLost @11 :NodeLost;
+    jobBroken @12 :JobBroken;
   }
 }
 
@@ -86,4 +87,14 @@ struct VarMismatch {
 struct NodeLost {
   nodeIndex @0 :UInt32;
   reason @1 :Text;
+}
+
+# node -> coordinator -> every other node: a started job lost a worker on that node (its
+# process died, was killed or broke the control protocol); no step of the job can complete
+# any more, so every node fails the job's operations.
+struct JobBroken {
+  job @0 :Text;
+  barrierId @1 :UInt32;         # tells this run of the job from a later one of the same name
+  nodeIndex @2 :UInt32;
+  reason @3 :Text;
 }

@@ -131,6 +131,36 @@ TEST_CASE(
   CHECK(cluster.node(1).alive());
 }
 
+TEST_CASE(
+    "cluster: a worker killed mid-step fails the job on every node at once, naming it (dense "
+    "and sparse)") {
+  for (bool sparse : {false, true}) {
+    CAPTURE(sparse);
+    ClusterProcesses cluster(sparse ? "cwks" : "cwkd", 2);
+    // Global rank 3 is node 1's local rank 1. Without the news from node 1, node 0's
+    // workers would wait for its part of the step until their 30 s deadline (PX_ERR_TIMEOUT).
+    std::vector<std::string> args{"until-lost"};
+    if (sparse) args.push_back("sparse");
+    auto t0 = std::chrono::steady_clock::now();
+    auto results = run_cluster_workers(cluster, "wkill", 2, args, 90000,
+                                       {{"PX_TEST_KILL_RANK", "3"}, {"PX_TEST_KILL_STEP", "5"}});
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(results.size() == 4);
+    CHECK(results[3].exit_code == 128 + SIGKILL);
+    for (int rank = 0; rank < 3; ++rank) {
+      const WorkerResult& r = results[static_cast<size_t>(rank)];
+      CHECK_MESSAGE(r.exit_code == 0, r.output);
+      CHECK_MESSAGE(contains(r.output, "LOST at step"), r.output);
+      CHECK_MESSAGE(contains(r.output, "local rank 1"), r.output);
+      CHECK_MESSAGE(contains(r.output, "lost its connection"), r.output);
+      CHECK_MESSAGE(contains(r.output, "on node 1"), r.output);
+    }
+    CHECK(seconds < 25);  // well inside the workers' 30 s deadline
+    CHECK(cluster.node(0).alive());
+    CHECK(cluster.node(1).alive());
+  }
+}
+
 TEST_CASE("cluster: rendezvous errors are clear on every daemon") {
   SUBCASE("a missing node") {
     auto endpoints = ClusterProcesses::free_endpoints(3);

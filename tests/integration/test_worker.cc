@@ -391,7 +391,14 @@ int scenario_world(px_client* c) {
 // until-lost: allreduces until an operation fails; it must fail with PX_ERR_PEER_LOST
 // (a daemon of the cluster is killed meanwhile by the harness).
 // until-lost [sparse]: steps (allreduces, or pull + push of a sparse table) until one fails.
+// With PX_TEST_KILL_RANK=r and PX_TEST_KILL_STEP=s, the worker of global rank r kills
+// itself (SIGKILL, no goodbye) at step s instead: the others must then fail.
 int scenario_until_lost(px_client* c, bool sparse) {
+  int kill_rank = getenv("PX_TEST_KILL_RANK") ? atoi(getenv("PX_TEST_KILL_RANK")) : -1;
+  int kill_step = getenv("PX_TEST_KILL_STEP") ? atoi(getenv("PX_TEST_KILL_STEP")) : -1;
+  px_world_info world;
+  world.struct_size = sizeof world;
+  check(px_world(c, &world), "px_world");
   px_var* var = nullptr;
   if (sparse) {
     check(px_register_sparse(c, "steady", PX_F32, 100000, 16, nullptr, &var), "px_register_sparse");
@@ -402,6 +409,10 @@ int scenario_until_lost(px_client* c, bool sparse) {
   std::vector<int64_t> rows(1000);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i * 97);
   for (int step = 0; step < 1000000; ++step) {
+    if (world.rank == kill_rank && step == kill_step) {
+      fflush(stdout);
+      raise(SIGKILL);
+    }
     px_request* req = nullptr;
     px_status s = PX_OK;
     if (sparse) {
