@@ -5,6 +5,7 @@
 
 #include "collective_state.h"
 #include "reduce.h"
+#include "scratch_pool.h"
 
 namespace px {
 namespace {
@@ -27,7 +28,7 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
       chunks_ = (max_segment + chunk_elems_ - 1) / chunk_elems_;
     }
     steps_ = 2 * (n_ - 1);
-    scratch_.resize(chunks_ * chunk_elems_ * elem_);
+    if (n_ > 1) scratch_ = ScratchBuffer::take(chunks_ * chunk_elems_ * elem_);
   }
 
   void start() {
@@ -112,7 +113,7 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   CollectiveDone done_;
   int n_ = 1, rank_ = 0, steps_ = 0;
   size_t elem_ = 4, chunk_elems_ = 1, chunks_ = 1;
-  std::vector<char> scratch_;
+  ScratchBuffer scratch_;  // a chunk's incoming data, to reduce into the buffer
   std::unique_ptr<TransferCounter> counter_;
 };
 
