@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "log.h"
+#include "uninit_vector.h"
 
 namespace px {
 namespace {
@@ -18,9 +19,9 @@ constexpr uint64_t kMaxRequestRows = 1ull << 32;
 struct SparseChannel::Incoming {
   SparseRequestHeader header{};
   uint64_t seq = 0;
-  std::vector<int64_t> rows;
-  std::vector<float> values;
-  std::vector<float> out;
+  UninitVector<int64_t> rows;  // all three are received or gathered whole
+  UninitVector<float> values;
+  UninitVector<float> out;
   SparseReplyHeader reply{};
   std::atomic<int> parts_left{0};
   bool received = false;  // every part arrived (loop thread)
@@ -249,7 +250,9 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   auto keep = [in](bool, const std::string&) {};
   fabric_->send(peer, tag | kHeaderPart, &in->reply, sizeof in->reply, keep);
   bytes_sent_ += sizeof in->reply;
-  // Rows are sent even when refused, so the requester's posted receives complete.
+  // Rows are sent even when refused, so the requester's posted receives complete (zeros
+  // then: the buffer was never filled).
+  if (status != PX_OK) std::fill(in->out.begin(), in->out.end(), 0.0f);
   send_part(peer, tag, kRowsPart, in->out.data(), in->out.size() * sizeof(float), keep);
   bytes_sent_ += in->out.size() * sizeof(float);
 }
