@@ -341,7 +341,7 @@ std::vector<std::pair<uint64_t, double>> collect(const std::string& command,
 
 int bench_allreduce(bool json, const std::string& daemon, const std::string& nodes_list,
                     const std::string& links_list, const std::string& sizes, int iterations,
-                    const std::string& peers_list, int per_node) {
+                    const std::string& peers_list, int per_node, int mtu) {
   std::string tools = tools_dir();
   std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
   std::string cluster = source_tools + "/px-cluster";
@@ -370,7 +370,8 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
     for (const std::string& link : split(links_list)) {
       std::string mode =
           link == "lo" ? "--mode loopback"
-                       : "--mode netns" + (link == "0" ? std::string() : " --link-gbit " + link);
+                       : "--mode netns" + (link == "0" ? std::string() : " --link-gbit " + link) +
+                             (mtu > 0 ? " --mtu " + std::to_string(mtu) : std::string());
       std::string base = cluster + " --nodes " + std::to_string(n) + " --workers-per-node " +
                          std::to_string(per_node) + " " + mode + " --timeout 1200";
       std::string it = std::to_string(iterations);
@@ -394,11 +395,12 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
           if (json) {
             printf(
                 "%s{\"system\":\"%s\",\"nodes\":%d,\"workers_per_node\":%d,\"link\":\"%s\","
-                "\"bytes\":%llu,\"seconds\":%.6f,\"busbw_gbit\":%.3f}",
+                "\"mtu\":%d,\"bytes\":%llu,\"seconds\":%.6f,\"busbw_gbit\":%.3f}",
                 first ? "" : ",", system_name.c_str(), n, per_node,
                 link == "lo"
                     ? "loopback"
                     : (link == "0" ? "netns-unlimited" : ("netns-" + link + "gbit").c_str()),
+                link == "lo" ? 65536 : (mtu > 0 ? mtu : 1500),
                 static_cast<unsigned long long>(bytes), seconds, busbw_gbit);
             first = false;
           } else {
@@ -423,7 +425,7 @@ int main(int argc, char** argv) {
             "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
             "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
             "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
-            "                          [--daemon PATH]\n"
+            "                          [--mtu N (netns links)] [--daemon PATH]\n"
             "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
             "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
             "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
@@ -440,6 +442,7 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string nodes = "2,4", links = "1,5,0,lo", peers = "mpi,gloo";
   int per_node = 1;
+  int mtu = 0;  // netns links: px-cluster's default
   std::string sizes = "4096,65536,1048576,16777216,67108864,268435456";
   std::string daemon_path = default_daemon_path();
   int iterations = 5000;
@@ -461,12 +464,14 @@ int main(int argc, char** argv) {
       peers = argv[++i];
     else if (a == "--workers-per-node" && i + 1 < argc)
       per_node = std::max(1, atoi(argv[++i]));
+    else if (a == "--mtu" && i + 1 < argc)
+      mtu = std::max(0, atoi(argv[++i]));
     else
       die("unknown option " + a);
   }
   if (scenario == "local") return bench_local(json, daemon_path, iterations);
   if (scenario == "allreduce")
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
-                           iterations == 5000 ? 5 : iterations, peers, per_node);
+                           iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
   die("unknown scenario '" + scenario + "' (this build has: local, allreduce, sparse)");
 }
