@@ -224,6 +224,11 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
         world.setBarrierId(next_global_id_++);
       });
       job_sizes_.erase(std::string(j.getJob()));
+      // A new run of the job (every node's workers joined afresh): its variables are
+      // agreed on afresh, under new ids.
+      std::string job(j.getJob());
+      for (auto it = vars_.lower_bound({job, ""}); it != vars_.end() && it->first.first == job;)
+        it = vars_.erase(it);
       broadcast(frame_envelope(*message));
       member_handle(message->getRoot<Envelope>().asReader());
       return;

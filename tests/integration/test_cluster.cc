@@ -161,6 +161,28 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("cluster: a job runs again under the same name after a clean end and after a crash") {
+  ClusterProcesses cluster("crerun", 2);
+  std::vector<std::string> dense{"allreduce", "f32", "sum", "1000", "arena", "2"};
+  CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
+  CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
+  // Each run's variables get new cluster-wide ids: a run that crashed leaves nothing behind
+  // that fails or hangs the next one, sparse tables included.
+  for (int run = 0; run < 2; ++run) {
+    CAPTURE(run);
+    auto results = run_cluster_workers(cluster, "again", 2, {"until-lost", "sparse"}, 60000,
+                                       {{"PX_TEST_KILL_RANK", "3"}, {"PX_TEST_KILL_STEP", "3"}});
+    REQUIRE(results.size() == 4);
+    for (int rank = 0; rank < 3; ++rank) {
+      const WorkerResult& r = results[static_cast<size_t>(rank)];
+      CHECK_MESSAGE(r.exit_code == 0, r.output);
+      CHECK_MESSAGE(contains(r.output, "first step done"), r.output);
+      CHECK_MESSAGE(contains(r.output, "LOST at step"), r.output);
+    }
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
+}
+
 TEST_CASE("cluster: rendezvous errors are clear on every daemon") {
   SUBCASE("a missing node") {
     auto endpoints = ClusterProcesses::free_endpoints(3);
