@@ -156,3 +156,40 @@ TEST_CASE("ring allreduce: a lost node fails the operation on the survivors, no 
   // connection drop first.
   for (auto& error : done.errors) CHECK_MESSAGE(error.find("node 2") != std::string::npos, error);
 }
+
+TEST_CASE("ring allreduce: a broken job's variables fail on live peers, others go on") {
+  auto eps = open_endpoints(3);
+  const size_t count = 100000;
+  auto broken = inputs<float>(3, count, 2);
+  auto healthy = inputs<float>(3, count, 3);
+  Completion failed, fine;
+  auto start = [&](std::vector<std::vector<float>>& data, uint32_t var, int r, Completion& c) {
+    RingAllreduceSpec spec;
+    spec.buffer = data[static_cast<size_t>(r)].data();
+    spec.count = count;
+    spec.tag_base = make_tag(TagKind::kAllreduce, var, 0);
+    spec.chunk_bytes = 16 * 1024;
+    start_ring_allreduce(*eps[static_cast<size_t>(r)], spec, nullptr, c.callback());
+  };
+  for (int r = 0; r < 2; ++r) start(broken, 11, r, failed);  // rank 2 never joins var 11
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(failed.count() == 0);
+  // Every peer stays alive: only variable 11's transfers are failed, with the reason.
+  for (int r = 0; r < 3; ++r)
+    eps[static_cast<size_t>(r)]->fail_variables({11}, "job 'j' broke on node 2 (test)");
+  REQUIRE(failed.wait_for(2, 10));
+  REQUIRE(failed.errors.size() == 2);
+  for (auto& error : failed.errors)
+    CHECK_MESSAGE(error.find("job 'j' broke") != std::string::npos, error);
+  // A later operation of that variable fails at once; another variable is unaffected.
+  Completion late;
+  start(broken, 11, 0, late);
+  REQUIRE(late.wait_for(1, 5));
+  CHECK(late.errors.size() == 1);
+  for (int r = 0; r < 3; ++r) start(healthy, 12, r, fine);
+  REQUIRE(fine.wait_for(3, 10));
+  CHECK(fine.errors.empty());
+  auto want = expected(inputs<float>(3, count, 3), ReduceOp::kSum);
+  for (int r = 0; r < 3; ++r)
+    CHECK(std::memcmp(healthy[static_cast<size_t>(r)].data(), want.data(), count * 4) == 0);
+}
