@@ -40,6 +40,7 @@ const char kUsage[] =
     "  --listen H:P           address the coordinator binds (default its --nodes entry)\n"
     "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
+    "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
     "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
     "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
     "  --version              print the version and exit\n"
@@ -142,7 +143,10 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     c->fabric_provider = value;
   else if (key == "fabric.address")
     c->fabric_address = value;
-  else if (key == "fabric.chunk_bytes") {
+  else if (key == "fabric.port") {
+    if (!number(0, 65535)) return false;
+    c->fabric_port = static_cast<int>(n);
+  } else if (key == "fabric.chunk_bytes") {
     if (!number(4096, 1ull << 30)) return false;
     c->chunk_bytes = n;
   } else if (key == "timeouts.startup_ms") {
@@ -261,6 +265,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--fabric-provider", "fabric.provider"},
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
+      {"--fabric-port", "fabric.port"},
       {"--startup-timeout-ms", "timeouts.startup_ms"},
   };
   for (int i = 1; i < argc; ++i) {

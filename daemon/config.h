@@ -30,6 +30,7 @@ struct DaemonConfig {
   std::string listen;  // what the coordinator binds (default: its entry in nodes)
   std::string fabric_provider = "tcp;ofi_rxm";
   std::string fabric_address;  // local address for the fabric endpoint (default: this node's host)
+  int fabric_port = 0;         // the fabric endpoint's port; 0: one the provider picks
   uint64_t chunk_bytes = 256ull << 10;
   int64_t startup_timeout_ms = 60000;
 };

@@ -103,6 +103,7 @@ bool Server::start_cluster(std::string* error) {
   FabricOptions options;
   options.provider = config_.fabric_provider;
   options.address = config_.fabric_address;
+  if (config_.fabric_port != 0) options.service = std::to_string(config_.fabric_port);
   options.max_posted = 1 << 16;
   options.eager_bytes = config_.chunk_bytes;
   fabric_ = FabricEndpoint::open(options, error);

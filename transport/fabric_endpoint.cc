@@ -101,7 +101,10 @@ std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& option
       (rc = fi_endpoint(e->domain_, e->info_, &e->ep_, nullptr)) ||
       (rc = fi_ep_bind(e->ep_, &e->cq_->fid, FI_TRANSMIT | FI_RECV)) ||
       (rc = fi_ep_bind(e->ep_, &e->av_->fid, 0)) || (rc = fi_enable(e->ep_))) {
-    *error = fi_error("creating the fabric endpoint", rc);
+    *error = fi_error(("creating the fabric endpoint on " + options.address +
+                       (options.service.empty() ? "" : ":" + options.service))
+                          .c_str(),
+                      rc);
     return nullptr;
   }
   char name[256];

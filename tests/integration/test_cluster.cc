@@ -33,6 +33,25 @@ std::string field(const std::string& output, const std::string& key) {
   return output.substr(at + key.size() + 1, end - at - key.size() - 1);
 }
 
+// A TCP socket of this machine listens on port (any address).
+bool tcp_listening_on(int port) {
+  FILE* f = fopen("/proc/net/tcp", "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) {
+    unsigned local_port = 0, state = 0;
+    if (sscanf(line, " %*d: %*8x:%x %*8x:%*x %x", &local_port, &state) == 2)
+      found = static_cast<int>(local_port) == port && state == 0x0A;  // TCP_LISTEN
+  }
+  fclose(f);
+  return found;
+}
+
+int port_of(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
 }  // namespace
 
 TEST_CASE("cluster: 2 nodes x 2 workers, every dtype, op and memory mode") {
@@ -181,6 +200,36 @@ TEST_CASE("cluster: a job runs again under the same name after a clean end and a
     }
   }
   CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
+}
+
+TEST_CASE("cluster: --fabric-port pins each daemon's fabric endpoint, and a taken port is clear") {
+  auto endpoints = ClusterProcesses::free_endpoints(2);
+  auto fabric = ClusterProcesses::free_endpoints(2);
+  std::vector<std::unique_ptr<DaemonProcess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    auto args = ClusterProcesses::node_args("fport", endpoints, i);
+    args.insert(args.end(),
+                {"--fabric-port", std::to_string(port_of(fabric[static_cast<size_t>(i)]))});
+    nodes.push_back(std::make_unique<DaemonProcess>("fport-n" + std::to_string(i), args));
+  }
+  // Data really flows between the pinned endpoints: one allreduce across both nodes.
+  std::vector<WorkerResult> results[2];
+  std::thread other([&] {
+    results[1] = run_workers(*nodes[1], "fport", 1,
+                             {"allreduce", "f32", "sum", "100000", "arena", "2"}, 60000, kExact);
+  });
+  results[0] = run_workers(*nodes[0], "fport", 1,
+                           {"allreduce", "f32", "sum", "100000", "arena", "2"}, 60000, kExact);
+  other.join();
+  CHECK(all_ok(results[0]));
+  CHECK(all_ok(results[1]));
+  for (auto& f : fabric) CHECK_MESSAGE(tcp_listening_on(port_of(f)), f);
+  // A third daemon asked for node 0's fabric port fails at start, naming it.
+  auto taken = ClusterProcesses::node_args("fport2", ClusterProcesses::free_endpoints(2), 0);
+  taken.insert(taken.end(), {"--fabric-port", std::to_string(port_of(fabric[0]))});
+  DaemonProcess clash("fport-clash", taken, false);
+  CHECK(clash.wait_exit(10000) != 0);
+  CHECK_MESSAGE(contains(clash.log(), fabric[0] + ": Address already in use"), clash.log());
 }
 
 TEST_CASE("cluster: rendezvous errors are clear on every daemon") {
