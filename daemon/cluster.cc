@@ -1,7 +1,12 @@
 #include "cluster.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "log.h"
@@ -153,6 +158,7 @@ void Cluster::on_connection(uv_stream_t* server, int status) {
   if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0)
     return self->close_connection(c);
   uv_tcp_nodelay(&c.tcp, 1);
+  self->watch_silence(c);
   self->start_reading(c);
 }
 
@@ -382,6 +388,7 @@ void Cluster::on_connected(uv_connect_t* request, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  self->watch_silence(*c);
   self->start_reading(*c);
   auto message = build(self->config_.cluster, [&](Envelope::Body::Builder b) {
     auto join = b.initJoin();
@@ -509,6 +516,25 @@ void Cluster::write(Connection& c, const std::string& frame) {
   if (rc != 0) delete w;
 }
 
+// A machine that vanishes (power, cable, kernel panic) never closes its connections, and an
+// idle control connection would wait for it forever: keep-alive probes after half the
+// silence, three more within the other half, and unacknowledged data for no longer than
+// the whole, after which the read fails with ETIMEDOUT and the node is lost.
+void Cluster::watch_silence(Connection& c) {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(&c.tcp), &fd) != 0) return;
+  int silence_s = static_cast<int>(std::max<int64_t>(2, config_.peer_silence_ms / 1000));
+  int idle = std::max(1, silence_s / 2), interval = std::max(1, (silence_s - idle) / 3);
+  int probes = 3, on = 1;
+  unsigned user_timeout = static_cast<unsigned>(config_.peer_silence_ms);
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout) != 0)
+    PX_LOG_WARN("cluster: cannot set keep-alive on a control connection: %s", strerror(errno));
+}
+
 void Cluster::start_reading(Connection& c) {
   uv_read_start(
       reinterpret_cast<uv_stream_t*>(&c.tcp),
@@ -521,8 +547,13 @@ void Cluster::start_reading(Connection& c) {
         Cluster* self = c->cluster;
         if (n < 0) {
           free(buf->base);
-          return self->lost_connection(
-              *c, n == UV_EOF ? "connection closed" : uv_strerror(static_cast<int>(n)));
+          std::string why = n == UV_EOF ? "connection closed"
+                            : n == UV_ETIMEDOUT
+                                ? "control connection went silent for " +
+                                      std::to_string(self->config_.peer_silence_ms) +
+                                      " ms (machine or network gone)"
+                                : uv_strerror(static_cast<int>(n));
+          return self->lost_connection(*c, why);
         }
         std::string error;
         bool ok = c->reader.feed(

@@ -87,6 +87,7 @@ class Cluster {
   void send_to_coordinator(const std::string& frame);
   void write(Connection& c, const std::string& frame);
   void start_reading(Connection& c);
+  void watch_silence(Connection& c);
   void lost_connection(Connection& c, const std::string& why);
   void close_connection(Connection& c);
   static void on_startup_deadline(uv_timer_t* timer);

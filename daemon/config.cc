@@ -43,6 +43,7 @@ const char kUsage[] =
     "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
     "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
     "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
+    "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
     "  --version              print the version and exit\n"
     "  --help                 print this help and exit\n";
 
@@ -149,6 +150,9 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "fabric.chunk_bytes") {
     if (!number(4096, 1ull << 30)) return false;
     c->chunk_bytes = n;
+  } else if (key == "timeouts.peer_silence_ms") {
+    if (!number(1000, 3600000)) return false;
+    c->peer_silence_ms = static_cast<int64_t>(n);
   } else if (key == "timeouts.startup_ms") {
     if (!number(100, 86400000)) return false;
     c->startup_timeout_ms = static_cast<int64_t>(n);
@@ -266,6 +270,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
       {"--fabric-port", "fabric.port"},
+      {"--peer-silence-ms", "timeouts.peer_silence_ms"},
       {"--startup-timeout-ms", "timeouts.startup_ms"},
   };
   for (int i = 1; i < argc; ++i) {

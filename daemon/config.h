@@ -33,6 +33,9 @@ struct DaemonConfig {
   int fabric_port = 0;         // the fabric endpoint's port; 0: one the provider picks
   uint64_t chunk_bytes = 256ull << 10;
   int64_t startup_timeout_ms = 60000;
+  // A node whose control connection stays silent this long (no TCP acknowledgement of
+  // keep-alive probes or data) is lost: a machine that vanished without closing it.
+  int64_t peer_silence_ms = 10000;
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are

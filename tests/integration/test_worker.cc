@@ -392,10 +392,12 @@ int scenario_world(px_client* c) {
 // (a daemon of the cluster is killed meanwhile by the harness).
 // until-lost [sparse]: steps (allreduces, or pull + push of a sparse table) until one fails.
 // With PX_TEST_KILL_RANK=r and PX_TEST_KILL_STEP=s, the worker of global rank r kills
-// itself (SIGKILL, no goodbye) at step s instead: the others must then fail.
+// itself (SIGKILL, no goodbye) at step s instead: the others must then fail. With
+// PX_TEST_VANISH_NODE=k (netns clusters), node k's link goes down at step s instead.
 int scenario_until_lost(px_client* c, bool sparse) {
   int kill_rank = getenv("PX_TEST_KILL_RANK") ? atoi(getenv("PX_TEST_KILL_RANK")) : -1;
   int kill_step = getenv("PX_TEST_KILL_STEP") ? atoi(getenv("PX_TEST_KILL_STEP")) : -1;
+  int vanish_node = getenv("PX_TEST_VANISH_NODE") ? atoi(getenv("PX_TEST_VANISH_NODE")) : -1;
   px_world_info world;
   world.struct_size = sizeof world;
   check(px_world(c, &world), "px_world");
@@ -412,6 +414,11 @@ int scenario_until_lost(px_client* c, bool sparse) {
     if (world.rank == kill_rank && step == kill_step) {
       fflush(stdout);
       raise(SIGKILL);
+    }
+    if (vanish_node == world.node_index && world.local_rank == 0 && step == kill_step) {
+      // The node drops off the network without closing anything (netns: link down).
+      if (system("ip link set eth0 down") != 0) die("ip link set eth0 down failed");
+      printf("node %d vanished at step %d\n", vanish_node, step);
     }
     px_request* req = nullptr;
     px_status s = PX_OK;
