@@ -201,14 +201,7 @@ void FabricEndpoint::fail_peer(int peer, const std::string& why) {
       op->abandoned = true;
       failed.push_back(std::move(op->done));
     }
-    for (auto it = backlog_.begin(); it != backlog_.end();) {
-      if ((*it)->peer == peer) {
-        failed.push_back(std::move((*it)->done));
-        it = backlog_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    drop_backlog([peer](const Op& op) { return op.peer == peer; }, &failed);
   }
   for (auto& done : failed) done(false, why);
 }
@@ -228,16 +221,21 @@ void FabricEndpoint::fail_variables(const std::vector<uint32_t>& var_ids, const 
       op->cancelled = why;
       fi_cancel(&ep_->fid, &op->context);
     }
-    for (auto it = backlog_.begin(); it != backlog_.end();) {
-      if (dead(**it)) {
-        failed.push_back(std::move((*it)->done));
-        it = backlog_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    drop_backlog(dead, &failed);
   }
   for (auto& done : failed) done(false, why);
+}
+
+void FabricEndpoint::drop_backlog(const std::function<bool(const Op&)>& matches,
+                                  std::vector<TransferCallback>* failed) {
+  for (auto it = backlog_.begin(); it != backlog_.end();) {
+    if (matches(**it)) {
+      failed->push_back(std::move((*it)->done));
+      it = backlog_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 bool FabricEndpoint::try_post(Op* op, std::string* error) {

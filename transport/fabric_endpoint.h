@@ -83,6 +83,9 @@ class FabricEndpoint : public CollectiveTransport {
   void post(std::unique_ptr<Op> op);
   bool try_post(Op* op, std::string* error);  // false + error on a hard failure
   void retry_backlog();
+  // Removes the backlogged operations that match (mutex_ held), collecting their callbacks.
+  void drop_backlog(const std::function<bool(const Op&)>& matches,
+                    std::vector<TransferCallback>* failed);
   void progress_loop();
   void complete(Op* op, bool ok, const std::string& error);
 
