@@ -9,6 +9,7 @@
 #include "coalesce.h"
 #include "log.h"
 #include "optimizer.h"
+#include "row_plan.h"
 #include "session.h"
 
 namespace px {
@@ -46,23 +47,20 @@ struct SparseRun {
   std::vector<int64_t> rows;
   std::unique_ptr<float[]> values;
   std::vector<size_t> begin;
-  std::vector<int64_t> unique;  // pull/read: the sorted union of the workers' rows
-  // push: the gradients sorted by owner; each owner's sums are computed just before its
-  // request is sent, so the first request leaves while the others are still being summed.
-  std::unique_ptr<GroupedCoalescer> grouped;
-  // pull/read: where each owner's reply rows go, scattered as soon as that reply is in.
-  struct Placement {
-    uint32_t worker;
-    uint32_t position;
-    size_t slot;  // row index into values
-  };
-  std::vector<std::vector<Placement>> placements;  // by owner node
-  std::vector<int> targets;                        // nodes that get a request
+  // pull/read/push: the workers' rows grouped by owner; a pull scatters each owner's reply
+  // through it as soon as that reply is in, a push sums each owner's gradients just before
+  // its request is sent (so the first request leaves while the others are being summed).
+  std::shared_ptr<const RowPlan> plan;
+  std::shared_ptr<const RowPlan> last_pull_plan;  // push: reused if its indices match
+  std::vector<RowBatch> batches;                  // the workers whose input was accepted
+  std::vector<float*> outs;                       // pull/read: by batch, where rows go
+  std::vector<int> targets;                       // nodes that get a request
   int requests_left = 0;
   bool abandoned = false;  // failed from outside: transfers still out no longer count
   px_status status = PX_OK;
   std::string error;
-  bool prepared = false;  // ready to send once the variable's earlier runs have sent
+  bool waits_for_push = false;  // pull: prepared once the pushes before it have sent
+  bool prepared = false;        // ready to send once the variable's earlier runs have sent
   bool sending = false;
   bool sent = false;  // every request issued
   int busy = 0;       // pool tasks working on the workers' buffers
@@ -277,8 +275,36 @@ void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
 void SparseRouter::start(const std::shared_ptr<Run>& run) {
   run->table->in_flight.insert(run.get());
   run->table->send_order.push_back(run);
+  if (run->op == SparseOp::kPull) {
+    for (const auto& earlier : run->table->send_order) {
+      if (earlier->op == SparseOp::kPush && !earlier->sent) {
+        run->waits_for_push = true;
+        return;
+      }
+    }
+  }
+  prepare(run);
+}
+
+// A pull cannot be served before the pushes ahead of it are applied, so its preparation
+// waits until they have been sent rather than take CPU from them (on a busy node the
+// pushes would leave later, and the pull be served later too).
+void SparseRouter::release_pulls(SparseTable& table) {
+  std::vector<std::shared_ptr<Run>> ready;
+  for (const auto& run : table.send_order) {
+    if (run->op == SparseOp::kPush && !run->sent) break;
+    if (run->waits_for_push) {
+      run->waits_for_push = false;
+      ready.push_back(run);
+    }
+  }
+  for (const auto& run : ready) prepare(run);
+}
+
+void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  if (run->op == SparseOp::kPush) run->last_pull_plan = run->table->last_pull_plan;
   ++run->busy;
   offload(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
@@ -287,12 +313,14 @@ void SparseRouter::start(const std::shared_ptr<Run>& run) {
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
           if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
+        if (run->op == SparseOp::kPull) run->table->last_pull_plan = run->plan;
         run->prepared = true;
         send_next(*run->table);
       });
 }
 
 void SparseRouter::send_next(SparseTable& table) {
+  release_pulls(table);
   while (!table.send_order.empty()) {
     std::shared_ptr<Run> run = table.send_order.front();
     if (!run->prepared || run->sending) return;
@@ -300,6 +328,7 @@ void SparseRouter::send_next(SparseTable& table) {
     send(run);
     if (!run->sent) return;  // still summing, or waiting for the variable's global id
     table.send_order.pop_front();
+    release_pulls(table);
   }
 }
 
@@ -335,44 +364,21 @@ bool check_worker(const SparseTable& table, SparseOp op, size_t dim, const std::
 
 // pull/read: the union of the workers' rows, grouped by owner.
 void SparseRouter::prepare_rows(Run& run) {
-  std::vector<RowBatch> batches;
   for (auto& w : run.workers) {
     if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.session->label(), w.indices,
                       w.n, w.rows, &w.status, &w.message))
       continue;
-    batches.push_back({w.indices, w.n, nullptr});
+    run.batches.push_back({w.indices, w.n, nullptr});
+    run.outs.push_back(reinterpret_cast<float*>(w.rows));
   }
-  run.unique = unique_rows(batches);
-  const PartitionMap& map = run.table->map;
-  size_t nodes = static_cast<size_t>(map.nodes());
-  run.begin.assign(nodes + 1, 0);
-  std::vector<int> owner(run.unique.size());
-  for (size_t i = 0; i < run.unique.size(); ++i) {
-    owner[i] = target_node(*run.table, run.unique[i]);
-    ++run.begin[static_cast<size_t>(owner[i]) + 1];
-  }
-  for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
-  std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
-  run.rows.resize(run.unique.size());
-  std::vector<size_t> slot(run.unique.size());
-  for (size_t i = 0; i < run.unique.size(); ++i) {
-    size_t at = fill[static_cast<size_t>(owner[i])]++;
-    run.rows[at] = run.unique[i];
-    slot[i] = at;
-  }
+  const SparseTable& table = *run.table;
+  int nodes = table.map.nodes();
+  run.plan = std::make_shared<RowPlan>(run.batches, run.dim(), false, nodes,
+                                       [&table](int64_t row) { return target_node(table, row); });
+  run.begin.resize(static_cast<size_t>(nodes) + 1);
+  for (int i = 0; i <= nodes; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
+  run.rows = run.plan->rows();
   run.values.reset(new float[run.rows.size() * run.dim()]);
-  run.placements.assign(nodes, {});
-  for (size_t w = 0; w < run.workers.size(); ++w) {
-    const Run::Worker& worker = run.workers[w];
-    if (worker.status != PX_OK) continue;
-    for (size_t i = 0; i < worker.n; ++i) {
-      size_t u = static_cast<size_t>(
-          std::lower_bound(run.unique.begin(), run.unique.end(), worker.indices[i]) -
-          run.unique.begin());
-      run.placements[static_cast<size_t>(owner[u])].push_back(
-          {static_cast<uint32_t>(w), static_cast<uint32_t>(i), slot[u]});
-    }
-  }
 }
 
 // push: the workers' gradients sorted by owner (summed later, owner by owner, as they are
@@ -380,7 +386,7 @@ void SparseRouter::prepare_rows(Run& run) {
 // kept within each owner.
 void SparseRouter::prepare_updates(Run& run) {
   size_t dim = run.dim();
-  std::vector<RowBatch> batches;
+  std::vector<RowBatch>& batches = run.batches;
   for (auto& w : run.workers) {
     if (!check_worker(*run.table, run.op, dim, run.where(), w.session->label(), w.indices, w.n,
                       w.rows, &w.status, &w.message))
@@ -391,12 +397,21 @@ void SparseRouter::prepare_updates(Run& run) {
   size_t nodes = static_cast<size_t>(table.map.nodes());
   run.begin.assign(nodes + 1, 0);
   if (run.op == SparseOp::kPush) {
-    run.grouped = std::make_unique<GroupedCoalescer>(
-        batches, dim, table.options.nonfinite == NonFinite::kSkip, static_cast<int>(nodes),
-        [&table](int64_t row) { return target_node(table, row); });
-    for (size_t i = 0; i <= nodes; ++i)
-      run.begin[i] = run.grouped->group_begin(static_cast<int>(i));
-    run.rows.resize(run.grouped->unique_rows());
+    bool skip = table.options.nonfinite == NonFinite::kSkip;
+    auto all_finite = [&] {
+      for (const RowBatch& b : batches)
+        if (find_nonfinite_row(b.values, b.n, dim) >= 0) return false;
+      return true;
+    };
+    if (run.last_pull_plan && run.last_pull_plan->matches(batches) && (!skip || all_finite()))
+      run.plan = std::move(run.last_pull_plan);
+    else
+      run.plan =
+          std::make_shared<RowPlan>(batches, dim, skip, static_cast<int>(nodes),
+                                    [&table](int64_t row) { return target_node(table, row); });
+    run.last_pull_plan.reset();
+    for (size_t i = 0; i <= nodes; ++i) run.begin[i] = run.plan->group_begin(static_cast<int>(i));
+    run.rows = run.plan->rows();
     run.values.reset(new float[run.rows.size() * dim]);
     return;
   }
@@ -442,7 +457,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   if (run->op == SparseOp::kPull) {
     ++table.pull_steps;
     for (auto& w : run->workers) table.rows_pulled += w.n;
-    table.rows_unique += run->unique.size();
+    table.rows_unique += run->plan->unique_rows();
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
   // Every owner hears of every push step (empty or not): sync and bounded owners count them.
@@ -464,7 +479,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     run->sent = true;
     return settle(run);
   }
-  if (!run->grouped) {
+  if (run->op != SparseOp::kPush) {
     for (int node : run->targets) request(run, node);
     run->sent = true;
     return settle(run);
@@ -501,7 +516,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
 }
 
 void SparseRouter::sum_owner(Run& run, int node) {
-  run.grouped->sum_group(node, run.rows.data(), run.values.get());
+  run.plan->sum_group(node, run.batches, run.values.get());
 }
 
 // One owner's request (for a load on a replicated route: every row, to every replica).
@@ -532,19 +547,10 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int node) {
 
 // Copies one owner's reply rows to every worker position that asked for them.
 void SparseRouter::scatter(const std::shared_ptr<Run>& run, int node) {
-  const auto& placements = run->placements[static_cast<size_t>(node)];
-  bool heavy = placements.size() * run->dim() > kInlineValues;
+  bool heavy = run->plan->group_entries(node) * run->dim() > kInlineValues;
   ++run->busy;
   offload(
-      heavy,
-      [run, node] {
-        size_t dim = run->dim();
-        const float* values = run->values.get();
-        for (const Run::Placement& p : run->placements[static_cast<size_t>(node)]) {
-          float* out = reinterpret_cast<float*>(run->workers[p.worker].rows);
-          std::memcpy(out + p.position * dim, values + p.slot * dim, dim * sizeof(float));
-        }
-      },
+      heavy, [run, node] { run->plan->scatter_group(node, run->values.get(), run->outs.data()); },
       [this, run] {
         --run->busy;
         settle(run);

@@ -12,6 +12,7 @@
 #include "collective_transport.h"
 #include "job.h"
 #include "partition_map.h"
+#include "row_plan.h"
 #include "shard_owner.h"
 #include "sparse_channel.h"
 #include "sparse_spec.h"
@@ -37,6 +38,8 @@ struct SparseTable {
   uint64_t push_steps = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
+  // The last pull's plan: a push of the same indices (the usual step) sums through it.
+  std::shared_ptr<const RowPlan> last_pull_plan;
   std::set<SparseRun*> in_flight;  // operations past local matching, not yet complete
   // Operations in the order they started; each sends once those before it have sent.
   std::deque<std::shared_ptr<SparseRun>> send_order;
@@ -87,6 +90,8 @@ class SparseRouter {
  private:
   using Run = SparseRun;
   void start(const std::shared_ptr<Run>& run);
+  void prepare(const std::shared_ptr<Run>& run);
+  void release_pulls(SparseTable& table);
   void prepare_rows(Run& run);
   void prepare_updates(Run& run);
   void send_next(SparseTable& table);

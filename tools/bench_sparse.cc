@@ -150,10 +150,11 @@ int sparse_worker(int argc, char** argv) {
     check(px_wait(r, 600000), what);
     px_request_free(r);
   };
-  // A step's communication: push batch cur's gradients, then pull batch cur + 1's rows (in
-  // sync mode that pull waits until every node's push is applied). full: the dense part
-  // too; the next batch's rows are prefetched while the dense gradients are reduced, as a
-  // training loop would (the pull only needs the table's push applied).
+  // A step's communication: push batch cur's gradients and, without waiting for the push,
+  // pull batch cur + 1's rows (in sync mode the daemons hold that pull until every node's
+  // push is applied). full: the dense part too; the next batch's rows are prefetched while
+  // the dense gradients are reduced, as a training loop would (the pull only needs the
+  // table's push applied).
   auto pull = [&](int which, bool full) {
     px_request *r = nullptr, *d = nullptr;
     if (full && dense_as_ps)
@@ -169,8 +170,8 @@ int sparse_worker(int argc, char** argv) {
       check(px_push_rows(dense, dense_idx, dense_rows, dense_mem, &d), "push dense");
     else if (full)
       check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
-    wait(r, "push");
     pull(1 - cur, full);
+    wait(r, "push");
     if (d) wait(d, "dense");
     cur = 1 - cur;
   };

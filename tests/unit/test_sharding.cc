@@ -13,6 +13,7 @@
 #include "initializer.h"
 #include "optimizer.h"
 #include "partition_map.h"
+#include "row_plan.h"
 #include "shard_store.h"
 
 namespace px {
@@ -93,7 +94,7 @@ TEST_CASE("coalesce sums duplicates within and across batches in a fixed order")
   coalesce({{r0.data(), 3, v0.data()}, {r1.data(), 2, v1.data()}}, 2, false, &out);
   CHECK(out.rows == std::vector<int64_t>{2, 5, 9});
   CHECK(out.values == std::vector<float>{2 + 4, 20 + 40, 1 + 3, 10 + 30, 5, 50});
-  CHECK(unique_rows({{r0.data(), 3, nullptr}, {r1.data(), 2, nullptr}}) ==
+  CHECK(RowPlan({{r0.data(), 3, nullptr}, {r1.data(), 2, nullptr}}, 2, false, 1, nullptr).rows() ==
         std::vector<int64_t>{2, 5, 9});
 
   std::vector<float> bad = {1, NAN, 2, 3, INFINITY, 0};
@@ -135,7 +136,8 @@ void ref_apply(const SparseOptions& o, RefRow& r, const std::vector<double>& g, 
   }
 }
 
-TEST_CASE("grouped coalescing and sorted merges give coalesce's sums, bit for bit") {
+TEST_CASE(
+    "row plans and sorted merges give coalesce's sums, bit for bit; plans scatter rows back") {
   // Random batches with many duplicates; values whose sum depends on the order.
   std::mt19937_64 rng(7);
   const size_t dim = 3;
@@ -155,22 +157,60 @@ TEST_CASE("grouped coalescing and sorted merges give coalesce's sums, bit for bi
   coalesce(batches, dim, false, &whole);
 
   // Grouped by row mod 3: each group holds its rows ascending, with the same sums.
-  GroupedCoalescer grouped(batches, dim, false, 3,
-                           [](int64_t r) { return static_cast<int>(r % 3); });
-  REQUIRE(grouped.unique_rows() == whole.rows.size());
-  std::vector<int64_t> g_rows(grouped.unique_rows());
-  std::vector<float> g_values(grouped.unique_rows() * dim);
-  for (int g : {2, 0, 1}) grouped.sum_group(g, g_rows.data(), g_values.data());
+  RowPlan plan(batches, dim, false, 3, [](int64_t r) { return static_cast<int>(r % 3); });
+  REQUIRE(plan.unique_rows() == whole.rows.size());
+  const std::vector<int64_t>& g_rows = plan.rows();
+  std::vector<float> g_values(plan.unique_rows() * dim);
+  for (int g : {2, 0, 1}) plan.sum_group(g, batches, g_values.data());
   for (int g = 0; g < 3; ++g) {
-    for (size_t i = grouped.group_begin(g); i < grouped.group_begin(g + 1); ++i) {
+    for (size_t i = plan.group_begin(g); i < plan.group_begin(g + 1); ++i) {
       CHECK(g_rows[i] % 3 == g);
-      if (i > grouped.group_begin(g)) CHECK(g_rows[i] > g_rows[i - 1]);
+      if (i > plan.group_begin(g)) CHECK(g_rows[i] > g_rows[i - 1]);
       size_t at = static_cast<size_t>(
           std::lower_bound(whole.rows.begin(), whole.rows.end(), g_rows[i]) - whole.rows.begin());
       REQUIRE(at < whole.rows.size());
       for (size_t c = 0; c < dim; ++c) CHECK(g_values[i * dim + c] == whole.values[at * dim + c]);
     }
   }
+
+  // The same plan sums other gradients for the same indices (a push after its pull), and
+  // scatters rows back to every position that asked for them.
+  CHECK(plan.matches(batches));
+  std::vector<std::vector<float>> doubled(values);
+  std::vector<RowBatch> doubled_batches = batches;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (float& v : doubled[b]) v *= 2;
+    doubled_batches[b].values = doubled[b].data();
+  }
+  std::vector<float> d_values(plan.unique_rows() * dim);
+  for (int g = 0; g < 3; ++g) plan.sum_group(g, doubled_batches, d_values.data());
+  for (size_t i = 0; i < d_values.size(); ++i) CHECK(d_values[i] == 2 * g_values[i]);
+  std::vector<std::vector<float>> scattered(batches.size());
+  std::vector<float*> outs;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    scattered[b].assign(rows[b].size() * dim, -1);
+    outs.push_back(scattered[b].data());
+  }
+  for (int g = 0; g < 3; ++g) plan.scatter_group(g, g_values.data(), outs.data());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (size_t i = 0; i < rows[b].size(); ++i) {
+      size_t at = static_cast<size_t>(
+          std::lower_bound(g_rows.begin() + static_cast<std::ptrdiff_t>(
+                                                plan.group_begin(static_cast<int>(rows[b][i] % 3))),
+                           g_rows.begin() + static_cast<std::ptrdiff_t>(plan.group_begin(
+                                                static_cast<int>(rows[b][i] % 3) + 1)),
+                           rows[b][i]) -
+          g_rows.begin());
+      for (size_t c = 0; c < dim; ++c) CHECK(scattered[b][i * dim + c] == g_values[at * dim + c]);
+    }
+  }
+  std::vector<int64_t> changed = rows[1];
+  changed[7] = (changed[7] + 1) % 97;
+  std::vector<RowBatch> other = batches;
+  other[1].rows = changed.data();
+  CHECK_FALSE(plan.matches(other));
+  other.pop_back();
+  CHECK_FALSE(plan.matches(other));
 
   // Merging each batch's own coalesced rows in batch order equals coalescing all of them.
   std::vector<CoalescedRows> each(batches.size());
