@@ -30,8 +30,25 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
       world_size_(world_size),
       store_(replicated_ ? PartitionMap(map.rows(), 1, 1) : map, replicated_ ? 0 : node, dim,
              options),
-      queue_(std::make_shared<SerialQueue>(pool, std::move(post))),
-      pushes_by_node_(static_cast<size_t>(map.nodes()), 0) {}
+      queue_(std::make_shared<SerialQueue>(pool, std::move(post))) {
+  if (replicated_) {
+    units_.resize(1);
+  } else {
+    unit_of_partition_.assign(map.partitions(), -1);
+    for (uint32_t p : map.partitions_of(node)) {
+      unit_of_partition_[p] = static_cast<int32_t>(units_.size());
+      units_.emplace_back();
+    }
+  }
+  for (Unit& u : units_) u.pushes_by_node.assign(static_cast<size_t>(node_count_), 0);
+}
+
+ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
+  if (replicated_) return &units_[0];
+  if (r.partition >= unit_of_partition_.size() || unit_of_partition_[r.partition] < 0)
+    return nullptr;
+  return &units_[static_cast<size_t>(unit_of_partition_[r.partition])];
+}
 
 void ShardOwner::attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes) {
   fabric_ = fabric;
@@ -39,20 +56,31 @@ void ShardOwner::attach(CollectiveTransport* fabric, uint32_t global_id, size_t 
   chunk_bytes_ = chunk_bytes;
 }
 
-bool ShardOwner::valid(const ShardRequest& r, std::string* why) const {
+bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
   if (r.from_node < 0 || r.from_node >= node_count_) {
     *why = "unknown node " + std::to_string(r.from_node);
     return false;
   }
+  bool step = r.op == SparseOp::kPull || r.op == SparseOp::kPush;
+  Unit* unit = step ? unit_of(r) : nullptr;
+  if (step && !unit) {
+    *why = r.partition == kAllPartitions
+               ? std::string("a step that names no partition")
+               : "partition " + std::to_string(r.partition) + " is not held by this node";
+    return false;
+  }
+  bool one_partition = !replicated_ && r.partition != kAllPartitions;
   for (size_t i = 0; i < r.count && r.op != SparseOp::kCheckpoint; ++i) {
-    if (r.rows[i] < 0 || !store_.owns(r.rows[i])) {
-      *why = "row " + std::to_string(r.rows[i]) + " is not held by this node";
+    if (r.rows[i] < 0 || !store_.owns(r.rows[i]) ||
+        (one_partition && store_.partition_of(r.rows[i]) != r.partition)) {
+      *why = "row " + std::to_string(r.rows[i]) + " is not held by this node" +
+             (one_partition ? " in partition " + std::to_string(r.partition) : "");
       return false;
     }
   }
-  if (r.op == SparseOp::kPush && r.step != pushes_by_node_[static_cast<size_t>(r.from_node)]) {
+  if (r.op == SparseOp::kPush && r.step != unit->pushes_by_node[static_cast<size_t>(r.from_node)]) {
     *why = "push step " + std::to_string(r.step) + " arrived but step " +
-           std::to_string(pushes_by_node_[static_cast<size_t>(r.from_node)]) + " was next";
+           std::to_string(unit->pushes_by_node[static_cast<size_t>(r.from_node)]) + " was next";
     return false;
   }
   return true;
@@ -68,7 +96,7 @@ void ShardOwner::handle(ShardRequest r) {
   }
   switch (r.op) {
     case SparseOp::kPull:
-      if (!pull_ready(r.step)) {
+      if (!pull_ready(*unit_of(r), r.step)) {
         waiting_pulls_.push_back(std::move(r));
         return;
       }
@@ -94,15 +122,15 @@ void ShardOwner::handle(ShardRequest r) {
   }
 }
 
-bool ShardOwner::pull_ready(uint64_t step) const {
+bool ShardOwner::pull_ready(const Unit& unit, uint64_t step) const {
   switch (options_.consistency) {
     case Consistency::kSync:
-      return applied_steps_ >= step;
+      return unit.applied_steps >= step;
     case Consistency::kAsync:
       return true;
     case Consistency::kBounded: {
       if (step <= options_.staleness) return true;
-      uint64_t slowest = *std::min_element(pushes_by_node_.begin(), pushes_by_node_.end());
+      uint64_t slowest = *std::min_element(unit.pushes_by_node.begin(), unit.pushes_by_node.end());
       return slowest >= step - options_.staleness;
     }
   }
@@ -110,12 +138,18 @@ bool ShardOwner::pull_ready(uint64_t step) const {
 }
 
 bool ShardOwner::applied_through(uint64_t step) const {
-  if (replicated_ || options_.consistency == Consistency::kSync) return applied_steps_ >= step;
-  return *std::min_element(pushes_by_node_.begin(), pushes_by_node_.end()) >= step;
+  for (const Unit& u : units_) {
+    if (replicated_ || options_.consistency == Consistency::kSync) {
+      if (u.applied_steps < step) return false;
+    } else if (*std::min_element(u.pushes_by_node.begin(), u.pushes_by_node.end()) < step) {
+      return false;
+    }
+  }
+  return true;
 }
 
-bool ShardOwner::ready(const ShardRequest& r) const {
-  return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(r.step);
+bool ShardOwner::ready(const ShardRequest& r) {
+  return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(*unit_of(r), r.step);
 }
 
 // Runs after every push the requester made (and the work queued before it): a consistent cut.
@@ -166,7 +200,7 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
              std::to_string(store_.owned_rows()) + " rows this node owns";
     return false;
   }
-  applies_ = manifest.optimizer_steps;
+  for (Unit& u : units_) u.applies = manifest.optimizer_steps;
   return true;
 }
 
@@ -184,36 +218,37 @@ void ShardOwner::serve(ShardRequest r) {
 void ShardOwner::push(ShardRequest r) {
   auto done = std::move(r.done);
   r.done = nullptr;
-  ++pushes_by_node_[static_cast<size_t>(r.from_node)];
+  Unit& unit = *unit_of(r);
+  ++unit.pushes_by_node[static_cast<size_t>(r.from_node)];
   if (replicated_) {
     exchange(std::move(r));
   } else if (options_.consistency != Consistency::kSync) {
     // Applied on arrival, each node's push on its own.
     std::vector<ShardRequest> one;
     one.push_back(std::move(r));
-    apply(std::move(one));
+    apply(unit, std::move(one));
     serve_ready_pulls();
   } else {
     uint64_t step = r.step;
-    auto& slots = sync_pushes_[step];
+    auto& slots = unit.sync_pushes[step];
     if (slots.empty()) slots.resize(static_cast<size_t>(node_count_));
     slots[static_cast<size_t>(r.from_node)] = std::move(r);
-    apply_sync_steps();
+    apply_sync_steps(unit);
   }
   if (done) done(PX_OK, "");
 }
 
-void ShardOwner::apply_sync_steps() {
+void ShardOwner::apply_sync_steps(Unit& unit) {
   for (;;) {
-    auto it = sync_pushes_.find(applied_steps_);
-    if (it == sync_pushes_.end()) return;
+    auto it = unit.sync_pushes.find(unit.applied_steps);
+    if (it == unit.sync_pushes.end()) return;
     for (auto& slot : it->second)
       if (!slot) return;
     std::vector<ShardRequest> by_node;
     for (auto& slot : it->second) by_node.push_back(std::move(*slot));
-    sync_pushes_.erase(it);
-    apply(std::move(by_node));
-    ++applied_steps_;
+    unit.sync_pushes.erase(it);
+    apply(unit, std::move(by_node));
+    ++unit.applied_steps;
     serve_ready_pulls();
   }
 }
@@ -221,8 +256,8 @@ void ShardOwner::apply_sync_steps() {
 // Sums the nodes' gradients (in node order, each already summed over its workers), scales
 // for mean aggregation and runs the optimizer on the touched rows. Nodes send their rows
 // ascending, so the sum is a merge applied row by row; anything else is coalesced first.
-void ShardOwner::apply(std::vector<ShardRequest> batches) {
-  uint64_t step = ++applies_;
+void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches) {
+  uint64_t step = ++unit.applies;
   size_t values = 0;
   for (auto& b : batches) values += b.count * dim_;
   auto shared = std::make_shared<std::vector<ShardRequest>>(std::move(batches));
@@ -419,15 +454,16 @@ void ShardOwner::exchange_allreduce(const std::shared_ptr<Exchange>& ex) {
 // Applies exchanged steps in step order; every node's push of the step is in.
 void ShardOwner::exchanged(const std::shared_ptr<Exchange>& ex) {
   exchanged_[ex->step] = ex;
+  Unit& unit = units_[0];
   for (;;) {
-    auto it = exchanged_.find(applied_steps_);
+    auto it = exchanged_.find(unit.applied_steps);
     if (it == exchanged_.end()) return;
     std::shared_ptr<Exchange> ready = it->second;
     exchanged_.erase(it);
     for (auto& b : ready->batches) b.keep_alive = ready;
-    apply(std::move(ready->batches));
-    ++applied_steps_;
-    for (auto& pushed : pushes_by_node_) pushed = std::max(pushed, applied_steps_);
+    apply(unit, std::move(ready->batches));
+    ++unit.applied_steps;
+    for (auto& pushed : unit.pushes_by_node) pushed = std::max(pushed, unit.applied_steps);
     serve_ready_pulls();
   }
 }

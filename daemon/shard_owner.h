@@ -31,6 +31,7 @@ namespace px {
 struct ShardRequest {
   int from_node = 0;
   SparseOp op = SparseOp::kPull;
+  uint32_t partition = kAllPartitions;  // ps/hybrid pulls and pushes: the one they cover
   uint64_t step = 0;
   size_t count = 0;
   const int64_t* rows = nullptr;
@@ -62,7 +63,6 @@ class ShardOwner {
   bool restore(const std::string& dir, const ManifestData& manifest, std::string* error);
 
   bool replicated() const { return replicated_; }
-  uint64_t applied_steps() const { return applied_steps_; }
   uint64_t store_bytes() const { return store_.bytes(); }
   uint64_t owned_rows() const { return store_.owned_rows(); }
   uint64_t rows_applied() const { return rows_applied_; }
@@ -70,15 +70,25 @@ class ShardOwner {
   uint64_t bytes_received() const { return bytes_received_; }
 
  private:
-  bool valid(const ShardRequest& r, std::string* why) const;
-  bool pull_ready(uint64_t step) const;
+  // The step bookkeeping of one partition (ps/hybrid: pushes and pulls go per partition,
+  // so each is applied as soon as every node's push of it is in) or, on the replicated
+  // routes, of the whole table.
+  struct Unit {
+    uint64_t applied_steps = 0;            // sync: push steps applied (counted when queued)
+    std::vector<uint64_t> pushes_by_node;  // push steps received (and queued) per node
+    uint64_t applies = 0;                  // optimizer applications so far (Adam's step)
+    std::map<uint64_t, std::vector<std::optional<ShardRequest>>> sync_pushes;
+  };
+  Unit* unit_of(const ShardRequest& r);
+  bool valid(const ShardRequest& r, std::string* why);
+  bool pull_ready(const Unit& unit, uint64_t step) const;
   bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)
-  bool ready(const ShardRequest& r) const;
+  bool ready(const ShardRequest& r);
   void write_checkpoint(ShardRequest r);
   void serve(ShardRequest r);
   void push(ShardRequest r);
-  void apply_sync_steps();
-  void apply(std::vector<ShardRequest> batches);
+  void apply_sync_steps(Unit& unit);
+  void apply(Unit& unit, std::vector<ShardRequest> batches);
   void serve_ready_pulls();
   // Replicated routes.
   struct Exchange;
@@ -102,11 +112,9 @@ class ShardOwner {
   int world_size_;
   ShardStore store_;
   std::shared_ptr<SerialQueue> queue_;
-  // sync: push steps applied (counted when queued: queue order makes later work see them)
-  uint64_t applied_steps_ = 0;
-  std::vector<uint64_t> pushes_by_node_;  // push steps received (and queued) per node
-  uint64_t applies_ = 0;                  // optimizer applications so far (Adam's step)
-  std::map<uint64_t, std::vector<std::optional<ShardRequest>>> sync_pushes_;
+  // Queue order makes later work see what was counted when it was queued.
+  std::vector<Unit> units_;
+  std::vector<int32_t> unit_of_partition_;  // ps/hybrid: -1 where not owned
   std::deque<ShardRequest> waiting_pulls_;
   std::map<uint64_t, std::shared_ptr<Exchange>> exchanged_;  // replicated: done, by step
   uint64_t rows_applied_ = 0;

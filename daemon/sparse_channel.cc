@@ -75,13 +75,14 @@ void SparseChannel::start(uint32_t global_id) {
     if (peer != node_) post_header(peer);
 }
 
-void SparseChannel::request(int to, SparseOp op, uint64_t step, size_t count, const int64_t* rows,
-                            const float* values, float* out, std::shared_ptr<void> keep_alive,
-                            Done done) {
+void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t step, size_t count,
+                            const int64_t* rows, const float* values, float* out,
+                            std::shared_ptr<void> keep_alive, Done done) {
   if (to == node_) {
     ShardRequest r;
     r.from_node = node_;
     r.op = op;
+    r.partition = partition;
     r.step = step;
     r.count = count;
     r.rows = rows;
@@ -106,6 +107,7 @@ void SparseChannel::request(int to, SparseOp op, uint64_t step, size_t count, co
   auto call = std::make_shared<Call>();
   call->header.op = static_cast<uint32_t>(op);
   call->header.from_node = static_cast<uint32_t>(node_);
+  call->header.partition = partition;
   call->header.step = step;
   call->header.count = count;
   call->header.payload_bytes = sparse_payload_bytes(op, count, dim_);
@@ -228,6 +230,7 @@ void SparseChannel::deliver_ready(int peer) {
     ShardRequest r;
     r.from_node = peer;
     r.op = static_cast<SparseOp>(in->header.op);
+    r.partition = in->header.partition;
     r.step = in->header.step;
     r.count = in->header.count;
     r.rows = in->rows.data();

@@ -42,19 +42,19 @@ struct SparseRun {
     std::string message;
   };
   std::vector<Worker> workers;
-  // Requests, owner-major: node i's rows are rows[begin[i] .. begin[i+1]). values is left
+  // Requests, group-major: group i's rows are rows[begin[i] .. begin[i+1]). values is left
   // uninitialised: every byte is written before it is read or sent.
   std::vector<int64_t> rows;
   std::unique_ptr<float[]> values;
   std::vector<size_t> begin;
-  // pull/read/push: the workers' rows grouped by owner; a pull scatters each owner's reply
-  // through it as soon as that reply is in, a push sums each owner's gradients just before
-  // its request is sent (so the first request leaves while the others are being summed).
+  // pull/read/push: the workers' rows by group (partition or node); a pull scatters each
+  // group's reply through it as soon as that reply is in, a push sums each group's
+  // gradients just before its request is sent (the first leaves while the rest are summed).
   std::shared_ptr<const RowPlan> plan;
   std::shared_ptr<const RowPlan> last_pull_plan;  // push: reused if its indices match
   std::vector<RowBatch> batches;                  // the workers whose input was accepted
   std::vector<float*> outs;                       // pull/read: by batch, where rows go
-  std::vector<int> targets;                       // nodes that get a request
+  std::vector<int> targets;                       // groups that get a request, in order
   int requests_left = 0;
   bool abandoned = false;  // failed from outside: transfers still out no longer count
   px_status status = PX_OK;
@@ -111,8 +111,8 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
                                       chunk_bytes_, table->owner, post_, std::move(node_label));
   const char* why_partitions =
       options.partitions ? "as asked"
-                         : "automatic: one per node, since requests go per owner node and "
-                           "striped rows balance bytes for any multiple of the node count";
+                         : "automatic: 4 per node, near the minimum of t(P) = b/P + a(P-1) + c "
+                           "fitted on measured steps (README, Partitioning)";
   PX_LOG_INFO("%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
               label.c_str(), static_cast<unsigned long long>(shape.rows),
               static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions,
@@ -174,8 +174,8 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
   std::string variable = var.name;
   for (int node = 0; node < nodes; ++node) {
     table->channel->request(
-        node, SparseOp::kCheckpoint, push_steps, words->size(), words->data(), nullptr, nullptr,
-        words,
+        node, kAllPartitions, SparseOp::kCheckpoint, push_steps, words->size(), words->data(),
+        nullptr, nullptr, words,
         [job, table, variable, dir, push_steps, pending, done, nodes](px_status status,
                                                                       const std::string& error) {
           if (status != PX_OK && pending->status == PX_OK) {
@@ -223,6 +223,30 @@ namespace {
 // The node a request for row goes to: its owner, or this node's replica.
 int target_node(const SparseTable& table, int64_t row) {
   return table.replicated ? table.node : table.map.owner(static_cast<uint64_t>(row));
+}
+
+// A run's requests go per group: per partition for ps/hybrid pulls and pushes (each
+// partition is applied on its own, so its replies can leave while the pushes of others are
+// still arriving), per node otherwise.
+bool per_partition(const SparseTable& table, SparseOp op) {
+  return !table.replicated && (op == SparseOp::kPull || op == SparseOp::kPush);
+}
+int group_count(const SparseTable& table, SparseOp op) {
+  return per_partition(table, op) ? static_cast<int>(table.map.partitions()) : table.map.nodes();
+}
+std::function<int(int64_t)> group_of_row(const SparseTable& table, SparseOp op) {
+  if (per_partition(table, op))
+    return [&table](int64_t row) {
+      return static_cast<int>(table.map.partition_of(static_cast<uint64_t>(row)));
+    };
+  return [&table](int64_t row) { return target_node(table, row); };
+}
+int group_node(const SparseTable& table, SparseOp op, int group) {
+  return per_partition(table, op) ? table.map.node_of_partition(static_cast<uint32_t>(group))
+                                  : group;
+}
+uint32_t group_partition(const SparseTable& table, SparseOp op, int group) {
+  return per_partition(table, op) ? static_cast<uint32_t>(group) : kAllPartitions;
 }
 
 }  // namespace
@@ -372,16 +396,16 @@ void SparseRouter::prepare_rows(Run& run) {
     run.outs.push_back(reinterpret_cast<float*>(w.rows));
   }
   const SparseTable& table = *run.table;
-  int nodes = table.map.nodes();
-  run.plan = std::make_shared<RowPlan>(run.batches, run.dim(), false, nodes,
-                                       [&table](int64_t row) { return target_node(table, row); });
-  run.begin.resize(static_cast<size_t>(nodes) + 1);
-  for (int i = 0; i <= nodes; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
+  int groups = group_count(table, run.op);
+  run.plan =
+      std::make_shared<RowPlan>(run.batches, run.dim(), false, groups, group_of_row(table, run.op));
+  run.begin.resize(static_cast<size_t>(groups) + 1);
+  for (int i = 0; i <= groups; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
   run.rows = run.plan->rows();
   run.values.reset(new float[run.rows.size() * run.dim()]);
 }
 
-// push: the workers' gradients sorted by owner (summed later, owner by owner, as they are
+// push: the workers' gradients sorted by group (summed later, group by group, as they are
 // sent); load: the values as given (last one wins at the owner), grouped by owner, order
 // kept within each owner.
 void SparseRouter::prepare_updates(Run& run) {
@@ -403,14 +427,14 @@ void SparseRouter::prepare_updates(Run& run) {
         if (find_nonfinite_row(b.values, b.n, dim) >= 0) return false;
       return true;
     };
+    int groups = group_count(table, run.op);
     if (run.last_pull_plan && run.last_pull_plan->matches(batches) && (!skip || all_finite()))
       run.plan = std::move(run.last_pull_plan);
     else
-      run.plan =
-          std::make_shared<RowPlan>(batches, dim, skip, static_cast<int>(nodes),
-                                    [&table](int64_t row) { return target_node(table, row); });
+      run.plan = std::make_shared<RowPlan>(batches, dim, skip, groups, group_of_row(table, run.op));
     run.last_pull_plan.reset();
-    for (size_t i = 0; i <= nodes; ++i) run.begin[i] = run.plan->group_begin(static_cast<int>(i));
+    run.begin.resize(static_cast<size_t>(groups) + 1);
+    for (int i = 0; i <= groups; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
     run.rows = run.plan->rows();
     run.values.reset(new float[run.rows.size() * dim]);
     return;
@@ -460,37 +484,42 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     table.rows_unique += run->plan->unique_rows();
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
-  // Every owner hears of every push step (empty or not): sync and bounded owners count them.
-  // A replica hears only of this node's pushes (exchanging them is its business); a load
-  // goes to every replica. Remote owners first (from the next node on), so their transfers
-  // start while this node's own part is prepared.
+  // Every partition hears of every push step (empty or not): sync and bounded owners count
+  // them. A replica hears only of this node's pushes (exchanging them is its business); a
+  // load goes to every replica. Other nodes' groups first, taking the nodes in turn (from
+  // the next node on), so their transfers start while this node's own part is prepared.
   int nodes = table.map.nodes();
   bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
-  for (int k = 1; k <= nodes; ++k) {
-    int node = (table.node + k) % nodes;
-    size_t count =
-        run->begin[static_cast<size_t>(node) + 1] - run->begin[static_cast<size_t>(node)];
+  std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
+  std::vector<int> turn(static_cast<size_t>(nodes), 0);
+  for (int g = 0; g + 1 < static_cast<int>(run->begin.size()); ++g) {
+    int node = group_node(table, run->op, g);
+    size_t count = run->begin[static_cast<size_t>(g) + 1] - run->begin[static_cast<size_t>(g)];
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
-    if (count > 0 || pushes_here || (to_every_replica && !run->rows.empty()))
-      run->targets.push_back(node);
+    if (count == 0 && !pushes_here && !(to_every_replica && !run->rows.empty())) continue;
+    int distance = (node - table.node - 1 + nodes) % nodes;  // this node last
+    int t = node == table.node ? 1 << 30 : turn[static_cast<size_t>(node)]++;
+    order.push_back({{t, distance}, g});
   }
+  std::sort(order.begin(), order.end());
+  for (auto& o : order) run->targets.push_back(o.second);
   run->requests_left = static_cast<int>(run->targets.size());
   if (run->targets.empty()) {
     run->sent = true;
     return settle(run);
   }
   if (run->op != SparseOp::kPush) {
-    for (int node : run->targets) request(run, node);
+    for (int group : run->targets) request(run, group);
     run->sent = true;
     return settle(run);
   }
-  // Push: sum each owner's rows, then send them; on the pool when heavy, each request
+  // Push: sum each group's rows, then send them; on the pool when heavy, each request
   // posted to the loop as soon as its sums are ready.
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   if (!heavy) {
-    for (int node : run->targets) {
-      sum_owner(*run, node);
-      request(run, node);
+    for (int group : run->targets) {
+      sum_group(*run, group);
+      request(run, group);
     }
     run->sent = true;
     return settle(run);
@@ -498,15 +527,15 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   ++run->busy;
   pool_.submit([this, run] {
     for (size_t i = 0; i < run->targets.size(); ++i) {
-      int node = run->targets[i];
-      sum_owner(*run, node);
+      int group = run->targets[i];
+      sum_group(*run, group);
       bool last = i + 1 == run->targets.size();
-      post_([this, run, node, last] {
+      post_([this, run, group, last] {
         if (last) {
           --run->busy;
           run->sent = true;
         }
-        request(run, node);
+        request(run, group);
         if (!last) return;
         run->table->send_order.pop_front();
         send_next(*run->table);
@@ -515,15 +544,16 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   });
 }
 
-void SparseRouter::sum_owner(Run& run, int node) {
-  run.plan->sum_group(node, run.batches, run.values.get());
+void SparseRouter::sum_group(Run& run, int group) {
+  run.plan->sum_group(group, run.batches, run.values.get());
 }
 
-// One owner's request (for a load on a replicated route: every row, to every replica).
-void SparseRouter::request(const std::shared_ptr<Run>& run, int node) {
+// One group's request (for a load on a replicated route: every row, to every replica).
+void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
-  size_t at = run->begin[static_cast<size_t>(node)];
-  size_t count = run->begin[static_cast<size_t>(node) + 1] - at;
+  int node = group_node(table, run->op, group);
+  size_t at = run->begin[static_cast<size_t>(group)];
+  size_t count = run->begin[static_cast<size_t>(group) + 1] - at;
   if (table.replicated && run->op == SparseOp::kLoad) {
     at = run->begin[static_cast<size_t>(table.node)];
     count = run->begin[static_cast<size_t>(table.node) + 1] - at;
@@ -532,25 +562,26 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int node) {
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
   const float* values = updates ? run->values.get() + at * dim : nullptr;
   float* out = updates ? nullptr : run->values.get() + at * dim;
-  table.channel->request(node, run->op, run->step, count, run->rows.data() + at, values, out, run,
-                         [this, run, node](px_status status, const std::string& error) {
+  table.channel->request(node, group_partition(table, run->op, group), run->op, run->step, count,
+                         run->rows.data() + at, values, out, run,
+                         [this, run, group](px_status status, const std::string& error) {
                            if (status != PX_OK && run->status == PX_OK) {
                              run->status = status;
                              run->error = error;
                            }
                            --run->requests_left;
                            if (status == PX_OK && sparse_op_returns_rows(run->op) && !run->finished)
-                             return scatter(run, node);
+                             return scatter(run, group);
                            settle(run);
                          });
 }
 
-// Copies one owner's reply rows to every worker position that asked for them.
-void SparseRouter::scatter(const std::shared_ptr<Run>& run, int node) {
-  bool heavy = run->plan->group_entries(node) * run->dim() > kInlineValues;
+// Copies one group's reply rows to every worker position that asked for them.
+void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
+  bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
   ++run->busy;
   offload(
-      heavy, [run, node] { run->plan->scatter_group(node, run->values.get(), run->outs.data()); },
+      heavy, [run, group] { run->plan->scatter_group(group, run->values.get(), run->outs.data()); },
       [this, run] {
         --run->busy;
         settle(run);

@@ -96,9 +96,9 @@ class SparseRouter {
   void prepare_updates(Run& run);
   void send_next(SparseTable& table);
   void send(const std::shared_ptr<Run>& run);
-  void sum_owner(Run& run, int node);
-  void request(const std::shared_ptr<Run>& run, int node);
-  void scatter(const std::shared_ptr<Run>& run, int node);
+  void sum_group(Run& run, int group);
+  void request(const std::shared_ptr<Run>& run, int group);
+  void scatter(const std::shared_ptr<Run>& run, int group);
   void settle(const std::shared_ptr<Run>& run);
   void finish(Run& run, px_status status, const std::string& message);
   // work off the loop when heavy, then `then` on the loop.

@@ -15,14 +15,21 @@ namespace px {
 
 enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4, kCheckpoint = 5 };
 
+// Pulls and pushes on the ps/hybrid routes go per partition (each partition is applied on
+// its own, so a reply can leave while other partitions' pushes are still arriving); other
+// requests, and every request on the replicated routes, cover all the owner's partitions.
+constexpr uint32_t kAllPartitions = 0xffffffffu;
+
 struct SparseRequestHeader {
   uint32_t op;  // SparseOp
   uint32_t from_node;
   uint64_t step;  // pull/push step; 0 for load/read
   uint64_t count;
   uint64_t payload_bytes;
+  uint32_t partition;  // or kAllPartitions
+  uint32_t reserved;
 };
-static_assert(sizeof(SparseRequestHeader) == 32);
+static_assert(sizeof(SparseRequestHeader) == 40);
 
 struct SparseReplyHeader {
   int32_t status;  // px_status; details are in the owner's log

@@ -20,6 +20,9 @@ class ShardStore {
   bool owns(int64_t row) const {
     return slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
   }
+  uint32_t partition_of(int64_t row) const {
+    return map_.partition_of(static_cast<uint64_t>(row));
+  }
   size_t dim() const { return dim_; }
   uint64_t owned_rows() const { return owned_rows_; }
   uint64_t bytes() const;

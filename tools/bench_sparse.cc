@@ -3,6 +3,7 @@
 //   px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]
 //                   [--routes hybrid,ps,allgatherv,allreduce] [--steps N]
 //                   [--rows 800000] [--dim 128] [--lookups 8192] [--dense-bytes 25000000]
+//                   [--partitions P (0: automatic)]
 //                   [--peers gloo] [--daemon PATH]
 //
 // Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(1.0)-distributed,
@@ -31,6 +32,7 @@ namespace {
 struct SparseShapeArgs {
   uint64_t rows = 800000, dim = 128, lookups = 8192, dense_bytes = 25000000;
   int steps = 6;
+  uint32_t partitions = 0;  // 0: automatic
 };
 
 // Zipf(1.0) over [0, rows): P(k) proportional to 1 / (k + 1).
@@ -87,7 +89,7 @@ px_route parse_route(const std::string& r) {
 
 }  // namespace
 
-// One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS.
+// One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS].
 // Local rank 0 of every node prints "NODE {json}".
 int sparse_worker(int argc, char** argv) {
   if (argc < 6) die("usage: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS");
@@ -98,6 +100,7 @@ int sparse_worker(int argc, char** argv) {
   a.lookups = std::stoull(argv[3]);
   a.dense_bytes = std::stoull(argv[4]);
   a.steps = std::max(1, atoi(argv[5]));
+  if (argc > 6) a.partitions = static_cast<uint32_t>(std::stoul(argv[6]));
   uint64_t row_bytes = a.dim * sizeof(float);
   uint64_t dense_rows = (a.dense_bytes + row_bytes - 1) / row_bytes;
   bool dense_as_ps = route == "ps";
@@ -116,6 +119,7 @@ int sparse_worker(int argc, char** argv) {
   px_sparse_options_init(&so);
   so.learning_rate = 0.01;
   so.route = parse_route(route);
+  so.partitions = a.partitions;
   px_var* table = nullptr;
   check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &so, &table), "register table");
   px_var* dense = nullptr;
@@ -281,6 +285,8 @@ int bench_sparse(int argc, char** argv) {
       link_gbit = std::stod(next());
     else if (o == "--routes")
       routes = next();
+    else if (o == "--partitions")
+      a.partitions = static_cast<uint32_t>(std::stoul(next()));
     else if (o == "--steps")
       a.steps = std::max(1, std::stoi(next()));
     else if (o == "--rows")
@@ -310,10 +316,10 @@ int bench_sparse(int argc, char** argv) {
     printf(
         "{\"scenario\":\"sparse\",\"cores\":%u,\"link_gbit\":%s,\"rows\":%llu,\"dim\":%llu,"
         "\"lookups_per_worker\":%llu,\"dense_bytes\":%llu,\"workers_per_node\":%d,"
-        "\"steps\":%d,\"results\":[",
+        "\"steps\":%d,\"partitions\":%u,\"results\":[",
         std::thread::hardware_concurrency(), link_text, (unsigned long long)a.rows,
         (unsigned long long)a.dim, (unsigned long long)a.lookups, (unsigned long long)a.dense_bytes,
-        per_node, a.steps);
+        per_node, a.steps, a.partitions);
   bool first = true;
   for (const std::string& n_text : split(nodes_list)) {
     int n = std::stoi(n_text);
@@ -323,9 +329,10 @@ int bench_sparse(int argc, char** argv) {
     std::string shape = std::to_string(a.rows) + " " + std::to_string(a.dim) + " " +
                         std::to_string(a.lookups) + " " + std::to_string(a.dense_bytes) + " " +
                         std::to_string(a.steps);
+    std::string worker_shape = shape + " " + std::to_string(a.partitions);
     for (const std::string& route : split(routes)) {
       std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
-                            "/px-bench sparse-worker " + route + " " + shape +
+                            "/px-bench sparse-worker " + route + " " + worker_shape +
                             " 2>/tmp/px-bench-last.err";
       FILE* p = popen(command.c_str(), "r");
       std::vector<std::string> node_json;

@@ -12,7 +12,7 @@
 
 namespace px {
 
-constexpr uint32_t kClusterProtocolVersion = 3;  // 2: sparse variables, 3: JobBroken
+constexpr uint32_t kClusterProtocolVersion = 4;  // 2: sparse, 3: JobBroken, 4: partitions
 constexpr uint64_t kClusterEpoch = 1;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 
