@@ -274,7 +274,8 @@ void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches) {
           store_.apply(&row, 1, sum, step);
           ++*touched;
         };
-        if (merge_sorted(parts, dim_, apply_row)) return;
+        if (merge_sorted(parts, dim_, apply_row, [this](int64_t row) { store_.prefetch(row); }))
+          return;
         CoalescedRows sum;
         coalesce(parts, dim_, false, &sum);
         for (size_t i = 0; i < sum.rows.size(); ++i)

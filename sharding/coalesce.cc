@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "prefetch.h"
 #include "row_plan.h"
 
 namespace px {
@@ -33,7 +34,8 @@ void coalesce(const std::vector<RowBatch>& batches, size_t dim, bool skip_nonfin
 }
 
 bool merge_sorted(const std::vector<RowBatch>& batches, size_t dim,
-                  const std::function<void(int64_t row, float* sum)>& visit) {
+                  const std::function<void(int64_t row, float* sum)>& visit,
+                  const std::function<void(int64_t row)>& ahead) {
   for (const RowBatch& b : batches)
     for (size_t i = 1; i < b.n; ++i)
       if (b.rows[i] <= b.rows[i - 1]) return false;
@@ -53,6 +55,8 @@ bool merge_sorted(const std::vector<RowBatch>& batches, size_t dim,
     for (size_t b = 0; b < batches.size(); ++b) {
       if (next[b] == batches[b].n || batches[b].rows[next[b]] != row) continue;
       const float* v = batches[b].values + next[b] * dim;
+      if (ahead && next[b] + kPrefetchAhead < batches[b].n)
+        ahead(batches[b].rows[next[b] + kPrefetchAhead]);
       if (first) {
         std::memcpy(sum.data(), v, dim * sizeof(float));
         first = false;

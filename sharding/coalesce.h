@@ -31,8 +31,10 @@ void coalesce(const std::vector<RowBatch>& batches, size_t dim, bool skip_nonfin
 // Visits the union of batches whose rows are each strictly ascending, in row order, with
 // each row's values summed in batch order (exactly what coalesce computes); sum may be
 // modified by visit. Returns false and visits nothing if a batch is not strictly ascending.
+// ahead, if set, hears of rows a few entries before they are visited (to prefetch them).
 bool merge_sorted(const std::vector<RowBatch>& batches, size_t dim,
-                  const std::function<void(int64_t row, float* sum)>& visit);
+                  const std::function<void(int64_t row, float* sum)>& visit,
+                  const std::function<void(int64_t row)>& ahead = nullptr);
 
 // Position of the first index outside [0, limit), or -1.
 int64_t find_bad_index(const int64_t* rows, size_t n, uint64_t limit);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "prefetch.h"
+
 namespace px {
 namespace {
 
@@ -13,16 +15,6 @@ size_t batch_of(uint64_t entry) {
 }
 size_t position_of(uint64_t entry) {
   return static_cast<size_t>(entry & ((uint64_t{1} << kPositionBits) - 1));
-}
-
-// The rows an entry reads or writes are scattered over the workers' buffers, where the
-// hardware prefetcher cannot guess the next one; asking for it a few entries ahead hides
-// most of the cache misses.
-constexpr size_t kPrefetchAhead = 6;
-
-void prefetch_row(const float* row, size_t dim) {
-  const char* p = reinterpret_cast<const char*>(row);
-  for (size_t at = 0; at < dim * sizeof(float); at += 64) __builtin_prefetch(p + at);
 }
 
 }  // namespace
@@ -86,7 +78,8 @@ void RowPlan::sum_group(int g, const std::vector<RowBatch>& batches, float* valu
   for (size_t k = first; k < last; ++k) {
     if (k + kPrefetchAhead < last) {
       uint64_t ahead = keys_[k + kPrefetchAhead].second;
-      prefetch_row(batches[batch_of(ahead)].values + position_of(ahead) * dim_, dim_);
+      prefetch_bytes(batches[batch_of(ahead)].values + position_of(ahead) * dim_,
+                     dim_ * sizeof(float));
     }
     uint64_t entry = keys_[k].second;
     const float* v = batches[batch_of(entry)].values + position_of(entry) * dim_;
@@ -104,6 +97,11 @@ void RowPlan::scatter_group(int g, const float* values, float* const* outs) cons
   size_t slot = group_begin_[static_cast<size_t>(g)];
   size_t first = key_begin_[static_cast<size_t>(g)], last = key_begin_[static_cast<size_t>(g) + 1];
   for (size_t k = first; k < last; ++k) {
+    if (k + kPrefetchAhead < last) {
+      uint64_t ahead = keys_[k + kPrefetchAhead].second;
+      prefetch_bytes_for_write(outs[batch_of(ahead)] + position_of(ahead) * dim_,
+                               dim_ * sizeof(float));
+    }
     if (k != first && keys_[k].first != keys_[k - 1].first) ++slot;
     uint64_t entry = keys_[k].second;
     std::memcpy(outs[batch_of(entry)] + position_of(entry) * dim_, values + slot * dim_,

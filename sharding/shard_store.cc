@@ -4,6 +4,7 @@
 
 #include "initializer.h"
 #include "optimizer.h"
+#include "prefetch.h"
 
 namespace px {
 
@@ -83,8 +84,16 @@ uint64_t ShardStore::import_rows(const ShardFileData& data) {
 }
 
 void ShardStore::gather(const int64_t* rows, size_t n, float* out) const {
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n)
+      prefetch_bytes(row_values(rows[i + kPrefetchAhead]), dim_ * sizeof(float));
     std::memcpy(out + i * dim_, row_values(rows[i]), dim_ * sizeof(float));
+  }
+}
+
+void ShardStore::prefetch(int64_t row) {
+  prefetch_bytes_for_write(row_values(row), dim_ * sizeof(float));
+  if (slots_) prefetch_bytes_for_write(row_state(row), slots_ * dim_ * sizeof(float));
 }
 
 void ShardStore::load(const int64_t* rows, size_t n, const float* values) {

@@ -20,9 +20,7 @@ class ShardStore {
   bool owns(int64_t row) const {
     return slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
   }
-  uint32_t partition_of(int64_t row) const {
-    return map_.partition_of(static_cast<uint64_t>(row));
-  }
+  uint32_t partition_of(int64_t row) const { return map_.partition_of(static_cast<uint64_t>(row)); }
   size_t dim() const { return dim_; }
   uint64_t owned_rows() const { return owned_rows_; }
   uint64_t bytes() const;
@@ -36,6 +34,8 @@ class ShardStore {
 
   // rows must all be owned here. out receives n x dim values.
   void gather(const int64_t* rows, size_t n, float* out) const;
+  // Asks for a row (and its optimizer state) to be brought into cache: about to be applied.
+  void prefetch(int64_t row);
   // Overwrites rows (the last of equal rows wins); optimizer state is kept.
   void load(const int64_t* rows, size_t n, const float* values);
   // Applies aggregated gradients (n x dim, rows unique) with the optimizer; step is the
