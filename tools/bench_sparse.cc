@@ -142,13 +142,23 @@ int sparse_worker(int argc, char** argv) {
     dense_idx = static_cast<int64_t*>(dense_idx_mem);
     for (uint64_t r = 0; r < dense_rows; ++r) dense_idx[r] = int64_t(r);
   }
-  Zipf zipf(a.rows);
-  uint64_t rng = 0x9e3779b97f4a7c15ull * uint64_t(w.rank + 1);
+  // Every batch is drawn before the first step (as the gloo peer does): sampling costs a few
+  // ms of CPU per batch, and on this one machine a node sampling between steps would take
+  // CPU from another node's step still in flight, which separate machines do not share.
   int cur = 0;  // idx_mem[cur]: the batch pulled last, pushed next
   auto idx = [&](int which) { return static_cast<int64_t*>(idx_mem[which]); };
-  // The next batch's lookups are drawn before a step is timed (as the gloo peer does).
+  std::vector<std::vector<int64_t>> batches(1 + 2 * (1 + size_t(a.steps)));
+  {
+    Zipf zipf(a.rows);
+    uint64_t rng = 0x9e3779b97f4a7c15ull * uint64_t(w.rank + 1);
+    for (auto& b : batches) {
+      b.resize(a.lookups);
+      for (int64_t& row : b) row = zipf(rng);
+    }
+  }
+  size_t next_batch = 0;
   auto draw_next = [&] {
-    for (uint64_t i = 0; i < a.lookups; ++i) idx(1 - cur)[i] = zipf(rng);
+    std::memcpy(idx(1 - cur), batches[next_batch++].data(), a.lookups * sizeof(int64_t));
   };
   auto wait = [](px_request* r, const char* what) {
     check(px_wait(r, 600000), what);
@@ -194,9 +204,7 @@ int sparse_worker(int argc, char** argv) {
     p.before = stats_of(table);
     p.iface_before = iface_bytes();
     for (int s = 0; s < a.steps; ++s) {
-      // Every node starts the timed step together, as the gloo peer does: otherwise one
-      // node's batch sampling (untimed, but CPU-heavy on a shared machine) delays the
-      // others' timed step.
+      // Every node starts the timed step together, as the gloo peer does.
       draw_next();
       check(px_barrier(c, 600000), "px_barrier");
       double t0 = now_s();

@@ -27,9 +27,13 @@ def main():
     dist.init_process_group("gloo", init_method=f"tcp://{master}:29561", rank=rank, world_size=world)
     weights = 1.0 / torch.arange(1, rows + 1, dtype=torch.float64)
     generator = torch.Generator().manual_seed(rank + 1)
+    # Every batch's lookups are drawn before the first step, as px-bench's workers do (on one
+    # machine a rank sampling between steps would take CPU from another rank's step in
+    # flight); each step's gradient is built just before it, as before a real all_reduce.
+    indices = [torch.multinomial(weights, lookups, replacement=True, generator=generator)
+               for _ in range(steps + 1)]
     times = []
-    for step in range(steps + 1):
-        index = torch.multinomial(weights, lookups, replacement=True, generator=generator)
+    for step, index in enumerate(indices):
         grad = torch.sparse_coo_tensor(index.unsqueeze(0), torch.full((lookups, dim), 1e-3),
                                        (rows, dim))
         dist.barrier()
