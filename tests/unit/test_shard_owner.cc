@@ -1,0 +1,128 @@
+// ShardOwner's step bookkeeping per partition, driven directly (no fabric): a partition's
+// push step is applied once every node pushed it, and pulls of the next step for that
+// partition are answered then, whatever the other partitions are waiting for.
+#include <doctest/doctest.h>
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shard_owner.h"
+#include "thread_pool.h"
+
+namespace px {
+namespace {
+
+struct Harness {
+  ThreadPool pool{1};
+  std::deque<std::function<void()>> posted;
+  SparseOptions options;
+  PartitionMap map{40, 4, 2};  // node 0 holds partitions 0 and 2 (rows = 0, 2 mod 4)
+  std::unique_ptr<ShardOwner> owner;
+
+  Harness() {
+    options.learning_rate = 1.0;
+    owner = std::make_unique<ShardOwner>(
+        "test", map, 0, 2, options, 4, pool,
+        [this](std::function<void()> fn) { posted.push_back(std::move(fn)); });
+  }
+  void drain() {
+    while (!posted.empty()) {
+      auto fn = std::move(posted.front());
+      posted.pop_front();
+      fn();
+    }
+  }
+};
+
+struct Outcome {
+  bool done = false;
+  px_status status = PX_OK;
+  std::string error;
+};
+
+ShardRequest make(SparseOp op, int from, uint32_t partition, uint64_t step,
+                  const std::vector<int64_t>& rows, const std::vector<float>& values,
+                  std::vector<float>* out, Outcome* outcome) {
+  auto rows_copy = std::make_shared<std::vector<int64_t>>(rows);
+  auto values_copy = std::make_shared<std::vector<float>>(values);
+  ShardRequest r;
+  r.from_node = from;
+  r.op = op;
+  r.partition = partition;
+  r.step = step;
+  r.count = rows.size();
+  r.rows = rows_copy->data();
+  r.values = values_copy->empty() ? nullptr : values_copy->data();
+  if (out) {
+    out->assign(rows.size() * 2, -999.0f);
+    r.out = out->data();
+  }
+  r.keep_alive = std::make_shared<std::pair<decltype(rows_copy), decltype(values_copy)>>(
+      rows_copy, values_copy);
+  if (outcome)
+    r.done = [outcome](px_status status, const std::string& error) {
+      outcome->done = true;
+      outcome->status = status;
+      outcome->error = error;
+    };
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("sync: each partition applies a step once every node pushed it, and answers pulls then") {
+  Harness h;
+  // Step 0: partition 0 gets both nodes' pushes, partition 2 only node 0's so far.
+  h.owner->handle(make(SparseOp::kPush, 0, 0, 0, {0, 4}, {1, 1, 2, 2}, nullptr, nullptr));
+  h.owner->handle(make(SparseOp::kPush, 1, 0, 0, {4}, {10, 10}, nullptr, nullptr));
+  h.owner->handle(make(SparseOp::kPush, 0, 2, 0, {2}, {3, 3}, nullptr, nullptr));
+  h.drain();
+
+  std::vector<float> p0, p2;
+  Outcome o0, o2;
+  h.owner->handle(make(SparseOp::kPull, 1, 0, 1, {0, 4}, {}, &p0, &o0));
+  h.owner->handle(make(SparseOp::kPull, 1, 2, 1, {2}, {}, &p2, &o2));
+  h.drain();
+  REQUIRE(o0.done);  // partition 0 is through step 0 although partition 2 is not
+  CHECK(o0.status == PX_OK);
+  CHECK(p0 == std::vector<float>{-1, -1, -12, -12});
+  CHECK_FALSE(o2.done);
+
+  // Node 1's (empty) push of partition 2 completes its step 0.
+  h.owner->handle(make(SparseOp::kPush, 1, 2, 0, {}, {}, nullptr, nullptr));
+  h.drain();
+  REQUIRE(o2.done);
+  CHECK(o2.status == PX_OK);
+  CHECK(p2 == std::vector<float>{-3, -3});
+}
+
+TEST_CASE("requests for a partition this node does not hold, or rows outside it, are refused") {
+  Harness h;
+  std::vector<float> out;
+  Outcome wrong_partition, wrong_row, no_partition;
+  h.owner->handle(make(SparseOp::kPull, 1, 1, 0, {1}, {}, &out, &wrong_partition));
+  h.owner->handle(make(SparseOp::kPush, 0, 0, 0, {0, 2}, {1, 1, 1, 1}, nullptr, &wrong_row));
+  h.owner->handle(make(SparseOp::kPull, 1, kAllPartitions, 0, {0}, {}, &out, &no_partition));
+  h.drain();
+  REQUIRE(wrong_partition.done);
+  CHECK(wrong_partition.status == PX_ERR_PROTOCOL);
+  CHECK(wrong_partition.error == "partition 1 is not held by this node");
+  REQUIRE(wrong_row.done);
+  CHECK(wrong_row.status == PX_ERR_PROTOCOL);
+  CHECK(wrong_row.error == "row 2 is not held by this node in partition 0");
+  REQUIRE(no_partition.done);
+  CHECK(no_partition.status == PX_ERR_PROTOCOL);
+
+  // The refused push counted for nothing: step 0 of partition 0 is still expected.
+  h.owner->handle(make(SparseOp::kPush, 0, 0, 0, {0}, {5, 5}, nullptr, nullptr));
+  h.owner->handle(make(SparseOp::kPush, 1, 0, 0, {}, {}, nullptr, nullptr));
+  Outcome pulled;
+  h.owner->handle(make(SparseOp::kPull, 0, 0, 1, {0}, {}, &out, &pulled));
+  h.drain();
+  REQUIRE(pulled.done);
+  CHECK(out == std::vector<float>{-5, -5});
+}
+
+}  // namespace px
