@@ -65,7 +65,8 @@ bool RowPlan::matches(const std::vector<RowBatch>& batches) const {
   if (skipped_ > 0 || batches.size() != indices_.size()) return false;
   for (size_t b = 0; b < batches.size(); ++b) {
     if (batches[b].n != indices_[b].size()) return false;
-    if (std::memcmp(batches[b].rows, indices_[b].data(), batches[b].n * sizeof(int64_t)) != 0)
+    if (batches[b].n > 0 &&
+        std::memcmp(batches[b].rows, indices_[b].data(), batches[b].n * sizeof(int64_t)) != 0)
       return false;
   }
   return true;

@@ -145,7 +145,7 @@ DaemonProcess::~DaemonProcess() {
     if (reap(pid_, now_ms() + 5000) != 0) fprintf(stderr, "parallaxd did not exit cleanly\n");
   }
   unlink(socket_.c_str());
-  unlink(log_path_.c_str());
+  if (!getenv("PX_TEST_KEEP_LOGS")) unlink(log_path_.c_str());
 }
 
 bool DaemonProcess::alive() const {
