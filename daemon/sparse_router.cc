@@ -42,7 +42,8 @@ struct SparseRun {
     std::string message;
   };
   std::vector<Worker> workers;
-  // Requests, group-major: group i's rows are rows[begin[i] .. begin[i+1]). values is left
+  // Requests, group-major: group i's rows are row_ids()[group_begin(i) .. group_begin(i+1)),
+  // from the plan (pull, read, push) or from rows and begin (load). values is left
   // uninitialised: every byte is written before it is read or sent.
   std::vector<int64_t> rows;
   std::unique_ptr<float[]> values;
@@ -71,6 +72,17 @@ struct SparseRun {
            (op == SparseOp::kPull || op == SparseOp::kPush ? " " + std::to_string(step) : "") + ")";
   }
   size_t dim() const { return table->shape.dim; }
+  int groups() const { return static_cast<int>(plan ? plan->group_count() : begin.size() - 1); }
+  size_t group_begin(int g) const {
+    return plan ? plan->group_begin(g) : begin[static_cast<size_t>(g)];
+  }
+  const int64_t* row_ids() const { return plan ? plan->rows().data() : rows.data(); }
+  size_t row_count() const { return plan ? plan->unique_rows() : rows.size(); }
+  // Takes the plan the requests follow and room for their values.
+  void use_plan(std::shared_ptr<const RowPlan> p) {
+    plan = std::move(p);
+    values.reset(new float[plan->unique_rows() * dim()]);
+  }
   size_t total_rows() const {
     size_t n = 0;
     for (auto& w : workers) n += w.n;
@@ -397,12 +409,8 @@ void SparseRouter::prepare_rows(Run& run) {
   }
   const SparseTable& table = *run.table;
   int groups = group_count(table, run.op);
-  run.plan =
-      std::make_shared<RowPlan>(run.batches, run.dim(), false, groups, group_of_row(table, run.op));
-  run.begin.resize(static_cast<size_t>(groups) + 1);
-  for (int i = 0; i <= groups; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
-  run.rows = run.plan->rows();
-  run.values.reset(new float[run.rows.size() * run.dim()]);
+  run.use_plan(std::make_shared<RowPlan>(run.batches, run.dim(), false, groups,
+                                         group_of_row(table, run.op)));
 }
 
 // push: the workers' gradients sorted by group (summed later, group by group, as they are
@@ -418,8 +426,6 @@ void SparseRouter::prepare_updates(Run& run) {
     batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
   }
   const SparseTable& table = *run.table;
-  size_t nodes = static_cast<size_t>(table.map.nodes());
-  run.begin.assign(nodes + 1, 0);
   if (run.op == SparseOp::kPush) {
     bool skip = table.options.nonfinite == NonFinite::kSkip;
     auto all_finite = [&] {
@@ -429,16 +435,15 @@ void SparseRouter::prepare_updates(Run& run) {
     };
     int groups = group_count(table, run.op);
     if (run.last_pull_plan && run.last_pull_plan->matches(batches) && (!skip || all_finite()))
-      run.plan = std::move(run.last_pull_plan);
+      run.use_plan(std::move(run.last_pull_plan));
     else
-      run.plan = std::make_shared<RowPlan>(batches, dim, skip, groups, group_of_row(table, run.op));
+      run.use_plan(
+          std::make_shared<RowPlan>(batches, dim, skip, groups, group_of_row(table, run.op)));
     run.last_pull_plan.reset();
-    run.begin.resize(static_cast<size_t>(groups) + 1);
-    for (int i = 0; i <= groups; ++i) run.begin[static_cast<size_t>(i)] = run.plan->group_begin(i);
-    run.rows = run.plan->rows();
-    run.values.reset(new float[run.rows.size() * dim]);
     return;
   }
+  size_t nodes = static_cast<size_t>(table.map.nodes());
+  run.begin.assign(nodes + 1, 0);
   size_t total = 0;
   for (auto& b : batches) total += b.n;
   for (auto& b : batches)
@@ -492,11 +497,11 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
   std::vector<int> turn(static_cast<size_t>(nodes), 0);
-  for (int g = 0; g + 1 < static_cast<int>(run->begin.size()); ++g) {
+  for (int g = 0; g < run->groups(); ++g) {
     int node = group_node(table, run->op, g);
-    size_t count = run->begin[static_cast<size_t>(g) + 1] - run->begin[static_cast<size_t>(g)];
+    size_t count = run->group_begin(g + 1) - run->group_begin(g);
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
-    if (count == 0 && !pushes_here && !(to_every_replica && !run->rows.empty())) continue;
+    if (count == 0 && !pushes_here && !(to_every_replica && run->row_count() > 0)) continue;
     int distance = (node - table.node - 1 + nodes) % nodes;  // this node last
     int t = node == table.node ? 1 << 30 : turn[static_cast<size_t>(node)]++;
     order.push_back({{t, distance}, g});
@@ -552,18 +557,18 @@ void SparseRouter::sum_group(Run& run, int group) {
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
   int node = group_node(table, run->op, group);
-  size_t at = run->begin[static_cast<size_t>(group)];
-  size_t count = run->begin[static_cast<size_t>(group) + 1] - at;
+  size_t at = run->group_begin(group);
+  size_t count = run->group_begin(group + 1) - at;
   if (table.replicated && run->op == SparseOp::kLoad) {
-    at = run->begin[static_cast<size_t>(table.node)];
-    count = run->begin[static_cast<size_t>(table.node) + 1] - at;
+    at = run->group_begin(table.node);
+    count = run->group_begin(table.node + 1) - at;
   }
   size_t dim = run->dim();
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
   const float* values = updates ? run->values.get() + at * dim : nullptr;
   float* out = updates ? nullptr : run->values.get() + at * dim;
   table.channel->request(node, group_partition(table, run->op, group), run->op, run->step, count,
-                         run->rows.data() + at, values, out, run,
+                         run->row_ids() + at, values, out, run,
                          [this, run, group](px_status status, const std::string& error) {
                            if (status != PX_OK && run->status == PX_OK) {
                              run->status = status;

@@ -27,6 +27,7 @@ class RowPlan {
           const std::function<int(int64_t row)>& group_of);
 
   size_t unique_rows() const { return rows_.size(); }
+  size_t group_count() const { return group_begin_.size() - 1; }
   // Group g's rows sit at [group_begin(g), group_begin(g + 1)) of rows() and of the
   // values a pull receives or a push sends.
   size_t group_begin(int g) const { return group_begin_[static_cast<size_t>(g)]; }
