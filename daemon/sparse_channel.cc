@@ -1,6 +1,7 @@
 #include "sparse_channel.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "log.h"
 #include "uninit_vector.h"
@@ -8,7 +9,7 @@
 namespace px {
 namespace {
 
-constexpr uint64_t kHeaderPart = 0, kRowsPart = 1, kValuesPart = 2;
+constexpr uint64_t kFirstPart = 0, kRowsPart = 1, kValuesPart = 2;
 constexpr uint64_t kMaxChunks = 1ull << (kTagAlgorithmBits - 2);
 // Largest request accepted from the network (rows per request).
 constexpr uint64_t kMaxRequestRows = 1ull << 32;
@@ -21,8 +22,7 @@ struct SparseChannel::Incoming {
   uint64_t seq = 0;
   UninitVector<int64_t> rows;  // all three are received or gathered whole
   UninitVector<float> values;
-  UninitVector<float> out;
-  SparseReplyHeader reply{};
+  UninitVector<float> reply;  // kReplyHeadroom for the status, then the rows (pull, read)
   std::atomic<int> parts_left{0};
   bool received = false;  // every part arrived (loop thread)
   bool failed = false;
@@ -72,7 +72,7 @@ void SparseChannel::start(uint32_t global_id) {
   if (!fabric_ || global_id_ != 0) return;
   global_id_ = global_id;
   for (int peer = 0; peer < nodes_; ++peer)
-    if (peer != node_) post_header(peer);
+    if (peer != node_) post_first(peer);
 }
 
 void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t step, size_t count,
@@ -93,11 +93,12 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
     owner_->handle(std::move(r));
     return;
   }
-  // Remote: reply receives first (so the reply never waits as an unexpected message),
-  // then header and payload parts; done once every part finished.
+  // Remote: the reply's receives first (so the reply never waits as an unexpected
+  // message), then the request's messages; done once every part finished.
   struct Call {
-    SparseRequestHeader header{};
+    UninitVector<char> first;  // header + inline rows
     SparseReplyHeader reply{};
+    const char* reply_at = nullptr;  // where the reply's status lands
     std::atomic<int> left{0};
     std::mutex mutex;
     std::string error;
@@ -105,26 +106,34 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
     Done done;
   };
   auto call = std::make_shared<Call>();
-  call->header.op = static_cast<uint32_t>(op);
-  call->header.from_node = static_cast<uint32_t>(node_);
-  call->header.partition = partition;
-  call->header.step = step;
-  call->header.count = count;
-  call->header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  SparseRequestHeader header{};
+  header.op = static_cast<uint32_t>(op);
+  header.from_node = static_cast<uint32_t>(node_);
+  header.partition = partition;
+  header.step = step;
+  header.count = count;
+  header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  size_t index_bytes = count * sizeof(int64_t);
+  bool rows_inline = sparse_rows_inline(count);
+  call->first.resize(sizeof header + (rows_inline ? index_bytes : 0));
+  std::memcpy(call->first.data(), &header, sizeof header);
+  if (rows_inline && index_bytes > 0)
+    std::memcpy(call->first.data() + sizeof header, rows, index_bytes);
   call->keep_alive = std::move(keep_alive);
   call->done = std::move(done);
   uint64_t seq = next_seq_to_[static_cast<size_t>(to)]++;
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
-  bool replies = sparse_reply_bytes(op, count, dim_) > 0;
-  size_t row_bytes = count * dim_ * sizeof(float);
-  size_t rows_back = sparse_op_returns_rows(op) ? row_bytes : 0;
-  size_t values_out = sparse_op_carries_values(op) ? row_bytes : 0;
-  size_t index_bytes = count * sizeof(int64_t);
-  int parts =
-      static_cast<int>(1 + chunks(index_bytes) + chunks(values_out) + replies + chunks(rows_back));
+  size_t reply_bytes = sparse_reply_bytes(op, count, dim_);
+  char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
+                                              : reinterpret_cast<char*>(&call->reply);
+  call->reply_at = reply_at;
+  size_t values_out = sparse_op_carries_values(op) ? count * dim_ * sizeof(float) : 0;
+  int parts = static_cast<int>(1 + (rows_inline ? 0 : chunks(index_bytes)) + chunks(values_out) +
+                               chunks(reply_bytes));
   call->left.store(parts);
-  bytes_sent_ += sizeof(SparseRequestHeader) + call->header.payload_bytes;
+  bytes_sent_ += sizeof(SparseRequestHeader) + header.payload_bytes;
+  bytes_received_ += reply_bytes;
   auto self = shared_from_this();
   std::string peer_name = node_label_(to);
   auto part_done = [self, call, peer_name](bool ok, const std::string& error) {
@@ -137,39 +146,38 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
       if (!call->error.empty())
         return call->done(PX_ERR_PEER_LOST,
                           "a transfer with " + peer_name + " failed: " + call->error);
-      if (call->reply.status != PX_OK)
-        return call->done(static_cast<px_status>(call->reply.status),
+      SparseReplyHeader reply;
+      std::memcpy(&reply, call->reply_at, sizeof reply);
+      if (reply.status != PX_OK)
+        return call->done(static_cast<px_status>(reply.status),
                           peer_name + " refused the request (its log says why)");
       call->done(PX_OK, "");
     });
   };
-  if (replies) {
-    fabric_->recv(to, reply_tag | kHeaderPart, &call->reply, sizeof call->reply, part_done);
-    bytes_received_ += sizeof(SparseReplyHeader);
-  }
-  recv_part(to, reply_tag, kRowsPart, out, rows_back, part_done);
-  bytes_received_ += rows_back;
-  fabric_->send(to, request_tag | kHeaderPart, &call->header, sizeof call->header, part_done);
-  send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
+  recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
+  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), part_done);
+  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
   send_part(to, request_tag, kValuesPart, values, values_out, part_done);
 }
 
-void SparseChannel::post_header(int peer) {
+void SparseChannel::post_first(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.first.empty()) p.first.resize(kRequestMessageBytes);
   auto self = shared_from_this();
-  fabric_->recv(peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kHeaderPart, &p.header,
-                sizeof p.header, [self, peer](bool ok, const std::string& error) {
-                  self->post_([self, peer, ok, error] { self->on_header(peer, ok, error); });
+  fabric_->recv(peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kFirstPart,
+                p.first.data(), p.first.size(), [self, peer](bool ok, const std::string& error) {
+                  self->post_([self, peer, ok, error] { self->on_first(peer, ok, error); });
                 });
 }
 
-void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
+void SparseChannel::on_first(int peer, bool ok, const std::string& error) {
   if (!ok) {
     PX_LOG_DEBUG("sparse requests from %s stop: %s", node_label_(peer).c_str(), error.c_str());
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
-  const SparseRequestHeader& h = p.header;
+  SparseRequestHeader h;
+  std::memcpy(&h, p.first.data(), sizeof h);
   std::string bad;
   if (!sparse_op_valid(h.op)) {
     bad = "unknown operation " + std::to_string(h.op);
@@ -192,14 +200,19 @@ void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
   in->seq = p.seq++;
   SparseOp op = static_cast<SparseOp>(h.op);
   in->rows.resize(h.count);
+  size_t index_bytes = h.count * sizeof(int64_t);
+  bool rows_inline = sparse_rows_inline(h.count);
+  // A first message shorter than its header claims leaves stale indices here; the owner
+  // checks every row against what it holds, as for any request.
+  if (rows_inline && index_bytes > 0)
+    std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
   if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
-  if (sparse_op_returns_rows(op)) in->out.resize(h.count * dim_);
+  in->reply.resize(sparse_reply_bytes(op, h.count, dim_) / sizeof(float));
   bytes_received_ += sizeof h + h.payload_bytes;
   p.in_order.push_back(in);
   uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);
-  size_t index_bytes = h.count * sizeof(int64_t);
   size_t value_bytes = in->values.size() * sizeof(float);
-  int parts = static_cast<int>(chunks(index_bytes) + chunks(value_bytes));
+  int parts = static_cast<int>((rows_inline ? 0 : chunks(index_bytes)) + chunks(value_bytes));
   if (parts == 0) {
     in->received = true;
   } else {
@@ -213,10 +226,10 @@ void SparseChannel::on_header(int peer, bool ok, const std::string& error) {
         self->deliver_ready(peer);
       });
     };
-    recv_part(peer, tag, kRowsPart, in->rows.data(), index_bytes, part_done);
+    if (!rows_inline) recv_part(peer, tag, kRowsPart, in->rows.data(), index_bytes, part_done);
     recv_part(peer, tag, kValuesPart, in->values.data(), value_bytes, part_done);
   }
-  post_header(peer);
+  post_first(peer);
   deliver_ready(peer);
 }
 
@@ -235,7 +248,8 @@ void SparseChannel::deliver_ready(int peer) {
     r.count = in->header.count;
     r.rows = in->rows.data();
     r.values = in->values.empty() ? nullptr : in->values.data();
-    r.out = in->out.empty() ? nullptr : in->out.data();
+    r.out =
+        sparse_op_returns_rows(r.op) ? in->reply.data() + kReplyHeadroom / sizeof(float) : nullptr;
     r.keep_alive = in;
     if (r.op != SparseOp::kPush) {
       auto self = shared_from_this();
@@ -249,15 +263,16 @@ void SparseChannel::deliver_ready(int peer) {
 
 void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
   uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
-  in->reply.status = status;
-  auto keep = [in](bool, const std::string&) {};
-  fabric_->send(peer, tag | kHeaderPart, &in->reply, sizeof in->reply, keep);
-  bytes_sent_ += sizeof in->reply;
+  SparseReplyHeader header{};
+  header.status = status;
   // Rows are sent even when refused, so the requester's posted receives complete (zeros
   // then: the buffer was never filled).
-  if (status != PX_OK) std::fill(in->out.begin(), in->out.end(), 0.0f);
-  send_part(peer, tag, kRowsPart, in->out.data(), in->out.size() * sizeof(float), keep);
-  bytes_sent_ += in->out.size() * sizeof(float);
+  if (status != PX_OK) std::fill(in->reply.begin(), in->reply.end(), 0.0f);
+  std::memcpy(in->reply.data(), &header, sizeof header);
+  auto keep = [in](bool, const std::string&) {};
+  size_t bytes = in->reply.size() * sizeof(float);
+  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, keep);
+  bytes_sent_ += bytes;
 }
 
 }  // namespace px

@@ -1,9 +1,10 @@
 // A sparse variable's requests to shard owners: to this node's ShardOwner directly, to
 // other nodes' over the fabric (sparse_wire.h), and the receiving side that feeds other
-// nodes' requests into this node's ShardOwner, in the order each node sent them. Payloads
-// travel as separate messages (rows, values) so neither side copies them, cut into chunks
-// of at most chunk_bytes: larger messages would take ofi_rxm's rendezvous path, which runs
-// at about half the link rate on rate-limited links (fabric_endpoint.h).
+// nodes' requests into this node's ShardOwner, in the order each node sent them. A request's
+// header and rows (when few) share one message, a reply's status and rows another; bulk
+// parts go from and into their own buffers uncopied, cut into chunks of at most chunk_bytes:
+// larger messages would take ofi_rxm's rendezvous path, which runs at about half the link
+// rate on rate-limited links (fabric_endpoint.h).
 #pragma once
 
 #include <atomic>
@@ -46,8 +47,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  private:
   struct Incoming;
   struct Peer {
-    uint64_t seq = 0;  // next request sequence number expected from the peer
-    SparseRequestHeader header{};
+    uint64_t seq = 0;         // next request sequence number expected from the peer
+    std::vector<char> first;  // the next request's first message lands here
     std::deque<std::shared_ptr<Incoming>> in_order;
   };
   // A payload part of `bytes` goes as chunks() messages tagged tag | part | chunk << 2.
@@ -57,8 +58,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
                  const TransferCallback& done);
   void recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
                  const TransferCallback& done);
-  void post_header(int peer);
-  void on_header(int peer, bool ok, const std::string& error);
+  void post_first(int peer);
+  void on_first(int peer, bool ok, const std::string& error);
   void deliver_ready(int peer);
   void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
 

@@ -78,10 +78,18 @@ struct SparseRun {
   }
   const int64_t* row_ids() const { return plan ? plan->rows().data() : rows.data(); }
   size_t row_count() const { return plan ? plan->unique_rows() : rows.size(); }
-  // Takes the plan the requests follow and room for their values.
+  // Takes the plan the requests follow and room for their values (pull, read: each group's
+  // rows preceded by the headroom its reply's status arrives in).
   void use_plan(std::shared_ptr<const RowPlan> p) {
     plan = std::move(p);
-    values.reset(new float[plan->unique_rows() * dim()]);
+    values.reset(new float[plan->unique_rows() * dim() + plan->group_count() * headroom()]);
+  }
+  size_t headroom() const {
+    return sparse_op_returns_rows(op) ? kReplyHeadroom / sizeof(float) : 0;
+  }
+  // Group g's values: what a push or load sends, where a pull's or read's reply lands.
+  float* group_values(int g) const {
+    return values.get() + group_begin(g) * dim() + static_cast<size_t>(g + 1) * headroom();
   }
   size_t total_rows() const {
     size_t n = 0;
@@ -557,16 +565,13 @@ void SparseRouter::sum_group(Run& run, int group) {
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
   int node = group_node(table, run->op, group);
-  size_t at = run->group_begin(group);
-  size_t count = run->group_begin(group + 1) - at;
-  if (table.replicated && run->op == SparseOp::kLoad) {
-    at = run->group_begin(table.node);
-    count = run->group_begin(table.node + 1) - at;
-  }
-  size_t dim = run->dim();
+  int rows_of = table.replicated && run->op == SparseOp::kLoad ? table.node : group;
+  size_t at = run->group_begin(rows_of);
+  size_t count = run->group_begin(rows_of + 1) - at;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
-  const float* values = updates ? run->values.get() + at * dim : nullptr;
-  float* out = updates ? nullptr : run->values.get() + at * dim;
+  float* group_values = run->group_values(rows_of);
+  const float* values = updates ? group_values : nullptr;
+  float* out = updates ? nullptr : group_values;
   table.channel->request(node, group_partition(table, run->op, group), run->op, run->step, count,
                          run->row_ids() + at, values, out, run,
                          [this, run, group](px_status status, const std::string& error) {
@@ -586,7 +591,8 @@ void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
   bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
   ++run->busy;
   offload(
-      heavy, [run, group] { run->plan->scatter_group(group, run->values.get(), run->outs.data()); },
+      heavy,
+      [run, group] { run->plan->scatter_group(group, run->group_values(group), run->outs.data()); },
       [this, run] {
         --run->busy;
         settle(run);

@@ -1,12 +1,16 @@
-// Bulk messages between a node and the owner of a shard, over the fabric. One request is a
-// fixed header (tag | 0) followed, when non-empty, by a payload (tag | 1):
+// Bulk messages between a node and the owner of a shard, over the fabric. A request starts
+// with one message (part 0) holding its fixed header and, when they fit in
+// kRequestMessageBytes, its rows; rows that do not fit follow as part 1, values as part 2:
 //   pull, read  payload: int64 rows[count]                reply: status, float rows[count][dim]
 //   push        payload: int64 rows[count], float grads   (no reply)
 //   load        payload: int64 rows[count], float values  reply: status
 //   checkpoint  payload: the directory, NUL-padded to count int64 words; step = push steps
 //               to wait for                               reply: status
-// Tags carry the variable's cluster-wide id and the sender's request sequence number to
-// that owner (collective_transport.h).
+// A reply is one stream (part 0): the status, then the rows, so a pull of a partition is
+// one message each way when it fits a chunk. The requester receives it into its rows
+// buffer and the kReplyHeadroom bytes just before it. Every part is cut into chunks
+// (sparse_channel.h). Tags carry the variable's cluster-wide id and the sender's request
+// sequence number to that owner (collective_transport.h).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,13 @@ struct SparseReplyHeader {
 };
 static_assert(sizeof(SparseReplyHeader) == 8);
 
+// The owner posts a receive of this size for every node's next request.
+constexpr uint64_t kRequestMessageBytes = 64 * 1024;
+constexpr uint64_t kReplyHeadroom = sizeof(SparseReplyHeader);
+
+inline bool sparse_rows_inline(uint64_t count) {
+  return sizeof(SparseRequestHeader) + count * sizeof(int64_t) <= kRequestMessageBytes;
+}
 inline bool sparse_op_valid(uint32_t op) {
   return op >= 1 && op <= 5;
 }

@@ -94,8 +94,8 @@ void RowPlan::sum_group(int g, const std::vector<RowBatch>& batches, float* valu
   }
 }
 
-void RowPlan::scatter_group(int g, const float* values, float* const* outs) const {
-  size_t slot = group_begin_[static_cast<size_t>(g)];
+void RowPlan::scatter_group(int g, const float* group_rows, float* const* outs) const {
+  size_t slot = 0;
   size_t first = key_begin_[static_cast<size_t>(g)], last = key_begin_[static_cast<size_t>(g) + 1];
   for (size_t k = first; k < last; ++k) {
     if (k + kPrefetchAhead < last) {
@@ -105,7 +105,7 @@ void RowPlan::scatter_group(int g, const float* values, float* const* outs) cons
     }
     if (k != first && keys_[k].first != keys_[k - 1].first) ++slot;
     uint64_t entry = keys_[k].second;
-    std::memcpy(outs[batch_of(entry)] + position_of(entry) * dim_, values + slot * dim_,
+    std::memcpy(outs[batch_of(entry)] + position_of(entry) * dim_, group_rows + slot * dim_,
                 dim_ * sizeof(float));
   }
 }

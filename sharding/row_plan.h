@@ -44,9 +44,9 @@ class RowPlan {
   // Push: group g's sums of batches[b].values into values (unique_rows() x dim, whole).
   // Groups may be summed from different threads at once.
   void sum_group(int g, const std::vector<RowBatch>& batches, float* values) const;
-  // Pull: copies group g's rows from values (unique_rows() x dim, whole) to every position
-  // that asked for them; outs[b] holds batch b's n x dim values.
-  void scatter_group(int g, const float* values, float* const* outs) const;
+  // Pull: copies group g's rows from group_rows (that group's rows only, in plan order) to
+  // every position that asked for them; outs[b] holds batch b's n x dim values.
+  void scatter_group(int g, const float* group_rows, float* const* outs) const;
 
  private:
   size_t dim_;

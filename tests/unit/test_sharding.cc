@@ -191,7 +191,8 @@ TEST_CASE(
     scattered[b].assign(rows[b].size() * dim, -1);
     outs.push_back(scattered[b].data());
   }
-  for (int g = 0; g < 3; ++g) plan.scatter_group(g, g_values.data(), outs.data());
+  for (int g = 0; g < 3; ++g)
+    plan.scatter_group(g, g_values.data() + plan.group_begin(g) * dim, outs.data());
   for (size_t b = 0; b < batches.size(); ++b) {
     for (size_t i = 0; i < rows[b].size(); ++i) {
       size_t at = static_cast<size_t>(
