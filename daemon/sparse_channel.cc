@@ -39,7 +39,7 @@ SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, s
       owner_(std::move(owner)),
       post_(std::move(post)),
       node_label_(std::move(node_label)),
-      next_seq_to_(static_cast<size_t>(nodes), 0),
+      next_seq_to_(new std::atomic<uint64_t>[static_cast<size_t>(nodes)]()),
       peers_(static_cast<size_t>(nodes)) {}
 
 size_t SparseChannel::chunk_size(size_t bytes) const {
@@ -121,7 +121,7 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
     std::memcpy(call->first.data() + sizeof header, rows, index_bytes);
   call->keep_alive = std::move(keep_alive);
   call->done = std::move(done);
-  uint64_t seq = next_seq_to_[static_cast<size_t>(to)]++;
+  uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
   size_t reply_bytes = sparse_reply_bytes(op, count, dim_);
@@ -135,22 +135,21 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
   bytes_sent_ += sizeof(SparseRequestHeader) + header.payload_bytes;
   bytes_received_ += reply_bytes;
   auto self = shared_from_this();
-  std::string peer_name = node_label_(to);
-  auto part_done = [self, call, peer_name](bool ok, const std::string& error) {
+  auto part_done = [self, call, to](bool ok, const std::string& error) {
     if (!ok) {
       std::lock_guard<std::mutex> lock(call->mutex);
       if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
     }
     if (call->left.fetch_sub(1) != 1) return;
-    self->post_([self, call, peer_name] {
+    self->post_([self, call, to] {
       if (!call->error.empty())
         return call->done(PX_ERR_PEER_LOST,
-                          "a transfer with " + peer_name + " failed: " + call->error);
+                          "a transfer with " + self->node_label_(to) + " failed: " + call->error);
       SparseReplyHeader reply;
       std::memcpy(&reply, call->reply_at, sizeof reply);
       if (reply.status != PX_OK)
         return call->done(static_cast<px_status>(reply.status),
-                          peer_name + " refused the request (its log says why)");
+                          self->node_label_(to) + " refused the request (its log says why)");
       call->done(PX_OK, "");
     });
   };

@@ -72,7 +72,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   PostToLoop post_;
   std::function<std::string(int)> node_label_;
   uint32_t global_id_ = 0;
-  std::vector<uint64_t> next_seq_to_;  // per destination node
+  // Per destination node; atomic since remote requests come from the loop and the pool.
+  std::unique_ptr<std::atomic<uint64_t>[]> next_seq_to_;
   std::vector<Peer> peers_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};

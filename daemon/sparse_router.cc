@@ -526,8 +526,9 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     run->sent = true;
     return settle(run);
   }
-  // Push: sum each group's rows, then send them; on the pool when heavy, each request
-  // posted to the loop as soon as its sums are ready.
+  // Push: sum each group's rows, then send them; on the pool when heavy, where each
+  // request to another node leaves as soon as its sums are ready (the channel takes remote
+  // requests from any thread; a hop through the loop cost a millisecond on a busy node).
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   if (!heavy) {
     for (int group : run->targets) {
@@ -539,19 +540,22 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   }
   ++run->busy;
   pool_.submit([this, run] {
+    const SparseTable& table = *run->table;
     for (size_t i = 0; i < run->targets.size(); ++i) {
       int group = run->targets[i];
       sum_group(*run, group);
+      bool local = group_node(table, run->op, group) == table.node;
+      if (!local) request(run, group);
       bool last = i + 1 == run->targets.size();
-      post_([this, run, group, last] {
-        if (last) {
-          --run->busy;
-          run->sent = true;
-        }
-        request(run, group);
+      if (!local && !last) continue;
+      post_([this, run, group, local, last] {
+        if (local) request(run, group);
         if (!last) return;
+        --run->busy;
+        run->sent = true;
         run->table->send_order.pop_front();
         send_next(*run->table);
+        settle(run);  // the requests may all have completed already
       });
     }
   });
@@ -561,7 +565,8 @@ void SparseRouter::sum_group(Run& run, int group) {
   run.plan->sum_group(group, run.batches, run.values.get());
 }
 
-// One group's request (for a load on a replicated route: every row, to every replica).
+// One group's request (for a load on a replicated route: every row, to every replica). On
+// the loop, or on the pool for a push to another node (nothing here changes shared state).
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
   int node = group_node(table, run->op, group);
