@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -306,6 +307,17 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
     }
   }
   return collect_workers(pids, outputs, now_ms() + timeout_ms);
+}
+
+ScratchDir::ScratchDir(const std::string& name)
+    : path_("/tmp/pxt-" + name + "-" + std::to_string(getpid())) {
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 int wait_for_ready_files(const std::string& dir, int n, int timeout_ms) {

@@ -73,6 +73,20 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
                                               int timeout_ms = 120000,
                                               const std::map<std::string, std::string>& env = {});
 
+// A directory of its own under /tmp for one test (name plus the test process's pid),
+// removed with everything in it when the test ends, however it ends.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Waits (up to timeout_ms) until files dir/0 .. dir/(n-1) exist; returns how many do.
 int wait_for_ready_files(const std::string& dir, int n, int timeout_ms);
 

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -125,8 +124,8 @@ TEST_CASE(
     "cluster: a daemon killed mid-allreduce gives PX_ERR_PEER_LOST naming it on every survivor") {
   ClusterProcesses cluster("ckill", 3);
   std::vector<WorkerResult> results;
-  std::string ready_dir = "/tmp/pxt-ready-" + std::to_string(getpid());
-  mkdir(ready_dir.c_str(), 0700);
+  ScratchDir ready("ready");
+  const std::string& ready_dir = ready.path();
   std::thread workers([&] {
     results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000,
                                   {{"PX_TEST_READY_DIR", ready_dir}});
@@ -322,8 +321,8 @@ TEST_CASE(
 TEST_CASE(
     "config: a TOML file forms the cluster, flags override it, bad keys and values are named") {
   auto endpoints = ClusterProcesses::free_endpoints(2);
-  std::string dir = "/tmp/pxt-config-" + std::to_string(getpid());
-  mkdir(dir.c_str(), 0700);
+  ScratchDir scratch("config");
+  const std::string& dir = scratch.path();
   auto write = [&](const std::string& name, const std::string& text) {
     std::string path = dir + "/" + name;
     FILE* f = fopen(path.c_str(), "w");

@@ -4,11 +4,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -115,7 +113,8 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
   // Saved after 10 Adam steps (world size 6), resumed for 5 more on another node count and
   // partitioning: every pull, and the final table, still match the uninterrupted reference
   // (values and optimizer state, including Adam's step count, came back).
-  std::string dir = "/tmp/pxt-ckpt-" + std::to_string(getpid());
+  ScratchDir scratch("ckpt");
+  const std::string& dir = scratch.path();
   std::map<std::string, std::string> save = {{"PX_TEST_CHECKPOINT_DIR", dir}};
   std::map<std::string, std::string> resume = {{"PX_TEST_START_STEP", "10"}};
   {
@@ -142,8 +141,6 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
     auto results = run_workers(daemon, "ck", 1, {"sparse-restore-mismatch"}, 60000);
     CHECK(all_ok(results));
   }
-  std::string cleanup = "rm -rf " + dir;
-  CHECK(system(cleanup.c_str()) == 0);
 }
 
 TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
@@ -166,20 +163,20 @@ TEST_CASE(
   auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "node-mismatch"));
-  std::string dir = "/tmp/pxt-sp-ckpt-timeout-" + std::to_string(getpid());
+  ScratchDir scratch("sp-ckpt-timeout");
+  const std::string& dir = scratch.path();
   results =
       run_cluster_workers(cluster, "checkpoint-timeout", 1, {"sparse-checkpoint-timeout", dir});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "checkpoint-timeout"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE(
     "sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it, checkpoints too") {
   ClusterProcesses cluster("sp-kill", 3);
   std::vector<WorkerResult> results;
-  std::string ready_dir = "/tmp/pxt-sp-ready-" + std::to_string(getpid());
-  mkdir(ready_dir.c_str(), 0700);
+  ScratchDir ready("sp-ready");
+  const std::string& ready_dir = ready.path();
   std::thread workers([&] {
     results = run_cluster_workers(cluster, "steady", 1, {"until-lost", "sparse"}, 90000,
                                   {{"PX_TEST_READY_DIR", ready_dir}});
