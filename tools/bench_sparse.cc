@@ -3,7 +3,7 @@
 //   px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]
 //                   [--routes hybrid,ps,allgatherv,allreduce] [--steps N]
 //                   [--rows 800000] [--dim 128] [--lookups 8192] [--dense-bytes 25000000]
-//                   [--partitions P (0: automatic)]
+//                   [--partitions P (0: automatic)] [--mtu N (links' MTU, default 1500)]
 //                   [--peers gloo] [--daemon PATH]
 //
 // Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(1.0)-distributed,
@@ -275,6 +275,7 @@ int bench_sparse(int argc, char** argv) {
   std::string nodes_list = "2,4", routes = "hybrid,ps,allgatherv,allreduce", peers = "gloo";
   int per_node = 2;
   double link_gbit = 1;
+  int mtu = 0;  // px-cluster's default (1500)
   SparseShapeArgs a;
   std::string daemon = tools_dir() + "/../daemon/parallaxd";
   for (int i = 0; i < argc; ++i) {
@@ -291,6 +292,8 @@ int bench_sparse(int argc, char** argv) {
       per_node = std::max(1, std::stoi(next()));
     else if (o == "--link-gbit")
       link_gbit = std::stod(next());
+    else if (o == "--mtu")
+      mtu = std::max(0, std::stoi(next()));
     else if (o == "--routes")
       routes = next();
     else if (o == "--partitions")
@@ -324,16 +327,16 @@ int bench_sparse(int argc, char** argv) {
     printf(
         "{\"scenario\":\"sparse\",\"cores\":%u,\"link_gbit\":%s,\"rows\":%llu,\"dim\":%llu,"
         "\"lookups_per_worker\":%llu,\"dense_bytes\":%llu,\"workers_per_node\":%d,"
-        "\"steps\":%d,\"partitions\":%u,\"results\":[",
+        "\"steps\":%d,\"partitions\":%u,\"mtu\":%d,\"results\":[",
         std::thread::hardware_concurrency(), link_text, (unsigned long long)a.rows,
         (unsigned long long)a.dim, (unsigned long long)a.lookups, (unsigned long long)a.dense_bytes,
-        per_node, a.steps, a.partitions);
+        per_node, a.steps, a.partitions, mtu > 0 ? mtu : 1500);
   bool first = true;
   for (const std::string& n_text : split(nodes_list)) {
     int n = std::stoi(n_text);
     std::string base = source_tools + "/px-cluster --nodes " + n_text + " --workers-per-node " +
                        std::to_string(per_node) + " --mode netns --link-gbit " + link_text +
-                       " --timeout 3000";
+                       " --timeout 3000" + (mtu > 0 ? " --mtu " + std::to_string(mtu) : "");
     std::string shape = std::to_string(a.rows) + " " + std::to_string(a.dim) + " " +
                         std::to_string(a.lookups) + " " + std::to_string(a.dense_bytes) + " " +
                         std::to_string(a.steps);

@@ -429,7 +429,7 @@ int main(int argc, char** argv) {
             "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
             "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
             "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
-            "                       [--peers gloo] [--daemon PATH]\n");
+            "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
