@@ -317,7 +317,7 @@ void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
 // Runs of a variable send in the order they started (a node's pushes must reach each owner
 // in step order), whatever order their preparation on the pool finishes in.
 void SparseRouter::start(const std::shared_ptr<Run>& run) {
-  run->table->in_flight.insert(run.get());
+  run->table->in_flight[run.get()] = run;  // a dropped run's address may come back
   run->table->send_order.push_back(run);
   if (run->op == SparseOp::kPull) {
     for (const auto& earlier : run->table->send_order) {
@@ -616,10 +616,22 @@ void SparseRouter::settle(const std::shared_ptr<Run>& run) {
 
 void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
   if (!var.sparse) return;
-  std::set<Run*> runs = var.sparse->in_flight;
+  std::vector<std::shared_ptr<Run>> runs;
+  for (auto it = var.sparse->in_flight.begin(); it != var.sparse->in_flight.end();) {
+    if (std::shared_ptr<Run> run = it->second.lock()) {
+      runs.push_back(std::move(run));
+      ++it;
+    } else {
+      PX_LOG_ERROR(
+          "variable '%s': an operation was dropped before it completed (a bug); "
+          "its workers get no answer",
+          var.name.c_str());
+      it = var.sparse->in_flight.erase(it);
+    }
+  }
   // Runs still preparing or scattering (a pool thread works on their workers' buffers)
   // finish when that work ends; runs not sent yet see the poison or broken job then.
-  for (Run* run : runs) {
+  for (const std::shared_ptr<Run>& run : runs) {
     if (!run->sent || run->finished) continue;
     if (run->busy > 0) {
       if (run->status == PX_OK) {

@@ -5,8 +5,8 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "collective_transport.h"
@@ -40,7 +40,10 @@ struct SparseTable {
   uint64_t rows_unique = 0;
   // The last pull's plan: a push of the same indices (the usual step) sums through it.
   std::shared_ptr<const RowPlan> last_pull_plan;
-  std::set<SparseRun*> in_flight;  // operations past local matching, not yet complete
+  // Operations past local matching, not yet complete. Weak: the last reference to a run
+  // may go on a pool or progress thread, so a run can never be erased by its destructor; one
+  // dropped unfinished (a bug) is then found expired here rather than left dangling.
+  std::map<SparseRun*, std::weak_ptr<SparseRun>> in_flight;
   // Operations in the order they started; each sends once those before it have sent.
   std::deque<std::shared_ptr<SparseRun>> send_order;
 };
