@@ -437,7 +437,8 @@ void Session::handle_stats(const control::StatsRequest& request) {
     if (var->sparse) sc = sparse_counters(*var->sparse);
     body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns,
                                      sc.pull_steps, sc.push_steps, sc.rows_pulled, sc.rows_unique,
-                                     sc.rows_applied, sc.bytes_sent, sc.bytes_received);
+                                     sc.rows_applied, sc.bytes_sent, sc.bytes_received,
+                                     sc.request_partitions, sc.search_steps_left);
   }
   send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
 }

@@ -5,6 +5,7 @@
 
 #include "coalesce.h"
 #include "log.h"
+#include "request_groups.h"
 #include "ring_allgatherv.h"
 #include "ring_allreduce.h"
 
@@ -35,7 +36,8 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
     units_.resize(1);
   } else {
     unit_of_partition_.assign(map.partitions(), -1);
-    for (uint32_t p : map.partitions_of(node)) {
+    held_ = map.partitions_of(node);
+    for (uint32_t p : held_) {
       unit_of_partition_[p] = static_cast<int32_t>(units_.size());
       units_.emplace_back();
     }
@@ -88,12 +90,87 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
 
 void ShardOwner::handle(ShardRequest r) {
   std::string why;
-  if (!valid(r, &why)) {
+  std::vector<ShardRequest> parts;
+  bool ok = true;
+  if (r.groups > 0 && !replicated_) {
+    ok = split(r, &parts, &why);
+    for (size_t i = 0; ok && i < parts.size(); ++i) ok = valid(parts[i], &why);
+  } else {
+    ok = valid(r, &why);
+  }
+  if (!ok) {
     PX_LOG_ERROR("%s: refusing a %s request from node %d: %s", label_.c_str(), sparse_op_name(r.op),
                  r.from_node, why.c_str());
     if (r.done) r.done(PX_ERR_PROTOCOL, why);
     return;
   }
+  if (parts.empty()) return handle_valid(std::move(r));
+  if (r.op == SparseOp::kPush) {
+    for (auto& part : parts) handle_valid(std::move(part));
+    if (r.done) r.done(PX_OK, "");
+    return;
+  }
+  // A pull of a group is answered once every partition of it served its part.
+  struct Join {
+    size_t left;
+    px_status status = PX_OK;
+    std::string error;
+    std::function<void(px_status, const std::string&)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = parts.size();
+  join->done = std::move(r.done);
+  for (auto& part : parts) {
+    part.done = [join](px_status status, const std::string& error) {
+      if (status != PX_OK && join->status == PX_OK) {
+        join->status = status;
+        join->error = error;
+      }
+      if (--join->left == 0 && join->done) join->done(join->status, join->error);
+    };
+    handle_valid(std::move(part));
+  }
+}
+
+// A group's rows come partition by partition (ascending, as partitions_in_group lists them),
+// so each partition's part is a contiguous run of the request: no copy.
+bool ShardOwner::split(ShardRequest& r, std::vector<ShardRequest>* parts, std::string* why) {
+  if (r.op != SparseOp::kPull && r.op != SparseOp::kPush) {
+    *why = std::string("a ") + sparse_op_name(r.op) + " request names a partition group";
+    return false;
+  }
+  if (r.groups > held_.size() || r.partition >= r.groups) {
+    *why = "group " + std::to_string(r.partition) + " of " + std::to_string(r.groups) +
+           " named, this node holds " + std::to_string(held_.size()) + " partitions";
+    return false;
+  }
+  size_t i = 0;
+  for (uint32_t p : partitions_in_group(held_, r.groups, r.partition)) {
+    size_t begin = i;
+    while (i < r.count && r.rows[i] >= 0 && store_.partition_of(r.rows[i]) == p) ++i;
+    ShardRequest part;
+    part.from_node = r.from_node;
+    part.op = r.op;
+    part.partition = p;
+    part.step = r.step;
+    part.count = i - begin;
+    part.rows = r.rows + begin;
+    if (r.values) part.values = r.values + begin * dim_;
+    if (r.out) part.out = r.out + begin * dim_;
+    part.whole_count = r.count;
+    part.keep_alive = r.keep_alive;
+    parts->push_back(std::move(part));
+  }
+  if (i < r.count) {
+    *why = "row " + std::to_string(r.rows[i]) + " at position " + std::to_string(i) +
+           " is not in order in group " + std::to_string(r.partition) + " of " +
+           std::to_string(r.groups) + " of this node's partitions";
+    return false;
+  }
+  return true;
+}
+
+void ShardOwner::handle_valid(ShardRequest r) {
   switch (r.op) {
     case SparseOp::kPull:
       if (!pull_ready(*unit_of(r), r.step)) {
@@ -207,7 +284,7 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
 void ShardOwner::serve(ShardRequest r) {
   auto shared = std::make_shared<ShardRequest>(std::move(r));
   queue_->push(
-      shared->count * dim_ > kInlineValues,
+      std::max(shared->count, shared->whole_count) * dim_ > kInlineValues,
       [this, shared] { store_.gather(shared->rows, shared->count, shared->out); },
       [shared] { shared->done(PX_OK, ""); });
 }

@@ -31,12 +31,17 @@ namespace px {
 struct ShardRequest {
   int from_node = 0;
   SparseOp op = SparseOp::kPull;
-  uint32_t partition = kAllPartitions;  // ps/hybrid pulls and pushes: the one they cover
+  // ps/hybrid pulls and pushes: with groups = 0 the partition they cover; otherwise group
+  // `partition` of the `groups` this node's partitions are dealt into (request_groups.h),
+  // which handle() splits into one request per partition.
+  uint32_t partition = kAllPartitions;
+  uint32_t groups = 0;
   uint64_t step = 0;
   size_t count = 0;
   const int64_t* rows = nullptr;
   const float* values = nullptr;  // push, load: count x dim
   float* out = nullptr;           // pull, read: count x dim
+  size_t whole_count = 0;         // split from a group request of this many rows (0: not)
   // Called on the loop thread once done (not for pushes from other nodes: they get none).
   std::function<void(px_status status, const std::string& error)> done;
   std::shared_ptr<void> keep_alive;  // owns rows / values / out
@@ -80,6 +85,8 @@ class ShardOwner {
     std::map<uint64_t, std::vector<std::optional<ShardRequest>>> sync_pushes;
   };
   Unit* unit_of(const ShardRequest& r);
+  bool split(ShardRequest& r, std::vector<ShardRequest>* parts, std::string* why);
+  void handle_valid(ShardRequest r);
   bool valid(const ShardRequest& r, std::string* why);
   bool pull_ready(const Unit& unit, uint64_t step) const;
   bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)
@@ -115,6 +122,7 @@ class ShardOwner {
   // Queue order makes later work see what was counted when it was queued.
   std::vector<Unit> units_;
   std::vector<int32_t> unit_of_partition_;  // ps/hybrid: -1 where not owned
+  std::vector<uint32_t> held_;              // ps/hybrid: the partitions held, ascending
   std::deque<ShardRequest> waiting_pulls_;
   std::map<uint64_t, std::shared_ptr<Exchange>> exchanged_;  // replicated: done, by step
   uint64_t rows_applied_ = 0;

@@ -75,14 +75,15 @@ void SparseChannel::start(uint32_t global_id) {
     if (peer != node_) post_first(peer);
 }
 
-void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t step, size_t count,
-                            const int64_t* rows, const float* values, float* out,
+void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
+                            size_t count, const int64_t* rows, const float* values, float* out,
                             std::shared_ptr<void> keep_alive, Done done) {
   if (to == node_) {
     ShardRequest r;
     r.from_node = node_;
     r.op = op;
     r.partition = partition;
+    r.groups = groups;
     r.step = step;
     r.count = count;
     r.rows = rows;
@@ -110,6 +111,7 @@ void SparseChannel::request(int to, uint32_t partition, SparseOp op, uint64_t st
   header.op = static_cast<uint32_t>(op);
   header.from_node = static_cast<uint32_t>(node_);
   header.partition = partition;
+  header.groups = groups;
   header.step = step;
   header.count = count;
   header.payload_bytes = sparse_payload_bytes(op, count, dim_);
@@ -243,6 +245,7 @@ void SparseChannel::deliver_ready(int peer) {
     r.from_node = peer;
     r.op = static_cast<SparseOp>(in->header.op);
     r.partition = in->header.partition;
+    r.groups = in->header.groups;
     r.step = in->header.step;
     r.count = in->header.count;
     r.rows = in->rows.data();

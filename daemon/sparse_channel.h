@@ -34,11 +34,12 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   void start(uint32_t global_id);
   bool started() const { return global_id_ != 0 || !fabric_; }
 
-  // Sends a request to node `to` (this node included) for one partition or all of them
-  // (sparse_wire.h). rows and values (push, load) must stay valid, and out (pull, read:
-  // count x dim) writable, until done; keep_alive holds them. done runs on the loop thread.
-  void request(int to, uint32_t partition, SparseOp op, uint64_t step, size_t count,
-               const int64_t* rows, const float* values, float* out,
+  // Sends a request to node `to` (this node included) for one partition, a group of them
+  // (groups > 0) or all of them (sparse_wire.h). rows and values (push, load) must stay valid, and
+  // out (pull, read: count x dim) writable, until done; keep_alive holds them. done runs on the
+  // loop thread.
+  void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
+               size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, Done done);
 
   uint64_t bytes_sent() const { return bytes_sent_; }

@@ -32,6 +32,8 @@ struct SparseRun {
   SparseOp op = SparseOp::kPull;
   uint64_t step = 0;
   int64_t start_ns = 0;
+  // ps/hybrid pulls and pushes: how this run's requests group the partitions.
+  std::shared_ptr<const RequestGroups> request_groups;
   struct Worker {
     std::shared_ptr<Session> session;
     uint64_t request_id = 0;
@@ -52,10 +54,11 @@ struct SparseRun {
   // group's reply through it as soon as that reply is in, a push sums each group's
   // gradients just before its request is sent (the first leaves while the rest are summed).
   std::shared_ptr<const RowPlan> plan;
-  std::shared_ptr<const RowPlan> last_pull_plan;  // push: reused if its indices match
-  std::vector<RowBatch> batches;                  // the workers whose input was accepted
-  std::vector<float*> outs;                       // pull/read: by batch, where rows go
-  std::vector<int> targets;                       // groups that get a request, in order
+  std::shared_ptr<const RowPlan> last_pull_plan;          // push: reused if its indices match
+  std::shared_ptr<const RequestGroups> last_pull_groups;  // ... and it grouped them alike
+  std::vector<RowBatch> batches;                          // the workers whose input was accepted
+  std::vector<float*> outs;                               // pull/read: by batch, where rows go
+  std::vector<int> targets;                               // groups that get a request, in order
   int requests_left = 0;
   bool abandoned = false;  // failed from outside: transfers still out no longer count
   px_status status = PX_OK;
@@ -107,6 +110,14 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.rows_applied = table.owner->rows_applied();
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
+  if (!table.replicated) {
+    uint32_t per_node = table.map.partitions();
+    if (table.search) {
+      per_node = table.search->per_node_for(table.push_steps);
+      c.search_steps_left = table.search->steps_left();
+    }
+    c.request_partitions = RequestGroups(table.map, per_node).request_partitions();
+  }
   return c;
 }
 
@@ -129,14 +140,26 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->channel =
       std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
                                       chunk_bytes_, table->owner, post_, std::move(node_label));
-  const char* why_partitions =
-      options.partitions ? "as asked"
-                         : "automatic: 4 per node, near the minimum of t(P) = b/P + a(P-1) + c "
-                           "fitted on measured steps (README, Partitioning)";
+  table->label = label;
+  std::string why_partitions = "as asked, one per request";
+  if (!options.partitions && !table->replicated) {
+    size_t fewest = table->map.partitions();
+    for (int n = 0; n < world.node_count; ++n)
+      fewest = std::min(fewest, table->map.partitions_of(n).size());
+    std::vector<uint32_t> candidates;
+    for (uint32_t k = 1; k <= fewest && k <= kAutomaticPartitionsPerNode; k *= 2)
+      candidates.push_back(k);
+    table->search.emplace(candidates, world.node_count);
+    why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
+                     std::to_string(table->search->search_steps()) +
+                     " (partition_search.h, README: Partitioning)";
+  } else if (!options.partitions) {
+    why_partitions = "automatic";
+  }
   PX_LOG_INFO("%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
               label.c_str(), static_cast<unsigned long long>(shape.rows),
-              static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions,
-              static_cast<unsigned long long>(table->owner->owned_rows()),
+              static_cast<unsigned long long>(shape.dim), table->map.partitions(),
+              why_partitions.c_str(), static_cast<unsigned long long>(table->owner->owned_rows()),
               static_cast<unsigned long long>(table->owner->store_bytes()),
               options.canonical().c_str());
   return table;
@@ -194,7 +217,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
   std::string variable = var.name;
   for (int node = 0; node < nodes; ++node) {
     table->channel->request(
-        node, kAllPartitions, SparseOp::kCheckpoint, push_steps, words->size(), words->data(),
+        node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps, words->size(), words->data(),
         nullptr, nullptr, words,
         [job, table, variable, dir, push_steps, pending, done, nodes](px_status status,
                                                                       const std::string& error) {
@@ -245,31 +268,46 @@ int target_node(const SparseTable& table, int64_t row) {
   return table.replicated ? table.node : table.map.owner(static_cast<uint64_t>(row));
 }
 
-// A run's requests go per group: per partition for ps/hybrid pulls and pushes (each
-// partition is applied on its own, so its replies can leave while the pushes of others are
-// still arriving), per node otherwise.
-bool per_partition(const SparseTable& table, SparseOp op) {
-  return !table.replicated && (op == SparseOp::kPull || op == SparseOp::kPush);
+// A run's requests go per group: per group of partitions for ps/hybrid pulls and pushes
+// (each partition is applied on its own, so its replies can leave while the pushes of
+// others are still arriving; request_groups.h), per node otherwise.
+int group_count(const SparseTable& table, const SparseRun& run) {
+  return run.request_groups ? run.request_groups->count() : table.map.nodes();
 }
-int group_count(const SparseTable& table, SparseOp op) {
-  return per_partition(table, op) ? static_cast<int>(table.map.partitions()) : table.map.nodes();
-}
-std::function<int(int64_t)> group_of_row(const SparseTable& table, SparseOp op) {
-  if (per_partition(table, op))
-    return [&table](int64_t row) {
-      return static_cast<int>(table.map.partition_of(static_cast<uint64_t>(row)));
+std::function<int(int64_t)> group_of_row(const SparseTable& table, const SparseRun& run) {
+  if (run.request_groups)
+    return [&groups = *run.request_groups](int64_t row) {
+      return groups.group_of_row(static_cast<uint64_t>(row));
     };
   return [&table](int64_t row) { return target_node(table, row); };
 }
-int group_node(const SparseTable& table, SparseOp op, int group) {
-  return per_partition(table, op) ? table.map.node_of_partition(static_cast<uint32_t>(group))
-                                  : group;
+RowOrder row_order(const SparseRun& run) {
+  return run.request_groups ? run.request_groups->row_order() : RowOrder{};
 }
-uint32_t group_partition(const SparseTable& table, SparseOp op, int group) {
-  return per_partition(table, op) ? static_cast<uint32_t>(group) : kAllPartitions;
+int group_node(const SparseRun& run, int group) {
+  return run.request_groups ? run.request_groups->node(group) : group;
 }
 
 }  // namespace
+
+// ps/hybrid pulls and pushes: the grouping of this step's requests (the partition search's
+// trial or choice; one partition per request when the count was given). A push step's
+// start is what the search times.
+std::shared_ptr<const RequestGroups> SparseRouter::request_groups_for(SparseTable& table,
+                                                                      SparseOp op, uint64_t step,
+                                                                      int64_t now_ns) {
+  if (table.replicated) return nullptr;
+  uint32_t per_node = table.map.partitions();
+  if (table.search) {
+    if (op == SparseOp::kPush &&
+        table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
+      PX_LOG_INFO("%s: partition search: %s", table.label.c_str(), table.search->report().c_str());
+    per_node = table.search->per_node_for(step);
+  }
+  std::shared_ptr<const RequestGroups>& groups = table.request_groups[per_node];
+  if (!groups) groups = std::make_shared<const RequestGroups>(table.map, per_node);
+  return groups;
+}
 
 void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                             PendingStep pending) {
@@ -280,6 +318,7 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   run->op = opcode == Opcode::kPullRows ? SparseOp::kPull : SparseOp::kPush;
   run->step = step;
   run->start_ns = monotonic_ns();
+  run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
   for (auto& c : pending.by_rank) {
     Run::Worker w;
@@ -348,7 +387,10 @@ void SparseRouter::release_pulls(SparseTable& table) {
 void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
-  if (run->op == SparseOp::kPush) run->last_pull_plan = run->table->last_pull_plan;
+  if (run->op == SparseOp::kPush) {
+    run->last_pull_plan = run->table->last_pull_plan;
+    run->last_pull_groups = run->table->last_pull_groups;
+  }
   ++run->busy;
   offload(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
@@ -357,7 +399,10 @@ void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
           if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
-        if (run->op == SparseOp::kPull) run->table->last_pull_plan = run->plan;
+        if (run->op == SparseOp::kPull) {
+          run->table->last_pull_plan = run->plan;
+          run->table->last_pull_groups = run->request_groups;
+        }
         run->prepared = true;
         send_next(*run->table);
       });
@@ -416,9 +461,8 @@ void SparseRouter::prepare_rows(Run& run) {
     run.outs.push_back(reinterpret_cast<float*>(w.rows));
   }
   const SparseTable& table = *run.table;
-  int groups = group_count(table, run.op);
-  run.use_plan(std::make_shared<RowPlan>(run.batches, run.dim(), false, groups,
-                                         group_of_row(table, run.op)));
+  run.use_plan(std::make_shared<RowPlan>(run.batches, run.dim(), false, group_count(table, run),
+                                         group_of_row(table, run), row_order(run)));
 }
 
 // push: the workers' gradients sorted by group (summed later, group by group, as they are
@@ -441,13 +485,16 @@ void SparseRouter::prepare_updates(Run& run) {
         if (find_nonfinite_row(b.values, b.n, dim) >= 0) return false;
       return true;
     };
-    int groups = group_count(table, run.op);
-    if (run.last_pull_plan && run.last_pull_plan->matches(batches) && (!skip || all_finite()))
+    // The pull's plan serves if it grouped the rows alike (the partition search may have
+    // changed the grouping between them).
+    if (run.last_pull_plan && run.last_pull_groups == run.request_groups &&
+        run.last_pull_plan->matches(batches) && (!skip || all_finite()))
       run.use_plan(std::move(run.last_pull_plan));
     else
-      run.use_plan(
-          std::make_shared<RowPlan>(batches, dim, skip, groups, group_of_row(table, run.op)));
+      run.use_plan(std::make_shared<RowPlan>(batches, dim, skip, group_count(table, run),
+                                             group_of_row(table, run), row_order(run)));
     run.last_pull_plan.reset();
+    run.last_pull_groups.reset();
     return;
   }
   size_t nodes = static_cast<size_t>(table.map.nodes());
@@ -506,7 +553,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
   std::vector<int> turn(static_cast<size_t>(nodes), 0);
   for (int g = 0; g < run->groups(); ++g) {
-    int node = group_node(table, run->op, g);
+    int node = group_node(*run, g);
     size_t count = run->group_begin(g + 1) - run->group_begin(g);
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
     if (count == 0 && !pushes_here && !(to_every_replica && run->row_count() > 0)) continue;
@@ -544,7 +591,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     for (size_t i = 0; i < run->targets.size(); ++i) {
       int group = run->targets[i];
       sum_group(*run, group);
-      bool local = group_node(table, run->op, group) == table.node;
+      bool local = group_node(*run, group) == table.node;
       if (!local) request(run, group);
       bool last = i + 1 == run->targets.size();
       if (!local && !last) continue;
@@ -569,7 +616,7 @@ void SparseRouter::sum_group(Run& run, int group) {
 // the loop, or on the pool for a push to another node (nothing here changes shared state).
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
-  int node = group_node(table, run->op, group);
+  int node = group_node(*run, group);
   int rows_of = table.replicated && run->op == SparseOp::kLoad ? table.node : group;
   size_t at = run->group_begin(rows_of);
   size_t count = run->group_begin(rows_of + 1) - at;
@@ -577,8 +624,11 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   float* group_values = run->group_values(rows_of);
   const float* values = updates ? group_values : nullptr;
   float* out = updates ? nullptr : group_values;
-  table.channel->request(node, group_partition(table, run->op, group), run->op, run->step, count,
-                         run->row_ids() + at, values, out, run,
+  const RequestGroups* groups = run->request_groups.get();
+  uint32_t partition = groups ? groups->index(group) : kAllPartitions;
+  uint32_t of = groups ? groups->groups_on(node) : 0;
+  table.channel->request(node, partition, of, run->op, run->step, count, run->row_ids() + at,
+                         values, out, run,
                          [this, run, group](px_status status, const std::string& error) {
                            if (status != PX_OK && run->status == PX_OK) {
                              run->status = status;

@@ -7,11 +7,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "collective_transport.h"
 #include "job.h"
 #include "partition_map.h"
+#include "partition_search.h"
+#include "request_groups.h"
 #include "row_plan.h"
 #include "shard_owner.h"
 #include "sparse_channel.h"
@@ -25,6 +28,7 @@ struct SparseRun;
 
 // What a node holds for one sparse variable.
 struct SparseTable {
+  std::string label;  // "variable 'v' of job 'j'", for logs
   SparseShape shape;
   SparseOptions options;
   PartitionMap map;         // ps: where rows live
@@ -38,8 +42,13 @@ struct SparseTable {
   uint64_t push_steps = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
+  // ps/hybrid: how requests group the partitions, by requests per node; the automatic
+  // partition count's search (absent when the count was given).
+  std::map<uint32_t, std::shared_ptr<const RequestGroups>> request_groups;
+  std::optional<PartitionSearch> search;
   // The last pull's plan: a push of the same indices (the usual step) sums through it.
   std::shared_ptr<const RowPlan> last_pull_plan;
+  std::shared_ptr<const RequestGroups> last_pull_groups;
   // Operations past local matching, not yet complete. Weak: the last reference to a run
   // may go on a pool or progress thread, so a run can never be erased by its destructor; one
   // dropped unfinished (a bug) is then found expired here rather than left dangling.
@@ -50,7 +59,7 @@ struct SparseTable {
 
 struct SparseCounters {
   uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
-           bytes_sent = 0, bytes_received = 0;
+           bytes_sent = 0, bytes_received = 0, request_partitions = 0, search_steps_left = 0;
 };
 SparseCounters sparse_counters(const SparseTable& table);
 
@@ -92,6 +101,8 @@ class SparseRouter {
 
  private:
   using Run = SparseRun;
+  std::shared_ptr<const RequestGroups> request_groups_for(SparseTable& table, SparseOp op,
+                                                          uint64_t step, int64_t now_ns);
   void start(const std::shared_ptr<Run>& run);
   void prepare(const std::shared_ptr<Run>& run);
   void release_pulls(SparseTable& table);

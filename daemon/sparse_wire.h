@@ -19,9 +19,10 @@ namespace px {
 
 enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4, kCheckpoint = 5 };
 
-// Pulls and pushes on the ps/hybrid routes go per partition (each partition is applied on
-// its own, so a reply can leave while other partitions' pushes are still arriving); other
-// requests, and every request on the replicated routes, cover all the owner's partitions.
+// Pulls and pushes on the ps/hybrid routes go per group of the owner's partitions (each
+// partition is applied on its own, so a reply can leave while other partitions' pushes are
+// still arriving); other requests, and every request on the replicated routes, cover all
+// the owner's partitions.
 constexpr uint32_t kAllPartitions = 0xffffffffu;
 
 struct SparseRequestHeader {
@@ -30,8 +31,8 @@ struct SparseRequestHeader {
   uint64_t step;  // pull/push step; 0 for load/read
   uint64_t count;
   uint64_t payload_bytes;
-  uint32_t partition;  // or kAllPartitions
-  uint32_t reserved;
+  uint32_t partition;  // or kAllPartitions; with groups > 0, a group (request_groups.h)
+  uint32_t groups;     // 0: partition is one partition; else the groups it is one of
 };
 static_assert(sizeof(SparseRequestHeader) == 40);
 

@@ -33,7 +33,7 @@ extern "C" {
  * changes only add. A client is accepted by a daemon of the same major and an equal or
  * higher minor. */
 #define PX_ABI_VERSION_MAJOR 1
-#define PX_ABI_VERSION_MINOR 1 /* 1.1: sparse variables */
+#define PX_ABI_VERSION_MINOR 2 /* 1.1: sparse variables; 1.2: partition search stats */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -112,6 +112,11 @@ typedef struct px_var_stats {
                               the per-step union across nodes (ps; each replica counts all) */
   uint64_t bytes_sent;     /* payload bytes this node sent to other nodes for the variable */
   uint64_t bytes_received; /* payload bytes it received from them */
+  /* ps/hybrid sparse variables (ABI 1.2): the requests this node's pull or push step makes
+   * (P in t(P); it changes while the automatic partition search times its candidates), and
+   * the push steps until that search has chosen (0: chosen, or the count was given). */
+  uint64_t request_partitions;
+  uint64_t search_steps_left;
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------

@@ -31,13 +31,12 @@ std::vector<uint32_t> PartitionMap::partitions_of(int node) const {
 }
 
 uint32_t automatic_partitions(uint64_t rows, int nodes) {
-  // Pulls and pushes go per partition and each partition is applied on its own, so more
-  // partitions overlap one partition's replies with the others' pushes (t(P) = b/P + ...)
-  // at a cost per partition and step (... + a(P - 1) + c). Fitted on px-bench sparse steps
-  // at N = 2 and 4 (README, "Partitioning"), the optimum is near 4 partitions per node; a
-  // multiple of N keeps striped rows even across nodes.
-  constexpr uint64_t kPerNode = 4;
-  uint64_t wanted = kPerNode * static_cast<uint64_t>(std::max(1, nodes));
+  // Storage only: how many of these a step's requests carry together is timed per table
+  // (partition_search.h), so the count is the finest grain that search may pick
+  // (measured steps got slower beyond; README, "Partitioning"). A multiple of N keeps
+  // striped rows even across nodes.
+  uint64_t wanted =
+      uint64_t{kAutomaticPartitionsPerNode} * static_cast<uint64_t>(std::max(1, nodes));
   return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(rows, wanted)));
 }
 

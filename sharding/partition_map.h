@@ -42,7 +42,9 @@ class PartitionMap {
   std::vector<int> owner_;
 };
 
-// The partition count used when the options say 0 (automatic).
+// The partition count used when the options say 0 (automatic): kAutomaticPartitionsPerNode
+// per node, fewer for tables of fewer rows.
+constexpr uint32_t kAutomaticPartitionsPerNode = 8;
 uint32_t automatic_partitions(uint64_t rows, int nodes);
 
 }  // namespace px

@@ -20,7 +20,7 @@ size_t position_of(uint64_t entry) {
 }  // namespace
 
 RowPlan::RowPlan(const std::vector<RowBatch>& batches, size_t dim, bool skip_nonfinite, int groups,
-                 const std::function<int(int64_t row)>& group_of)
+                 const std::function<int(int64_t row)>& group_of, RowOrder order)
     : dim_(dim) {
   size_t total = 0;
   for (const RowBatch& b : batches) total += b.n;
@@ -39,7 +39,7 @@ RowPlan::RowPlan(const std::vector<RowBatch>& batches, size_t dim, bool skip_non
         continue;
       }
       int g = groups == 1 ? 0 : group_of(batch.rows[i]);
-      entries.emplace_back(batch.rows[i], uint64_t{b} << kPositionBits | i);
+      entries.emplace_back(order.key(batch.rows[i]), uint64_t{b} << kPositionBits | i);
       group_of_entry.push_back(g);
       ++key_begin_[static_cast<size_t>(g) + 1];
     }
@@ -56,7 +56,7 @@ RowPlan::RowPlan(const std::vector<RowBatch>& batches, size_t dim, bool skip_non
     auto last = keys_.begin() + static_cast<std::ptrdiff_t>(key_begin_[g + 1]);
     std::sort(first, last);
     for (auto it = first; it != last; ++it)
-      if (it == first || it->first != (it - 1)->first) rows_.push_back(it->first);
+      if (it == first || it->first != (it - 1)->first) rows_.push_back(order.row(it->first));
     group_begin_[g + 1] = rows_.size();
   }
 }

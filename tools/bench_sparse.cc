@@ -16,6 +16,7 @@
 // the measured unique rows, and the full step against its busiest link's bytes / link rate.
 // Peer in the same run: PyTorch gloo's sparse all_reduce of the same uncoalesced
 // per-worker gradients (tools/bench/gloo_sparse.py).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -158,7 +159,8 @@ int sparse_worker(int argc, char** argv) {
   }
   size_t next_batch = 0;
   auto draw_next = [&] {
-    std::memcpy(idx(1 - cur), batches[next_batch++].data(), a.lookups * sizeof(int64_t));
+    std::memcpy(idx(1 - cur), batches[next_batch++ % batches.size()].data(),
+                a.lookups * sizeof(int64_t));
   };
   auto wait = [](px_request* r, const char* what) {
     check(px_wait(r, 600000), what);
@@ -198,6 +200,17 @@ int sparse_worker(int argc, char** argv) {
     Phase p;
     draw_next();
     step(full);  // warm-up: connections, page faults, first touch of the shards
+    // With automatic partitions the daemons time their first push steps to choose how many
+    // requests a step makes: those steps are warm-up too. Every worker sees the same count
+    // (it follows the push steps started, which a completed step fixes on every node).
+    auto searching = [&] {
+      if (stats_of(table).search_steps_left > 0) return true;
+      return full && dense_as_ps && stats_of(dense).search_steps_left > 0;
+    };
+    for (int extra = 0; extra < 100 && searching(); ++extra) {
+      draw_next();
+      step(full);
+    }
     // Its pull waited for every push so far to be applied (the replicated routes exchange a
     // push after it completed), so the counters now hold exactly the steps before.
     check(px_barrier(c, 600000), "px_barrier");
@@ -227,7 +240,7 @@ int sparse_worker(int argc, char** argv) {
         "NODE {\"node\":%d,\"sparse_step_s\":%.6f,\"step_s\":%.6f,\"rows_pulled\":%.1f,"
         "\"rows_unique\":%.1f,\"rows_applied\":%.1f,\"payload_sent\":%.1f,"
         "\"payload_received\":%.1f,\"iface_tx_sparse\":%.1f,\"iface_rx_sparse\":%.1f,"
-        "\"iface_tx_full\":%.1f,\"iface_rx_full\":%.1f}\n",
+        "\"iface_tx_full\":%.1f,\"iface_rx_full\":%.1f,\"request_partitions\":%llu}\n",
         w.node_index, percentile(sparse.seconds, 0.5), percentile(full.seconds, 0.5),
         per_step(sparse.after.rows_pulled, sparse.before.rows_pulled),
         per_step(sparse.after.rows_unique, sparse.before.rows_unique),
@@ -237,7 +250,8 @@ int sparse_worker(int argc, char** argv) {
         per_step(sparse.iface_after.first, sparse.iface_before.first),
         per_step(sparse.iface_after.second, sparse.iface_before.second),
         per_step(full.iface_after.first, full.iface_before.first),
-        per_step(full.iface_after.second, full.iface_before.second));
+        per_step(full.iface_after.second, full.iface_before.second),
+        static_cast<unsigned long long>(sparse.after.request_partitions));
     fflush(stdout);
   }
   check(px_barrier(c, 600000), "px_barrier");
@@ -357,6 +371,7 @@ int bench_sparse(int argc, char** argv) {
       }
       double step = 0, sparse_step = 0, unique = 0, pulled = 0, sent = 0, tx_sparse = 0,
              busiest = 0;
+      std::vector<std::string> chosen;  // each node's request partitions
       for (const std::string& j : node_json) {
         step = std::max(step, json_number(j, "step_s"));
         sparse_step = std::max(sparse_step, json_number(j, "sparse_step_s"));
@@ -366,7 +381,13 @@ int bench_sparse(int argc, char** argv) {
         tx_sparse += json_number(j, "iface_tx_sparse") / n;
         busiest =
             std::max({busiest, json_number(j, "iface_tx_full"), json_number(j, "iface_rx_full")});
+        chosen.push_back(
+            std::to_string(static_cast<long long>(json_number(j, "request_partitions"))));
       }
+      // "16" when every node chose alike, else each node's: "16/8/16/16".
+      std::string partitions = chosen[0];
+      if (std::count(chosen.begin(), chosen.end(), chosen[0]) != n)
+        for (size_t i = 1; i < chosen.size(); ++i) partitions += "/" + chosen[i];
       double theory = theoretical_sent(route, n, unique, a.rows, a.dim);
       double alpha = pulled / per_node / double(a.rows);
       double link_bound = busiest / link_bytes_per_s;
@@ -377,17 +398,18 @@ int bench_sparse(int argc, char** argv) {
             "\"payload_sent_per_node\":%.0f,\"wire_tx_sparse_per_node\":%.0f,"
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
-            "\"step_over_link_bound\":%.3f}",
+            "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\"}",
             first ? "" : ",", route.c_str(), n, step, sparse_step, alpha, unique, sent, tx_sparse,
-            theory, sent / theory, tx_sparse / theory, busiest, step / link_bound);
+            theory, sent / theory, tx_sparse / theory, busiest, step / link_bound,
+            partitions.c_str());
         first = false;
       } else {
         printf(
             "%-10s N=%d step %.3f s  sparse %.3f s  alpha %.5f  unique/node %.0f  "
             "sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
-            "step / link bound %.2f\n",
+            "step / link bound %.2f  P %s\n",
             route.c_str(), n, step, sparse_step, alpha, unique, sent / 1e6, tx_sparse / 1e6,
-            theory / 1e6, sent / theory, tx_sparse / theory, step / link_bound);
+            theory / 1e6, sent / theory, tx_sparse / theory, step / link_bound, partitions.c_str());
       }
       fflush(stdout);
     }

@@ -12,8 +12,9 @@
 
 namespace px {
 
-constexpr uint32_t kClusterProtocolVersion = 5;  // 2: sparse, 3: JobBroken, 4: partitions,
-                                                 // 5: sparse header and rows in one message
+constexpr uint32_t kClusterProtocolVersion = 6;  // 2: sparse, 3: JobBroken, 4: partitions,
+                                                 // 5: sparse header and rows in one message,
+                                                 // 6: sparse requests per partition group
 constexpr uint64_t kClusterEpoch = 1;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 

@@ -424,6 +424,8 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   s.rows_applied = reply->rows_applied();
   s.bytes_sent = reply->bytes_sent();
   s.bytes_received = reply->bytes_received();
+  s.request_partitions = reply->request_partitions();
+  s.search_steps_left = reply->search_steps_left();
   std::memcpy(out_stats, &s, s.struct_size);
   return succeed();
 }

@@ -232,6 +232,24 @@ int scenario_train(px_client* c, int argc, char** argv) {
   check(px_wait(r, 30000), "pull all");
   px_request_free(r);
   expect_rows(idx, table, ref.w, "final table");
+  // The requests a step makes: one per partition when the count was given; with automatic
+  // partitions 1, 2, 4 or 8 per node (a trial's, or the choice after 23 push steps); none on
+  // the replicated routes.
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  px_var_stats stats;
+  stats.struct_size = sizeof stats;
+  check(px_var_stats_get(var, &stats), "px_var_stats_get");
+  bool replicated = o.route == PX_ROUTE_ALLGATHERV || o.route == PX_ROUTE_ALLREDUCE;
+  uint64_t p = stats.request_partitions, n = uint64_t(w.node_count);
+  bool searched = p == n || p == 2 * n || p == 4 * n || p == 8 * n;
+  if (replicated ? p != 0 : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows) : !searched)
+    die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
+  uint64_t pushed = stats.push_steps;
+  if (stats.search_steps_left != (!replicated && !o.partitions && pushed < 23 ? 23 - pushed : 0))
+    die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +
+        std::to_string(pushed) + " push steps");
   uint64_t hash = 1469598103934665603ull;
   for (float v : table) {
     uint32_t bits;

@@ -94,6 +94,15 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
+    // hybrid's automatic partitions: each node timed 4 groupings (1, 2, 4 and 8 requests per
+    // node) within the 50 steps, switching between them mid-training, and kept one.
+    for (int i = 0; i < nodes; ++i) {
+      std::string log = cluster.node(i).log();
+      CHECK(contains(log, "variable 'emb' of job 'eq-hybrid'"));
+      CHECK(contains(log, "partition search: measured P=" + std::to_string(nodes) + ":"));
+      CHECK(contains(log, " P=" + std::to_string(8 * nodes) + ": "));
+      CHECK(contains(log, " time at P="));  // fitted, or measured when noise rules the fit
+    }
   }
 }
 

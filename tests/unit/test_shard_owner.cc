@@ -125,4 +125,58 @@ TEST_CASE("requests for a partition this node does not hold, or rows outside it,
   CHECK(out == std::vector<float>{-5, -5});
 }
 
+ShardRequest grouped(ShardRequest r, uint32_t groups) {
+  r.groups = groups;
+  return r;
+}
+
+TEST_CASE("a request for a group of partitions is counted and applied per partition") {
+  Harness h;
+  // Node 0 sends one request for both its partitions (group 0 of 1: partitions 0 and 2, rows
+  // partition by partition); node 1 sends one per partition (groups of 2). Nodes need not
+  // group alike.
+  h.owner->handle(
+      grouped(make(SparseOp::kPush, 0, 0, 0, {0, 4, 2}, {1, 1, 2, 2, 3, 3}, nullptr, nullptr), 1));
+  h.owner->handle(grouped(make(SparseOp::kPush, 1, 0, 0, {4}, {10, 10}, nullptr, nullptr), 2));
+  h.drain();
+  std::vector<float> out;
+  Outcome pulled;
+  h.owner->handle(grouped(make(SparseOp::kPull, 1, 0, 1, {0, 4, 2}, {}, &out, &pulled), 1));
+  h.drain();
+  CHECK_FALSE(pulled.done);  // partition 2 still waits for node 1's push of step 0
+  h.owner->handle(grouped(make(SparseOp::kPush, 1, 1, 0, {}, {}, nullptr, nullptr), 2));
+  h.drain();
+  REQUIRE(pulled.done);
+  CHECK(pulled.status == PX_OK);
+  CHECK(out == std::vector<float>{-1, -1, -12, -12, -3, -3});
+
+  // Rows out of the group's order, groups this node cannot have, and a group on a request
+  // that is not a step are refused whole: nothing of the push counts.
+  Outcome disorder, too_many, index_past, not_step;
+  h.owner->handle(
+      grouped(make(SparseOp::kPush, 0, 0, 1, {2, 0}, {1, 1, 1, 1}, nullptr, &disorder), 1));
+  h.owner->handle(grouped(make(SparseOp::kPull, 1, 0, 1, {0}, {}, &out, &too_many), 3));
+  h.owner->handle(grouped(make(SparseOp::kPull, 1, 2, 1, {0}, {}, &out, &index_past), 2));
+  h.owner->handle(grouped(make(SparseOp::kRead, 1, 0, 0, {0}, {}, &out, &not_step), 1));
+  h.drain();
+  REQUIRE(disorder.done);
+  CHECK(disorder.status == PX_ERR_PROTOCOL);
+  CHECK(disorder.error ==
+        "row 0 at position 1 is not in order in group 0 of 1 of this node's partitions");
+  REQUIRE(too_many.done);
+  CHECK(too_many.error == "group 0 of 3 named, this node holds 2 partitions");
+  REQUIRE(index_past.done);
+  CHECK(index_past.error == "group 2 of 2 named, this node holds 2 partitions");
+  REQUIRE(not_step.done);
+  CHECK(not_step.error == "a read request names a partition group");
+
+  h.owner->handle(grouped(make(SparseOp::kPush, 0, 0, 1, {0}, {5, 5}, nullptr, nullptr), 1));
+  h.owner->handle(grouped(make(SparseOp::kPush, 1, 0, 1, {}, {}, nullptr, nullptr), 1));
+  Outcome after;
+  h.owner->handle(grouped(make(SparseOp::kPull, 0, 0, 2, {0, 2}, {}, &out, &after), 1));
+  h.drain();
+  REQUIRE(after.done);
+  CHECK(out == std::vector<float>{-6, -6, -3, -3});
+}
+
 }  // namespace px
