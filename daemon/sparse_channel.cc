@@ -25,7 +25,10 @@ struct SparseChannel::Incoming {
   UninitVector<float> reply;  // kReplyHeadroom for the status, then the rows (pull, read)
   std::atomic<int> parts_left{0};
   bool received = false;  // every part arrived (loop thread)
+  // A part failed (set by the transport's one progress thread before the last part's
+  // completion is posted to the loop).
   bool failed = false;
+  std::string error;
 };
 
 SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
@@ -165,22 +168,26 @@ void SparseChannel::post_first(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.first.empty()) p.first.resize(kRequestMessageBytes);
   auto self = shared_from_this();
-  fabric_->recv(peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kFirstPart,
-                p.first.data(), p.first.size(), [self, peer](bool ok, const std::string& error) {
-                  self->post_([self, peer, ok, error] { self->on_first(peer, ok, error); });
-                });
+  fabric_->recv_message(
+      peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kFirstPart, p.first.data(),
+      p.first.size(), [self, peer](bool ok, size_t bytes, const std::string& error) {
+        self->post_([self, peer, ok, bytes, error] { self->on_first(peer, ok, bytes, error); });
+      });
 }
 
-void SparseChannel::on_first(int peer, bool ok, const std::string& error) {
+void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string& error) {
   if (!ok) {
     PX_LOG_DEBUG("sparse requests from %s stop: %s", node_label_(peer).c_str(), error.c_str());
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
-  SparseRequestHeader h;
-  std::memcpy(&h, p.first.data(), sizeof h);
+  SparseRequestHeader h{};
+  std::memcpy(&h, p.first.data(), std::min(bytes, sizeof h));
+  size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
   std::string bad;
-  if (!sparse_op_valid(h.op)) {
+  if (bytes < sizeof h) {
+    bad = std::to_string(bytes) + " bytes, shorter than a header";
+  } else if (!sparse_op_valid(h.op)) {
     bad = "unknown operation " + std::to_string(h.op);
   } else if (h.from_node != static_cast<uint32_t>(peer)) {
     bad = "claims to come from node " + std::to_string(h.from_node);
@@ -189,6 +196,9 @@ void SparseChannel::on_first(int peer, bool ok, const std::string& error) {
   } else if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim_)) {
     bad = "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
           std::to_string(h.count) + " rows";
+  } else if (bytes != sizeof h + inline_bytes) {
+    bad = std::to_string(bytes) + " bytes for a header and " +
+          std::to_string(inline_bytes / sizeof(int64_t)) + " inline rows";
   }
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
@@ -203,8 +213,6 @@ void SparseChannel::on_first(int peer, bool ok, const std::string& error) {
   in->rows.resize(h.count);
   size_t index_bytes = h.count * sizeof(int64_t);
   bool rows_inline = sparse_rows_inline(h.count);
-  // A first message shorter than its header claims leaves stale indices here; the owner
-  // checks every row against what it holds, as for any request.
   if (rows_inline && index_bytes > 0)
     std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
   if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
@@ -219,8 +227,11 @@ void SparseChannel::on_first(int peer, bool ok, const std::string& error) {
   } else {
     in->parts_left.store(parts);
     auto self = shared_from_this();
-    auto part_done = [self, in, peer](bool ok, const std::string&) {
-      if (!ok) in->failed = true;
+    auto part_done = [self, in, peer](bool ok, const std::string& error) {
+      if (!ok && !in->failed) {
+        in->failed = true;
+        in->error = error;
+      }
       if (in->parts_left.fetch_sub(1) != 1) return;
       self->post_([self, in, peer] {
         in->received = true;
@@ -240,7 +251,14 @@ void SparseChannel::deliver_ready(int peer) {
   while (!p.in_order.empty() && p.in_order.front()->received) {
     std::shared_ptr<Incoming> in = p.in_order.front();
     p.in_order.pop_front();
-    if (in->failed) continue;  // the peer is gone; its own operations fail there
+    if (in->failed) {
+      // The peer is gone (its own operations fail there) or sent a part of the wrong size.
+      PX_LOG_WARN("sparse %s request from %s dropped: %s",
+                  sparse_op_name(static_cast<SparseOp>(in->header.op)), node_label_(peer).c_str(),
+                  in->error.c_str());
+      if (in->header.op != static_cast<uint32_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
+      continue;
+    }
     ShardRequest r;
     r.from_node = peer;
     r.op = static_cast<SparseOp>(in->header.op);

@@ -60,7 +60,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   void recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
                  const TransferCallback& done);
   void post_first(int peer);
-  void on_first(int peer, bool ok, const std::string& error);
+  void on_first(int peer, bool ok, size_t bytes, const std::string& error);
   void deliver_ready(int peer);
   void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
 

@@ -13,6 +13,9 @@ namespace px {
 // Called once when a posted send or receive finishes; ok is false on failure (error names
 // the peer). Runs on the transport's progress thread: keep it short.
 using TransferCallback = std::function<void(bool ok, const std::string& error)>;
+// A receive of a message whose length the receiver does not know in advance: bytes is
+// how much arrived.
+using MessageCallback = std::function<void(bool ok, size_t bytes, const std::string& error)>;
 
 class CollectiveTransport {
  public:
@@ -20,10 +23,14 @@ class CollectiveTransport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // A receive matches the send from peer with the same tag; messages with equal
-  // (peer, tag) must not be in flight at the same time.
+  // (peer, tag) must not be in flight at the same time. recv expects exactly `bytes`: a
+  // message of any other length fails it (a peer's malformed message never leaves part of
+  // a buffer stale); recv_message takes any message up to `capacity` bytes.
   virtual void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
                     TransferCallback done) = 0;
   virtual void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) = 0;
+  virtual void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                            MessageCallback done) = 0;
 };
 
 // Tag layout: kind (4 bits) | variable id (24) | step (16, wraps) | per-algorithm (20).

@@ -20,6 +20,9 @@ struct FabricEndpoint::Op {
   size_t bytes = 0;
   bool abandoned = false;  // failed by fail_peer; a late completion only frees it
   std::string cancelled;   // fail_variables: the completion, whatever it says, fails with this
+  // Receives: where recv_message learns the length that arrived; null for recv, which
+  // fails on any length but `bytes`.
+  std::shared_ptr<size_t> received;
   TransferCallback done;
 };
 
@@ -155,6 +158,20 @@ void FabricEndpoint::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
   post(std::move(op));
 }
 
+void FabricEndpoint::recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                                  MessageCallback done) {
+  auto op = std::make_unique<Op>();
+  op->peer = peer;
+  op->tag = tag;
+  op->buffer = buffer;
+  op->bytes = capacity;
+  op->received = std::make_shared<size_t>(0);
+  op->done = [received = op->received, done = std::move(done)](bool ok, const std::string& e) {
+    done(ok, *received, e);
+  };
+  post(std::move(op));
+}
+
 void FabricEndpoint::post(std::unique_ptr<Op> op) {
   if (op->peer < 0 || static_cast<size_t>(op->peer) >= peers_.size()) {
     op->done(false, "no fabric peer " + std::to_string(op->peer));
@@ -286,7 +303,7 @@ void FabricEndpoint::stop() {
   progress_.join();
 }
 
-void FabricEndpoint::complete(Op* op, bool ok, const std::string& error) {
+void FabricEndpoint::complete(Op* op, bool ok, size_t received, const std::string& error) {
   std::unique_ptr<Op> owned(op);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -294,6 +311,15 @@ void FabricEndpoint::complete(Op* op, bool ok, const std::string& error) {
     if (op->abandoned) return;  // already failed by fail_peer
   }
   if (!owned->cancelled.empty()) return owned->done(false, owned->cancelled);
+  if (ok && !op->is_send) {
+    if (op->received) {
+      *op->received = received;
+    } else if (received != op->bytes) {
+      return owned->done(false, "receive from node " + std::to_string(op->peer) + ": " +
+                                    std::to_string(received) + " bytes arrived, " +
+                                    std::to_string(op->bytes) + " expected (malformed message)");
+    }
+  }
   owned->done(ok, error);
 }
 
@@ -304,7 +330,8 @@ void FabricEndpoint::progress_loop() {
     // provider that needs manual progress goes without it.
     ssize_t n = fi_cq_sread(cq_, entries, 32, nullptr, 100);
     if (n > 0) {
-      for (ssize_t i = 0; i < n; ++i) complete(static_cast<Op*>(entries[i].op_context), true, "");
+      for (ssize_t i = 0; i < n; ++i)
+        complete(static_cast<Op*>(entries[i].op_context), true, entries[i].len, "");
     } else if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(cq_, &err, 0) > 0 && err.op_context) {
@@ -312,7 +339,7 @@ void FabricEndpoint::progress_loop() {
         std::string why = std::string(op->is_send ? "send to" : "receive from") + " node " +
                           std::to_string(op->peer) + " failed: " + fi_strerror(err.err);
         if (err.err == FI_ETRUNC) why += " (message larger than the posted buffer)";
-        complete(op, false, why);
+        complete(op, false, 0, why);
       }
     }
     retry_backlog();

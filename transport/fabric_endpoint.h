@@ -59,6 +59,8 @@ class FabricEndpoint : public CollectiveTransport {
   void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
             TransferCallback done) override;
   void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) override;
+  void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                    MessageCallback done) override;
 
   // Declares a peer dead: its posted operations are cancelled and fail with why, and every
   // later one fails at once. (Liveness comes from the control plane, not from here.)
@@ -87,7 +89,7 @@ class FabricEndpoint : public CollectiveTransport {
   void drop_backlog(const std::function<bool(const Op&)>& matches,
                     std::vector<TransferCallback>* failed);
   void progress_loop();
-  void complete(Op* op, bool ok, const std::string& error);
+  void complete(Op* op, bool ok, size_t received, const std::string& error);
 
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;

@@ -14,7 +14,14 @@ class InProcGroup::Member : public CollectiveTransport {
     group_.send(rank_, peer, tag, buffer, bytes, std::move(done));
   }
   void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) override {
-    group_.recv(rank_, peer, tag, buffer, bytes, std::move(done));
+    MessageCallback sized = [done = std::move(done)](bool ok, size_t, const std::string& e) {
+      done(ok, e);
+    };
+    group_.recv(rank_, peer, tag, {buffer, bytes, std::move(sized), true});
+  }
+  void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                    MessageCallback done) override {
+    group_.recv(rank_, peer, tag, {buffer, capacity, std::move(done), false});
   }
 
  private:
@@ -41,14 +48,16 @@ InProcGroup::~InProcGroup() {
 }
 
 void InProcGroup::deliver(std::vector<char>& data, PostedRecv& recv) {
-  if (data.size() > recv.bytes) {
-    auto done = std::move(recv.done);
-    callbacks_.push_back([done] { done(false, "message larger than the posted buffer"); });
+  auto done = std::move(recv.done);
+  size_t size = data.size();
+  if (size > recv.bytes || (recv.exact && size != recv.bytes)) {
+    std::string why = std::to_string(size) + " bytes arrived, " + std::to_string(recv.bytes) +
+                      (recv.exact ? " expected" : " posted");
+    callbacks_.push_back([done, why] { done(false, 0, why); });
     return;
   }
-  if (!data.empty()) std::memcpy(recv.buffer, data.data(), data.size());
-  auto done = std::move(recv.done);
-  callbacks_.push_back([done] { done(true, ""); });
+  if (size > 0) std::memcpy(recv.buffer, data.data(), size);
+  callbacks_.push_back([done, size] { done(true, size, ""); });
 }
 
 void InProcGroup::send(int from, int to, uint64_t tag, const void* buffer, size_t bytes,
@@ -70,12 +79,10 @@ void InProcGroup::send(int from, int to, uint64_t tag, const void* buffer, size_
   cv_.notify_one();
 }
 
-void InProcGroup::recv(int to, int from, uint64_t tag, void* buffer, size_t bytes,
-                       TransferCallback done) {
+void InProcGroup::recv(int to, int from, uint64_t tag, PostedRecv posted) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Key key{to, from, tag};
-    PostedRecv posted{buffer, bytes, std::move(done)};
     auto it = unexpected_.find(key);
     if (it != unexpected_.end() && !it->second.empty()) {
       deliver(it->second.front(), posted);

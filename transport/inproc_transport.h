@@ -31,13 +31,14 @@ class InProcGroup {
   struct PostedRecv {
     void* buffer;
     size_t bytes;
-    TransferCallback done;
+    MessageCallback done;
+    bool exact;  // recv: any other length fails
   };
   using Key = std::tuple<int, int, uint64_t>;  // (to, from, tag)
 
   void send(int from, int to, uint64_t tag, const void* buffer, size_t bytes,
             TransferCallback done);
-  void recv(int to, int from, uint64_t tag, void* buffer, size_t bytes, TransferCallback done);
+  void recv(int to, int from, uint64_t tag, PostedRecv posted);
   void deliver(std::vector<char>& data, PostedRecv& recv);  // caller holds mutex_
   void run_callbacks();
 
