@@ -149,26 +149,27 @@ void FabricEndpoint::send(int peer, uint64_t tag, const void* buffer, size_t byt
 
 void FabricEndpoint::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
                           TransferCallback done) {
+  post_recv(peer, tag, buffer, bytes, nullptr, std::move(done));
+}
+
+void FabricEndpoint::recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                                  MessageCallback done) {
+  auto received = std::make_shared<size_t>(0);
+  post_recv(peer, tag, buffer, capacity, received,
+            [received, done = std::move(done)](bool ok, const std::string& e) {
+              done(ok, *received, e);
+            });
+}
+
+void FabricEndpoint::post_recv(int peer, uint64_t tag, void* buffer, size_t bytes,
+                               std::shared_ptr<size_t> received, TransferCallback done) {
   auto op = std::make_unique<Op>();
   op->peer = peer;
   op->tag = tag;
   op->buffer = buffer;
   op->bytes = bytes;
+  op->received = std::move(received);
   op->done = std::move(done);
-  post(std::move(op));
-}
-
-void FabricEndpoint::recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
-                                  MessageCallback done) {
-  auto op = std::make_unique<Op>();
-  op->peer = peer;
-  op->tag = tag;
-  op->buffer = buffer;
-  op->bytes = capacity;
-  op->received = std::make_shared<size_t>(0);
-  op->done = [received = op->received, done = std::move(done)](bool ok, const std::string& e) {
-    done(ok, *received, e);
-  };
   post(std::move(op));
 }
 

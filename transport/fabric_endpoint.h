@@ -83,6 +83,9 @@ class FabricEndpoint : public CollectiveTransport {
   struct Op;
   FabricEndpoint() = default;
   void post(std::unique_ptr<Op> op);
+  // received: where the length that arrived goes (recv_message); null for an exact recv.
+  void post_recv(int peer, uint64_t tag, void* buffer, size_t bytes,
+                 std::shared_ptr<size_t> received, TransferCallback done);
   bool try_post(Op* op, std::string* error);  // false + error on a hard failure
   void retry_backlog();
   // Removes the backlogged operations that match (mutex_ held), collecting their callbacks.
