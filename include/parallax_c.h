@@ -176,7 +176,7 @@ typedef struct px_sparse_options {
   int32_t aggregation;        /* PX_SUM (default) or PX_MEAN (divides by the world size) */
   int32_t consistency;        /* px_consistency; default PX_SYNC */
   uint32_t staleness;         /* PX_BOUNDED: how many push steps a pull may run ahead */
-  uint32_t partitions;        /* 0: automatic */
+  uint32_t partitions;        /* 0: automatic (chosen from timed push steps, see stats) */
   int32_t route;              /* px_route; default PX_ROUTE_HYBRID */
   int32_t nonfinite;          /* px_nonfinite; default PX_NONFINITE_REJECT */
 } px_sparse_options;
