@@ -161,12 +161,12 @@ typedef enum px_nonfinite {
 } px_nonfinite;
 
 typedef struct px_sparse_options {
-  uint32_t struct_size; /* sizeof(px_sparse_options) */
-  int32_t optimizer;    /* px_optimizer; default PX_OPT_SGD */
-  double learning_rate; /* default 0.01 */
-  double beta1;         /* Adam; default 0.9 */
-  double beta2;         /* Adam; default 0.999 */
-  double epsilon;       /* Adagrad and Adam; default 1e-8 */
+  uint32_t struct_size;       /* sizeof(px_sparse_options) */
+  int32_t optimizer;          /* px_optimizer; default PX_OPT_SGD */
+  double learning_rate;       /* default 0.01 */
+  double beta1;               /* Adam; default 0.9 */
+  double beta2;               /* Adam; default 0.999 */
+  double epsilon;             /* Adagrad and Adam; default 1e-8 */
   double initial_accumulator; /* Adagrad; default 0.1 */
   int32_t initializer;        /* px_initializer; default PX_INIT_ZEROS */
   uint32_t reserved0;
@@ -212,8 +212,8 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats);
  * PX_ERR_MISMATCH. options may be NULL (defaults, see px_sparse_options_init). */
 PX_API void px_sparse_options_init(px_sparse_options* options);
 PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
-                                    uint64_t rows, uint64_t dim,
-                                    const px_sparse_options* options, px_var** out_var);
+                                    uint64_t rows, uint64_t dim, const px_sparse_options* options,
+                                    px_var** out_var);
 
 /* --- shared memory ---------------------------------------------------------------- */
 /* Memory in the arena shared with the daemon: buffers there are reduced in place, without
