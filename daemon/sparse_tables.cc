@@ -61,10 +61,14 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
     std::vector<uint32_t> candidates;
     for (uint32_t k = 1; k <= fewest && k <= kAutomaticPartitionsPerNode; k *= 2)
       candidates.push_back(k);
-    table->search.emplace(candidates, world.node_count);
-    why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
-                     std::to_string(table->search->search_steps()) +
-                     " (partition_search.h, README: Partitioning)";
+    if (candidates.size() > 1) {
+      table->search.emplace(candidates, world.node_count);
+      why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
+                       std::to_string(table->search->search_steps()) +
+                       " (partition_search.h, README: Partitioning)";
+    } else {
+      why_partitions = "automatic; too few rows for more than one per node, nothing to search";
+    }
   } else if (!options.partitions) {
     why_partitions = "automatic";
   }
