@@ -42,10 +42,18 @@ struct SparseTable {
   uint64_t push_steps = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
-  // ps/hybrid: how requests group the partitions, by requests per node; the automatic
-  // partition count's search (absent when the count was given).
-  std::map<uint32_t, std::shared_ptr<const RequestGroups>> request_groups;
+  // ps/hybrid: the automatic partition count's search (absent when the count was given),
+  // and the requests of a step grouped for K requests per node (cached by K).
   std::optional<PartitionSearch> search;
+  uint32_t requests_per_node(uint64_t step) const {
+    return search ? search->per_node_for(step) : map.partitions();
+  }
+  std::shared_ptr<const RequestGroups> groups_for(uint32_t per_node) const {
+    std::shared_ptr<const RequestGroups>& groups = request_groups[per_node];
+    if (!groups) groups = std::make_shared<const RequestGroups>(map, per_node);
+    return groups;
+  }
+  mutable std::map<uint32_t, std::shared_ptr<const RequestGroups>> request_groups;
   // The last pull's plan: a push of the same indices (the usual step) sums through it.
   std::shared_ptr<const RowPlan> last_pull_plan;
   std::shared_ptr<const RequestGroups> last_pull_groups;

@@ -23,12 +23,9 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
   if (!table.replicated) {
-    uint32_t per_node = table.map.partitions();
-    if (table.search) {
-      per_node = table.search->per_node_for(table.push_steps);
-      c.search_steps_left = table.search->steps_left();
-    }
-    c.request_partitions = RequestGroups(table.map, per_node).request_partitions();
+    if (table.search) c.search_steps_left = table.search->steps_left();
+    c.request_partitions =
+        static_cast<uint64_t>(table.groups_for(table.requests_per_node(table.push_steps))->count());
   }
   return c;
 }
@@ -184,16 +181,10 @@ std::shared_ptr<const RequestGroups> SparseRouter::request_groups_for(SparseTabl
                                                                       SparseOp op, uint64_t step,
                                                                       int64_t now_ns) {
   if (table.replicated) return nullptr;
-  uint32_t per_node = table.map.partitions();
-  if (table.search) {
-    if (op == SparseOp::kPush &&
-        table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
-      PX_LOG_INFO("%s: partition search: %s", table.label.c_str(), table.search->report().c_str());
-    per_node = table.search->per_node_for(step);
-  }
-  std::shared_ptr<const RequestGroups>& groups = table.request_groups[per_node];
-  if (!groups) groups = std::make_shared<const RequestGroups>(table.map, per_node);
-  return groups;
+  if (table.search && op == SparseOp::kPush &&
+      table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
+    PX_LOG_INFO("%s: partition search: %s", table.label.c_str(), table.search->report().c_str());
+  return table.groups_for(table.requests_per_node(step));
 }
 
 }  // namespace px

@@ -22,15 +22,13 @@ class RequestGroups {
   RequestGroups(const PartitionMap& map, uint32_t per_node);
 
   uint32_t per_node() const { return per_node_; }
-  int count() const { return static_cast<int>(node_.size()); }
+  int count() const { return static_cast<int>(node_.size()); }  // requests per step: P in t(P)
   int group_of_row(uint64_t row) const { return group_of_partition_[map_.partition_of(row)]; }
   int node(int group) const { return node_[static_cast<size_t>(group)]; }
   // The group's number among its node's groups, and how many groups that node has: what a
   // request names (the owner finds the partitions with partitions_in_group).
   uint32_t index(int group) const { return index_[static_cast<size_t>(group)]; }
   uint32_t groups_on(int node) const { return groups_on_[static_cast<size_t>(node)]; }
-  // Total partitions per request group, as P in t(P): the request count per step.
-  uint32_t request_partitions() const { return static_cast<uint32_t>(node_.size()); }
   RowOrder row_order() const { return {map_.partitions(), stride_}; }
 
  private:
