@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -23,7 +25,8 @@
 namespace pxt {
 namespace {
 
-int g_counter = 0;
+// Tests run workers from several threads (one per node), each naming its files.
+std::atomic<int> g_counter{0};
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -43,8 +46,14 @@ bool can_connect(const std::string& path) {
 
 pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             const std::string& output_path) {
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
+  // A test process that crashes (a sanitizer abort) must not leave its daemons and workers
+  // running: they would hold ctest's output pipe open until the test's timeout. Children
+  // are always reaped by the thread that spawned them, so the thread-based signal is safe.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
   for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
   int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
