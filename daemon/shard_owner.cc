@@ -8,6 +8,7 @@
 #include "request_groups.h"
 #include "ring_allgatherv.h"
 #include "ring_allreduce.h"
+#include "status_join.h"
 
 namespace px {
 namespace {
@@ -111,23 +112,9 @@ void ShardOwner::handle(ShardRequest r) {
     return;
   }
   // A pull of a group is answered once every partition of it served its part.
-  struct Join {
-    size_t left;
-    px_status status = PX_OK;
-    std::string error;
-    std::function<void(px_status, const std::string&)> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = parts.size();
-  join->done = std::move(r.done);
+  StatusCallback answered = join_statuses(parts.size(), std::move(r.done));
   for (auto& part : parts) {
-    part.done = [join](px_status status, const std::string& error) {
-      if (status != PX_OK && join->status == PX_OK) {
-        join->status = status;
-        join->error = error;
-      }
-      if (--join->left == 0 && join->done) join->done(join->status, join->error);
-    };
+    part.done = answered;
     handle_valid(std::move(part));
   }
 }

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "optimizer.h"
 #include "sparse_router.h"
+#include "status_join.h"
 
 namespace px {
 
@@ -120,53 +121,38 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
   auto words = std::make_shared<std::vector<int64_t>>((dir.size() + 8) / 8, 0);
   std::memcpy(words->data(), dir.data(), dir.size());
   int nodes = table->map.nodes();
-  struct Pending {
-    int left = 0;
-    px_status status = PX_OK;
-    std::string error;
-  };
-  auto pending = std::make_shared<Pending>();
-  pending->left = nodes;
   std::string variable = var.name;
-  for (int node = 0; node < nodes; ++node) {
-    table->channel->request(
-        node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps, words->size(), words->data(),
-        nullptr, nullptr, words,
-        [job, table, variable, dir, push_steps, pending, done, nodes](px_status status,
-                                                                      const std::string& error) {
-          if (status != PX_OK && pending->status == PX_OK) {
-            pending->status = status;
-            pending->error = error;
-          }
-          if (--pending->left > 0) return;
-          if (pending->status != PX_OK)
-            return done(pending->status,
-                        "checkpoint of variable '" + variable + "' failed: " + pending->error);
-          // Every shard file is in place: the manifest makes the checkpoint exist.
-          ManifestData m;
-          m.job = job->name();
-          m.variable = variable;
-          m.rows = table->shape.rows;
-          m.dim = table->shape.dim;
-          m.options = table->options.canonical();
-          m.state_slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
-          m.optimizer_steps = push_steps;
-          m.nodes = static_cast<uint32_t>(nodes);
-          m.partitions = table->map.partitions();
-          std::string stem = checkpoint_stem(dir, job->name(), variable);
-          std::string base = stem.substr(stem.rfind('/') + 1);
-          for (int i = 0; i < nodes; ++i)
-            m.shard_files.push_back(base + ".node" + std::to_string(i) + ".shard");
-          std::string write_error;
-          if (!write_manifest(stem + ".manifest", m, &write_error))
-            return done(PX_ERR_INVALID,
-                        "checkpoint of variable '" + variable + "': " + write_error);
-          PX_LOG_INFO("checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
-                      variable.c_str(), job->name().c_str(),
-                      static_cast<unsigned long long>(push_steps), stem.c_str());
-          done(PX_OK, "");
-        });
-  }
+  StatusCallback written = join_statuses(
+      static_cast<size_t>(nodes), [job, table, variable, dir, push_steps, done, nodes](
+                                      px_status status, const std::string& error) {
+        if (status != PX_OK)
+          return done(status, "checkpoint of variable '" + variable + "' failed: " + error);
+        // Every shard file is in place: the manifest makes the checkpoint exist.
+        ManifestData m;
+        m.job = job->name();
+        m.variable = variable;
+        m.rows = table->shape.rows;
+        m.dim = table->shape.dim;
+        m.options = table->options.canonical();
+        m.state_slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
+        m.optimizer_steps = push_steps;
+        m.nodes = static_cast<uint32_t>(nodes);
+        m.partitions = table->map.partitions();
+        std::string stem = checkpoint_stem(dir, job->name(), variable);
+        std::string base = stem.substr(stem.rfind('/') + 1);
+        for (int i = 0; i < nodes; ++i)
+          m.shard_files.push_back(base + ".node" + std::to_string(i) + ".shard");
+        std::string write_error;
+        if (!write_manifest(stem + ".manifest", m, &write_error))
+          return done(PX_ERR_INVALID, "checkpoint of variable '" + variable + "': " + write_error);
+        PX_LOG_INFO("checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
+                    variable.c_str(), job->name().c_str(),
+                    static_cast<unsigned long long>(push_steps), stem.c_str());
+        done(PX_OK, "");
+      });
+  for (int node = 0; node < nodes; ++node)
+    table->channel->request(node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps,
+                            words->size(), words->data(), nullptr, nullptr, words, written);
 }
 
 void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
