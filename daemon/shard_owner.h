@@ -25,6 +25,7 @@
 #include "serial_queue.h"
 #include "shard_store.h"
 #include "sparse_wire.h"
+#include "status_join.h"
 
 namespace px {
 
@@ -43,7 +44,7 @@ struct ShardRequest {
   float* out = nullptr;           // pull, read: count x dim
   size_t whole_count = 0;         // split from a group request of this many rows (0: not)
   // Called on the loop thread once done (not for pushes from other nodes: they get none).
-  std::function<void(px_status status, const std::string& error)> done;
+  StatusCallback done;
   std::shared_ptr<void> keep_alive;  // owns rows / values / out
 };
 

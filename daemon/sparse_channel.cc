@@ -80,7 +80,7 @@ void SparseChannel::start(uint32_t global_id) {
 
 void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
                             size_t count, const int64_t* rows, const float* values, float* out,
-                            std::shared_ptr<void> keep_alive, Done done) {
+                            std::shared_ptr<void> keep_alive, StatusCallback done) {
   if (to == node_) {
     ShardRequest r;
     r.from_node = node_;
@@ -107,7 +107,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
     std::mutex mutex;
     std::string error;
     std::shared_ptr<void> keep_alive;
-    Done done;
+    StatusCallback done;
   };
   auto call = std::make_shared<Call>();
   SparseRequestHeader header{};

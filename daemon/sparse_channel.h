@@ -22,7 +22,6 @@ namespace px {
 
 class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  public:
-  using Done = std::function<void(px_status status, const std::string& error)>;
   using PostToLoop = std::function<void(std::function<void()>)>;
 
   // fabric is null on a single node. node_label(i) names node i in errors.
@@ -40,7 +39,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   // loop thread.
   void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
                size_t count, const int64_t* rows, const float* values, float* out,
-               std::shared_ptr<void> keep_alive, Done done);
+               std::shared_ptr<void> keep_alive, StatusCallback done);
 
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }

@@ -93,7 +93,7 @@ class SparseRouter {
   // Writes every node's shards of the variable to dir once push_steps push steps are
   // applied everywhere, then the manifest; done on the loop thread.
   void checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
-                  const std::string& dir, std::function<void(px_status, const std::string&)> done);
+                  const std::string& dir, StatusCallback done);
 
   // Cluster: every node registered the variable alike; its bulk messages use global_id.
   void start_variable(Variable& var, uint32_t global_id);

@@ -106,8 +106,7 @@ bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& v
 }
 
 void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
-                              const std::string& dir,
-                              std::function<void(px_status, const std::string&)> done) {
+                              const std::string& dir, StatusCallback done) {
   std::shared_ptr<SparseTable> table = var.sparse;
   if (fabric_ && !table->channel->started()) {
     var.awaiting_global_id.push_back([this, job, &var, push_steps, dir, done] {
