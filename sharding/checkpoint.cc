@@ -1,4 +1,4 @@
-#include "checkpoint.h"
+#include "sharding/checkpoint.h"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>

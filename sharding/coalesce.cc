@@ -1,11 +1,11 @@
-#include "coalesce.h"
+#include "sharding/coalesce.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "prefetch.h"
-#include "row_plan.h"
+#include "sharding/prefetch.h"
+#include "sharding/row_plan.h"
 
 namespace px {
 namespace {

@@ -1,4 +1,4 @@
-#include "initializer.h"
+#include "sharding/initializer.h"
 
 #include <cmath>
 #include <numbers>

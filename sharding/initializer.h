@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sparse_spec.h"
+#include "sharding/sparse_spec.h"
 
 namespace px {
 

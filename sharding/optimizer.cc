@@ -1,4 +1,4 @@
-#include "optimizer.h"
+#include "sharding/optimizer.h"
 
 #include <cmath>
 

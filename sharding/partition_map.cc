@@ -1,4 +1,4 @@
-#include "partition_map.h"
+#include "sharding/partition_map.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "partition_search.h"
+#include "sharding/partition_search.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "request_groups.h"
+#include "sharding/request_groups.h"
 
 #include <algorithm>
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "partition_map.h"
-#include "row_plan.h"
+#include "sharding/partition_map.h"
+#include "sharding/row_plan.h"
 
 namespace px {
 

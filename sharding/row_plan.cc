@@ -1,9 +1,9 @@
-#include "row_plan.h"
+#include "sharding/row_plan.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "prefetch.h"
+#include "sharding/prefetch.h"
 
 namespace px {
 namespace {

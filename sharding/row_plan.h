@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "coalesce.h"
+#include "sharding/coalesce.h"
 
 namespace px {
 

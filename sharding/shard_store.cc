@@ -1,10 +1,10 @@
-#include "shard_store.h"
+#include "sharding/shard_store.h"
 
 #include <cstring>
 
-#include "initializer.h"
-#include "optimizer.h"
-#include "prefetch.h"
+#include "sharding/initializer.h"
+#include "sharding/optimizer.h"
+#include "sharding/prefetch.h"
 
 namespace px {
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "checkpoint.h"
-#include "partition_map.h"
-#include "sparse_spec.h"
+#include "sharding/checkpoint.h"
+#include "sharding/partition_map.h"
+#include "sharding/sparse_spec.h"
 
 namespace px {
 

@@ -1,4 +1,4 @@
-#include "sparse_spec.h"
+#include "sharding/sparse_spec.h"
 
 #include <cmath>
 #include <cstdio>

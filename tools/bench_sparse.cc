@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bench_common.h"
+#include "tools/bench_common.h"
 
 namespace pxbench {
 namespace {

@@ -35,8 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench_common.h"
 #include "parallax_c.h"
+#include "tools/bench_common.h"
 
 namespace {
 

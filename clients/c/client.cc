@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "client_internal.h"
+#include "clients/c/client_internal.h"
 
 using px::fail;
 using px::succeed;

@@ -9,11 +9,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "arena_allocator.h"
-#include "control_channel.h"
-#include "dtype.h"
 #include "parallax_c.h"
-#include "shm_arena.h"
+#include "transport/ipc/arena_allocator.h"
+#include "transport/ipc/control_channel.h"
+#include "transport/ipc/shm_arena.h"
+#include "transport/kernels/dtype.h"
 
 struct px_var {
   px_client* client = nullptr;

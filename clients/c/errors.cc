@@ -1,6 +1,6 @@
 #include <string>
 
-#include "client_internal.h"
+#include "clients/c/client_internal.h"
 
 namespace {
 thread_local std::string t_last_error;

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "client_internal.h"
+#include "clients/c/client_internal.h"
 
 using px::fail;
 using px::succeed;

@@ -1,4 +1,4 @@
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

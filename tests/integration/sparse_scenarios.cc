@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "initializer.h"  // the table's initial values, to seed the reference
-#include "worker_util.h"
+#include "sharding/initializer.h"  // the table's initial values, to seed the reference
+#include "tests/integration/worker_util.h"
 
 namespace pxt {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 using namespace pxt;
 

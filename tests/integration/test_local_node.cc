@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 using namespace pxt;
 

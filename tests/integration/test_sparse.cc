@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 using namespace pxt;
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "parallax_c.h"
-#include "worker_data.h"
-#include "worker_util.h"
+#include "tests/integration/worker_data.h"
+#include "tests/integration/worker_util.h"
 
 using namespace pxt;
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../common/reference.h"
 #include "parallax_c.h"
+#include "tests/common/reference.h"
 
 namespace pxt {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "fabric_endpoint.h"
+#include "transport/fabric/fabric_endpoint.h"
 
 namespace pxt {
 

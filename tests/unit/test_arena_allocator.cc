@@ -4,7 +4,7 @@
 #include <set>
 #include <vector>
 
-#include "arena_allocator.h"
+#include "transport/ipc/arena_allocator.h"
 
 TEST_CASE("allocator: aligned, disjoint blocks inside the heap") {
   px::ArenaAllocator a(4096, 1 << 20);

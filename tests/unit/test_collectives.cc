@@ -4,10 +4,10 @@
 #include <numeric>
 #include <vector>
 
-#include "chain_broadcast.h"
-#include "collective_test_util.h"
-#include "inproc_transport.h"
-#include "ring_allgatherv.h"
+#include "tests/unit/collective_test_util.h"
+#include "transport/collectives/chain_broadcast.h"
+#include "transport/collectives/inproc_transport.h"
+#include "transport/collectives/ring_allgatherv.h"
 
 using namespace px;
 using namespace pxt;

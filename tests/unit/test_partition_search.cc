@@ -6,9 +6,9 @@
 #include <set>
 #include <vector>
 
-#include "partition_search.h"
-#include "request_groups.h"
-#include "row_plan.h"
+#include "sharding/partition_search.h"
+#include "sharding/request_groups.h"
+#include "sharding/row_plan.h"
 
 namespace px {
 namespace {

@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "../common/reference.h"
-#include "half.h"
-#include "reduce.h"
+#include "tests/common/reference.h"
+#include "transport/kernels/half.h"
+#include "transport/kernels/reduce.h"
 
 using px::DType;
 using px::ReduceOp;

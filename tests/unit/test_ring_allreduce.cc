@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "collective_test_util.h"
-#include "fabric_endpoint.h"
-#include "inproc_transport.h"
-#include "ring_allreduce.h"
+#include "tests/unit/collective_test_util.h"
+#include "transport/collectives/inproc_transport.h"
+#include "transport/collectives/ring_allreduce.h"
+#include "transport/fabric/fabric_endpoint.h"
 
 using namespace px;
 using namespace pxt;

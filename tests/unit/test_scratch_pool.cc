@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "scratch_pool.h"
+#include "transport/collectives/scratch_pool.h"
 
 using namespace px;
 

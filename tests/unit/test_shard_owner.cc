@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shard_owner.h"
-#include "thread_pool.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/sparse/shard_owner.h"
 
 namespace px {
 namespace {

@@ -9,12 +9,12 @@
 #include <set>
 #include <vector>
 
-#include "coalesce.h"
-#include "initializer.h"
-#include "optimizer.h"
-#include "partition_map.h"
-#include "row_plan.h"
-#include "shard_store.h"
+#include "sharding/coalesce.h"
+#include "sharding/initializer.h"
+#include "sharding/optimizer.h"
+#include "sharding/partition_map.h"
+#include "sharding/row_plan.h"
+#include "sharding/shard_store.h"
 
 namespace px {
 namespace {

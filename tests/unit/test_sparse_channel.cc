@@ -11,10 +11,10 @@
 #include <mutex>
 #include <vector>
 
-#include "collective_test_util.h"
-#include "inproc_transport.h"
-#include "sparse_channel.h"
-#include "thread_pool.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/sparse/sparse_channel.h"
+#include "tests/unit/collective_test_util.h"
+#include "transport/collectives/inproc_transport.h"
 
 namespace pxt {
 namespace {

@@ -3,7 +3,7 @@
 #include <thread>
 #include <vector>
 
-#include "spsc_ring.h"
+#include "transport/ipc/spsc_ring.h"
 
 namespace {
 struct Item {

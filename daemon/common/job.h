@@ -1,0 +1,129 @@
+// A job: the local workers of one training run on this node, and the variables they share.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "parallax_c.h"
+#include "transport/ipc/shm_layout.h"
+#include "transport/kernels/dtype.h"
+
+namespace px {
+
+class Session;
+
+struct SparseTable;
+
+// What every registrant of a variable must agree on.
+struct Fingerprint {
+  DType dtype = DType::kF32;
+  uint64_t count = 0;  // elements; rows of a sparse variable
+  ReduceOp op = ReduceOp::kSum;
+  bool sparse = false;
+  uint64_t dim = 0;     // sparse: values per row
+  std::string options;  // sparse: SparseOptions::canonical()
+
+  bool operator==(const Fingerprint&) const = default;
+  uint64_t bytes() const { return count * dtype_size(dtype); }
+  std::string describe() const;  // e.g. "f32[1024] sum", "sparse f32[1000x16] sgd(...) ..."
+  // The words of describe() that differ from other's (all of them if the word counts
+  // differ), so mismatch messages stay short enough to name every party.
+  std::string describe_difference(const Fingerprint& other) const;
+};
+
+struct Contribution {
+  std::shared_ptr<Session> session;
+  uint64_t request_id = 0;
+  BufferRef in{};
+  BufferRef out{};
+};
+
+// One step of one variable, collecting the local workers' submissions.
+struct PendingStep {
+  std::vector<std::optional<Contribution>> by_rank;
+  uint32_t arrived = 0;
+  int64_t first_ns = 0;
+  // Set when the step cannot succeed; later arrivals complete with it at once.
+  px_status failure = PX_OK;
+  std::string failure_message;
+};
+
+struct VarStats {
+  uint64_t ops = 0;
+  uint64_t bytes = 0;
+  uint64_t wait_ns = 0;
+  uint64_t reduce_ns = 0;
+};
+
+struct Variable {
+  uint32_t id = 0;
+  std::string name;
+  Fingerprint fingerprint;
+  std::string defined_by;           // the worker whose registration set the fingerprint
+  std::vector<bool> registered;     // by local rank
+  px_status poison_status = PX_OK;  // once set, every operation on the variable fails with it
+  std::string poison_message;
+  std::map<std::pair<uint16_t, uint64_t>, PendingStep> pending;  // by (Opcode, step)
+  VarStats stats;
+  // Cluster: the id every node uses for this variable's bulk messages, once all nodes
+  // agreed on its fingerprint (0 until then); steps that got there first wait here.
+  uint32_t global_id = 0;
+  std::vector<std::function<void()>> awaiting_global_id;
+  std::shared_ptr<SparseTable> sparse;  // sparse variables only
+};
+
+// Where a job's workers sit in the cluster; single-node jobs are node 0 of 1.
+struct JobWorld {
+  int node_index = 0;
+  int node_count = 1;
+  int rank_offset = 0;  // global rank of local rank 0 (ranks are node-major)
+  int world_size = 0;
+};
+
+class Job {
+ public:
+  Job(std::string name, int local_size);
+
+  const std::string& name() const { return name_; }
+  int local_size() const { return local_size_; }
+  bool ready() const { return ready_; }
+  void mark_ready() { ready_ = true; }
+  // Non-empty once a started job lost a worker: nothing can complete any more.
+  const std::string& broken() const { return broken_; }
+  const JobWorld& world() const { return world_; }
+  void set_world(const JobWorld& world) { world_ = world; }
+  // Cluster: the tag id of the job's barrier (0 on a single node).
+  uint32_t barrier_id() const { return barrier_id_; }
+  void set_barrier_id(uint32_t id) { barrier_id_ = id; }
+  void mark_broken(std::string why) { broken_ = std::move(why); }
+
+  std::vector<std::shared_ptr<Session>>& members() { return members_; }
+  int connected() const;
+  // The lowest free rank, or -1.
+  int first_free_rank() const;
+
+  // Variable 0 is the job's barrier; registered variables are numbered from 1.
+  Variable* find(uint32_t id);
+  Variable* find(const std::string& name);
+  Variable& add(std::string name, Fingerprint fingerprint, std::string defined_by);
+  std::vector<std::unique_ptr<Variable>>& variables() { return variables_; }
+
+ private:
+  std::string name_;
+  int local_size_;
+  bool ready_ = false;
+  std::string broken_;
+  JobWorld world_;
+  uint32_t barrier_id_ = 0;
+  std::vector<std::shared_ptr<Session>> members_;
+  std::vector<std::unique_ptr<Variable>> variables_;
+  std::unordered_map<std::string, uint32_t> ids_;
+};
+
+}  // namespace px

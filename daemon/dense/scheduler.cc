@@ -1,0 +1,348 @@
+#include "daemon/dense/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "daemon/common/log.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/front/session.h"
+#include "transport/collectives/ring_allreduce.h"
+#include "transport/ipc/control_channel.h"
+#include "transport/kernels/reduce.h"
+
+namespace px {
+namespace {
+
+bool overlaps(const BufferRef& a, const BufferRef& b) {
+  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+// Steps up to this many bytes per worker are reduced on the loop thread: handing them to
+// the pool would cost more (a thread wake-up each way) than the reduction itself.
+constexpr uint64_t kInlineReduceBytes = 64 * 1024;
+// Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
+constexpr uint64_t kChunkBytes = 128 * 1024;
+
+std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
+  const char* what = "step ";
+  if (opcode == static_cast<uint16_t>(Opcode::kPullRows)) what = "pull step ";
+  if (opcode == static_cast<uint16_t>(Opcode::kPushRows)) what = "push step ";
+  return " (variable '" + var.name + "', " + what + std::to_string(step) + ")";
+}
+
+std::string step_suffix(const Variable& var, uint64_t step) {
+  return step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
+}
+
+bool opcode_valid_for(const Variable& var, uint16_t opcode) {
+  if (var.id == 0) return opcode == static_cast<uint16_t>(Opcode::kBarrier);
+  if (!var.sparse) return opcode == static_cast<uint16_t>(Opcode::kAllreduce);
+  return opcode >= static_cast<uint16_t>(Opcode::kPullRows) &&
+         opcode <= static_cast<uint16_t>(Opcode::kReadRows);
+}
+
+bool is_step(uint16_t opcode) {
+  return opcode != static_cast<uint16_t>(Opcode::kLoadRows) &&
+         opcode != static_cast<uint16_t>(Opcode::kReadRows);
+}
+
+bool host_arena_refs(const SubmitEntry& entry) {
+  return entry.in.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena) &&
+         entry.out.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena);
+}
+
+// Empty if the entry's buffers suit the variable; else what is wrong.
+std::string check_buffers(const Variable& var, const SharedArena& arena, const SubmitEntry& entry) {
+  if (var.id == 0) return "";
+  if (!host_arena_refs(entry)) return "device memory is not supported by this parallaxd build";
+  if (var.sparse) {
+    uint64_t n = entry.in.bytes / sizeof(int64_t);
+    uint64_t want = n * var.fingerprint.dim * sizeof(float);
+    if (entry.in.bytes % sizeof(int64_t) != 0 || entry.out.bytes != want)
+      return "index buffer of " + std::to_string(entry.in.bytes) + " bytes and row buffer of " +
+             std::to_string(entry.out.bytes) + " bytes do not match (" + std::to_string(n) +
+             " rows of " + std::to_string(var.fingerprint.dim) + " f32 need " +
+             std::to_string(want) + ")";
+    if (entry.in.offset % alignof(int64_t) != 0 || entry.out.offset % alignof(float) != 0)
+      return "misaligned buffers";
+    if ((n > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
+        (n > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
+      return "a buffer lies outside the shared arena";
+    if (n > 0 && overlaps(entry.in, entry.out)) return "indices and rows overlap";
+    return "";
+  }
+  uint64_t bytes = var.fingerprint.bytes();
+  if (entry.in.bytes != bytes || entry.out.bytes != bytes)
+    return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+           std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
+  if (!arena.heap_contains(entry.in.offset, bytes) || !arena.heap_contains(entry.out.offset, bytes))
+    return "a buffer lies outside the shared arena";
+  if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out))
+    return "in and out overlap without being equal";
+  return "";
+}
+
+}  // namespace
+
+struct Scheduler::Run {
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  uint64_t step = 0;
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<uint64_t> request_ids;
+  std::vector<const char*> inputs;
+  std::vector<char*> outputs;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  unsigned mean_divisor = 1;
+  int64_t start_ns = 0;
+  int32_t barrier_word = 0;  // what a cluster barrier allreduces
+  std::atomic<unsigned> slices_left{0};
+};
+
+void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry) {
+  Job& job = *session->job();
+  int rank = session->local_rank();
+  Variable* var = job.find(entry.var_id);
+  if (!var || !var->registered[static_cast<size_t>(rank)]) {
+    session->complete(entry.request_id, PX_ERR_NOT_FOUND,
+                      "variable id " + std::to_string(entry.var_id) + " is not registered by " +
+                          session->label());
+    return;
+  }
+  if (!opcode_valid_for(*var, entry.opcode)) {
+    session->complete(entry.request_id, PX_ERR_PROTOCOL,
+                      "opcode " + std::to_string(entry.opcode) + " is not valid for variable '" +
+                          var->name + "' from " + session->label());
+    return;
+  }
+  bool step_op = is_step(entry.opcode);
+  std::string suffix = step_suffix(*var, entry.opcode, entry.step);
+  if (step_op) {
+    uint64_t& expected_step = session->next_step(var->id, entry.opcode);
+    if (entry.step != expected_step) {
+      session->complete(entry.request_id, PX_ERR_PROTOCOL,
+                        session->label() + " submitted step " + std::to_string(entry.step) +
+                            " but step " + std::to_string(expected_step) + " was next" + suffix);
+      return;
+    }
+    ++expected_step;
+  }
+  // A mismatch is reported before a lost peer: it is the first cause, and peers that
+  // learnt of it may have exited since.
+  if (var->poison_status != PX_OK) {
+    session->complete(entry.request_id, var->poison_status, var->poison_message);
+    return;
+  }
+  if (!job.broken().empty()) {
+    session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + suffix);
+    return;
+  }
+  std::string invalid = check_buffers(*var, session->arena(), entry);
+  if (!step_op) {
+    if (!invalid.empty()) {
+      session->complete(entry.request_id, PX_ERR_INVALID,
+                        session->label() + " gave an invalid buffer: " + invalid + " (variable '" +
+                            var->name + "')");
+      return;
+    }
+    sparse_.run_single(session, *var, entry);
+    return;
+  }
+
+  auto key = std::make_pair(entry.opcode, entry.step);
+  PendingStep& pending = var->pending[key];
+  if (pending.by_rank.empty()) {
+    pending.by_rank.resize(static_cast<size_t>(job.local_size()));
+    pending.first_ns = monotonic_ns();
+  }
+  ++pending.arrived;
+  bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
+  if (pending.failure == PX_OK && !invalid.empty()) {
+    pending.failure = PX_ERR_INVALID;
+    pending.failure_message = session->label() + " gave an invalid buffer: " + invalid + suffix;
+    for (auto& c : pending.by_rank) {
+      if (c) c->session->complete(c->request_id, pending.failure, pending.failure_message);
+      c.reset();
+    }
+  }
+  if (pending.failure != PX_OK) {
+    session->complete(entry.request_id, pending.failure, pending.failure_message);
+    if (everyone_arrived) var->pending.erase(key);
+    return;
+  }
+  pending.by_rank[static_cast<size_t>(rank)] =
+      Contribution{session, entry.request_id, entry.in, entry.out};
+  if (!everyone_arrived) return;
+  PendingStep complete_step = std::move(pending);
+  var->pending.erase(key);
+  if (var->sparse) {
+    sparse_.run_step(session->job_ref(), *var, static_cast<Opcode>(entry.opcode), entry.step,
+                     std::move(complete_step));
+    return;
+  }
+  launch(session->job_ref(), *var, entry.step, std::move(complete_step));
+}
+
+void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
+  for (auto& [key, pending] : var.pending) {
+    std::string message = why + step_suffix(var, key.first, key.second);
+    for (auto& c : pending.by_rank)
+      if (c) c->session->complete(c->request_id, status, message);
+  }
+  var.pending.clear();
+  sparse_.fail_in_flight(var, status, why);
+}
+
+void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
+  for (auto& var : job.variables()) fail_variable(*var, status, why);
+}
+
+void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,
+                       PendingStep pending) {
+  auto run = std::make_shared<Run>();
+  run->job = std::move(job);
+  run->var = &var;
+  run->step = step;
+  run->dtype = var.fingerprint.dtype;
+  run->op = var.fingerprint.op;
+  run->count = var.id == 0 ? 0 : var.fingerprint.count;
+  run->mean_divisor = static_cast<unsigned>(run->job->world().world_size);
+  run->start_ns = monotonic_ns();
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  for (auto& c : pending.by_rank) {
+    run->sessions.push_back(c->session);
+    run->request_ids.push_back(c->request_id);
+    run->inputs.push_back(c->session->arena().base() + c->in.offset);
+    run->outputs.push_back(c->session->arena().base() + c->out.offset);
+  }
+  if (!fabric_) {
+    run_sliced(run, reduce_and_fan_out, [run] { finish(*run, PX_OK, ""); });
+    return;
+  }
+  run_sliced(run, reduce_only, [this, run] { cross_node(run); });
+}
+
+void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work,
+                           std::function<void()> then) {
+  uint64_t bytes = run->count * dtype_size(run->dtype);
+  if (bytes <= kInlineReduceBytes) {
+    work(*run, 0, run->count);
+    then();
+    return;
+  }
+  // One slice per pool thread, each a whole number of 64-byte lines.
+  size_t line_elems = 64 / dtype_size(run->dtype);
+  unsigned slices =
+      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
+  size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
+  run->slices_left.store(slices);
+  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
+  for (unsigned s = 0; s < slices; ++s) {
+    size_t begin = std::min(run->count, s * per_slice);
+    size_t end = s + 1 == slices ? run->count : std::min(run->count, begin + per_slice);
+    pool_.submit([this, run, work, begin, end, shared_then] {
+      work(*run, begin, end);
+      if (run->slices_left.fetch_sub(1) == 1) post_([shared_then] { (*shared_then)(); });
+    });
+  }
+}
+
+void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
+  Variable& var = *run->var;
+  Job& job = *run->job;
+  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  if (!job.broken().empty())
+    return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
+  uint32_t id = var.id == 0 ? job.barrier_id() : var.global_id;
+  if (id == 0) {  // the nodes have not all registered the variable yet
+    var.awaiting_global_id.push_back([this, run] { cross_node(run); });
+    return;
+  }
+  RingAllreduceSpec spec;
+  if (var.id == 0) {
+    spec.buffer = &run->barrier_word;
+    spec.count = 1;
+    spec.dtype = DType::kI32;
+    spec.tag_base = make_tag(TagKind::kBarrier, id, run->step);
+  } else {
+    spec.buffer = run->outputs[0];
+    spec.count = run->count;
+    spec.dtype = run->dtype;
+    spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
+    spec.tag_base = make_tag(TagKind::kAllreduce, id, run->step);
+  }
+  spec.chunk_bytes = chunk_bytes_;
+  ThreadPool& pool = pool_;
+  start_ring_allreduce(
+      *fabric_, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
+      [this, run](bool ok, const std::string& error) {
+        post_([this, run, ok, error] { after_cross_node(run, ok, error); });
+      });
+}
+
+void Scheduler::after_cross_node(const std::shared_ptr<Run>& run, bool ok,
+                                 const std::string& error) {
+  if (!ok) {
+    Job& job = *run->job;
+    std::string why =
+        !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
+    return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
+  }
+  run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
+}
+
+void Scheduler::reduce_and_fan_out(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    size_t offset = at * elem;
+    for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + offset;
+    char* result = run.outputs[0] + offset;
+    reduce_buffers(run.dtype, run.op, result, sources.data(), n, len, run.mean_divisor);
+    for (size_t r = 1; r < n; ++r) std::memcpy(run.outputs[r] + offset, result, len * elem);
+  }
+}
+
+void Scheduler::reduce_only(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + begin * elem;
+  // Means are divided after the cross-node sum, by the global worker count.
+  ReduceOp op = run.op == ReduceOp::kMean ? ReduceOp::kSum : run.op;
+  reduce_buffers(run.dtype, op, run.outputs[0] + begin * elem, sources.data(), n, end - begin, 1);
+}
+
+void Scheduler::scale_and_fan_out(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    char* result = run.outputs[0] + at * elem;
+    if (run.op == ReduceOp::kMean) {
+      const void* self[1] = {result};
+      reduce_buffers(run.dtype, ReduceOp::kMean, result, self, 1, len, run.mean_divisor);
+    }
+    for (size_t r = 1; r < run.outputs.size(); ++r)
+      std::memcpy(run.outputs[r] + at * elem, result, len * elem);
+  }
+}
+
+void Scheduler::finish(Run& run, px_status status, const std::string& message) {
+  Variable& var = *run.var;
+  if (status == PX_OK) {
+    var.stats.ops += 1;
+    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
+  }
+  var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  for (size_t r = 0; r < run.sessions.size(); ++r)
+    run.sessions[r]->complete(run.request_ids[r], status, message);
+}
+
+}  // namespace px

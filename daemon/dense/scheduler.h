@@ -1,0 +1,64 @@
+// Matches (variable, step) across a job's local workers and runs each complete step:
+// validation, local reduction (inline when small, on the pool when large), then on a
+// cluster the ring allreduce across nodes, then the result into every worker's output
+// buffer, and completions.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "daemon/common/job.h"
+#include "daemon/sparse/sparse_router.h"
+#include "transport/collectives/collective_transport.h"
+#include "transport/ipc/shm_layout.h"
+
+namespace px {
+
+class Session;
+class ThreadPool;
+
+class Scheduler {
+ public:
+  using PostToLoop = std::function<void(std::function<void()>)>;
+  Scheduler(ThreadPool& pool, PostToLoop post)
+      : pool_(pool), post_(post), sparse_(pool, std::move(post)) {}
+
+  // Cross-node stage: every complete local step also runs a ring allreduce over transport.
+  void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
+    fabric_ = transport;
+    chunk_bytes_ = chunk_bytes;
+    sparse_.set_fabric(transport, chunk_bytes);
+  }
+  SparseRouter& sparse() { return sparse_; }
+
+  // Loop thread only. The session is active and belongs to a ready job.
+  void submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry);
+
+  // Completes every pending contribution of the variable with status (the message gets the
+  // variable and step appended) and forgets those steps.
+  void fail_variable(Variable& var, px_status status, const std::string& why);
+  void fail_job(Job& job, px_status status, const std::string& why);
+
+ private:
+  struct Run;
+  using SliceWork = void (*)(Run& run, size_t begin, size_t end);
+  void launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending);
+  // Runs work over [0, count) in slices (inline when small, else on the pool), then `then`
+  // on the loop thread.
+  void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then);
+  void cross_node(const std::shared_ptr<Run>& run);
+  void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error);
+  static void reduce_and_fan_out(Run& run, size_t begin, size_t end);
+  static void reduce_only(Run& run, size_t begin, size_t end);
+  static void scale_and_fan_out(Run& run, size_t begin, size_t end);
+  static void finish(Run& run, px_status status, const std::string& message);
+
+  ThreadPool& pool_;
+  PostToLoop post_;
+  CollectiveTransport* fabric_ = nullptr;
+  size_t chunk_bytes_ = 1 << 20;
+  SparseRouter sparse_;
+};
+
+}  // namespace px

@@ -1,0 +1,331 @@
+#include "daemon/front/config.h"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "parallax_c.h"
+
+namespace px {
+namespace {
+
+const char kUsage[] =
+    "usage: parallaxd [options]\n"
+    "\n"
+    "The Parallax per-node communication daemon. Workers connect over a Unix socket and\n"
+    "exchange gradients through shared memory; daemons of a cluster talk over libfabric.\n"
+    "\n"
+    "options (flags override --config):\n"
+    "  --config FILE          TOML configuration (see README)\n"
+    "  --socket PATH          Unix socket (default $PARALLAX_SOCKET, else\n"
+    "                         /run/parallax/parallaxd.sock); created 0660\n"
+    "  --group NAME           also accept workers of this group (default: own user and root)\n"
+    "  --foreground           stay in the foreground (default: detach once listening)\n"
+    "  --threads N            reduction threads (default min(4, cores))\n"
+    "  --arena-bytes N        default shared arena per worker (default 268435456)\n"
+    "  --max-arena-bytes N    largest arena a worker may ask for (default 17179869184)\n"
+    "  --ring-capacity N      entries per submission/completion ring, a power of two\n"
+    "                         (default 1024): the most requests a worker can have in flight\n"
+    "  --log-level LEVEL      error, warn, info (default) or debug\n"
+    "  --restore DIR          sparse variables start from their checkpoint in DIR, if any\n"
+    "cluster:\n"
+    "  --cluster NAME         cluster name; every node must use the same (default parallax)\n"
+    "  --node-index I         this node's index, 0 is the coordinator\n"
+    "  --nodes H:P,H:P,...    every node's control address, by index\n"
+    "  --coordinator H:P      instead of --nodes: node 0's control address ...\n"
+    "  --node-count N         ... and the number of nodes\n"
+    "  --listen H:P           address the coordinator binds (default its --nodes entry)\n"
+    "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
+    "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
+    "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
+    "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
+    "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
+    "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
+    "  --version              print the version and exit\n"
+    "  --help                 print this help and exit\n";
+
+[[noreturn]] void die_usage(const std::string& message) {
+  fprintf(stderr, "parallaxd: %s\n(see parallaxd --help)\n", message.c_str());
+  exit(2);
+}
+
+bool parse_u64(const std::string& text, uint64_t* out) {
+  if (text.empty() || text[0] == '-') return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = strtoull(text.c_str(), &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_log_level(const std::string& level, LogLevel* out) {
+  if (level == "error")
+    *out = LogLevel::kError;
+  else if (level == "warn")
+    *out = LogLevel::kWarn;
+  else if (level == "info")
+    *out = LogLevel::kInfo;
+  else if (level == "debug")
+    *out = LogLevel::kDebug;
+  else
+    return false;
+  return true;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Applies one setting by name: shared by the TOML file and the flags.
+bool apply(DaemonConfig* c, const std::string& key, const std::string& value, std::string* error) {
+  uint64_t n = 0;
+  auto number = [&](uint64_t lo, uint64_t hi) {
+    if (!parse_u64(value, &n) || n < lo || n > hi) {
+      *error = key + ": '" + value + "' is not an integer in " + std::to_string(lo) + ".." +
+               std::to_string(hi);
+      return false;
+    }
+    return true;
+  };
+  if (key == "socket")
+    c->socket_path = value;
+  else if (key == "group")
+    c->group = value;
+  else if (key == "restore")
+    c->restore_dir = value;
+  else if (key == "threads") {
+    if (!number(0, 256)) return false;
+    c->threads = static_cast<unsigned>(n);
+  } else if (key == "arena_bytes") {
+    if (!number(1 << 20, UINT64_MAX)) return false;
+    c->default_arena_bytes = n;
+  } else if (key == "max_arena_bytes") {
+    if (!number(1 << 20, UINT64_MAX)) return false;
+    c->max_arena_bytes = n;
+  } else if (key == "ring_capacity") {
+    if (!number(2, 1 << 20)) return false;
+    if (n & (n - 1)) {
+      *error = key + ": " + value + " is not a power of two";
+      return false;
+    }
+    c->ring_capacity = static_cast<uint32_t>(n);
+  } else if (key == "log_level") {
+    if (!parse_log_level(value, &c->log_level)) {
+      *error = key + ": '" + value + "' is not error, warn, info or debug";
+      return false;
+    }
+  } else if (key == "cluster")
+    c->cluster = value;
+  else if (key == "node_index") {
+    if (!number(0, 1023)) return false;
+    c->node_index = static_cast<int>(n);
+  } else if (key == "node_count") {
+    if (!number(1, 128)) return false;
+    c->node_count = static_cast<int>(n);
+  } else if (key == "nodes")
+    c->nodes = split_commas(value);
+  else if (key == "coordinator")
+    c->coordinator = value;
+  else if (key == "listen")
+    c->listen = value;
+  else if (key == "fabric.provider")
+    c->fabric_provider = value;
+  else if (key == "fabric.address")
+    c->fabric_address = value;
+  else if (key == "fabric.port") {
+    if (!number(0, 65535)) return false;
+    c->fabric_port = static_cast<int>(n);
+  } else if (key == "fabric.chunk_bytes") {
+    if (!number(4096, 1ull << 30)) return false;
+    c->chunk_bytes = n;
+  } else if (key == "timeouts.peer_silence_ms") {
+    if (!number(1000, 3600000)) return false;
+    c->peer_silence_ms = static_cast<int64_t>(n);
+  } else if (key == "timeouts.startup_ms") {
+    if (!number(100, 86400000)) return false;
+    c->startup_timeout_ms = static_cast<int64_t>(n);
+  } else {
+    *error = "unknown setting '" + key + "'";
+    return false;
+  }
+  return true;
+}
+
+const std::set<std::string> kTables = {"fabric", "timeouts"};
+
+// Flattens one TOML node to the string apply() takes; false if its type is wrong.
+bool toml_value(const toml::node& node, std::string* out) {
+  if (auto s = node.value<std::string>()) {
+    *out = *s;
+    return true;
+  }
+  if (node.is_integer()) {
+    *out = std::to_string(*node.value<int64_t>());
+    return true;
+  }
+  if (auto a = node.as_array()) {
+    std::string joined;
+    for (auto& element : *a) {
+      auto s = element.value<std::string>();
+      if (!s) return false;
+      joined += (joined.empty() ? "" : ",") + *s;
+    }
+    *out = joined;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool load_config_file(const std::string& path, DaemonConfig* config, std::string* error) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    *error =
+        path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description());
+    return false;
+  }
+  for (auto& [key, node] : root) {
+    std::string name(key.str());
+    if (auto table = node.as_table()) {
+      if (!kTables.count(name)) {
+        *error = path + ": unknown table [" + name + "]";
+        return false;
+      }
+      for (auto& [sub, subnode] : *table) {
+        std::string full = name + "." + std::string(sub.str()), value;
+        if (!toml_value(subnode, &value)) {
+          *error = path + ": " + full + " has the wrong type";
+          return false;
+        }
+        if (!apply(config, full, value, error)) {
+          *error = path + ": " + *error;
+          return false;
+        }
+      }
+      continue;
+    }
+    std::string value;
+    if (!toml_value(node, &value)) {
+      *error = path + ": " + name + " has the wrong type";
+      return false;
+    }
+    if (!apply(config, name, value, error)) {
+      *error = path + ": " + *error;
+      return false;
+    }
+  }
+  return true;
+}
+
+DaemonConfig parse_command_line(int argc, char** argv) {
+  DaemonConfig config;
+  if (const char* env = getenv("PARALLAX_SOCKET"); env && *env) config.socket_path = env;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      fputs(kUsage, stdout);
+      exit(0);
+    }
+    if (arg == "--version") {
+      printf("parallaxd 0.1.0 (ABI %d.%d)\n", PX_ABI_VERSION_MAJOR, PX_ABI_VERSION_MINOR);
+      exit(0);
+    }
+    if (arg == "--config") {
+      if (i + 1 >= argc) die_usage("--config needs a file");
+      std::string error;
+      if (!load_config_file(argv[i + 1], &config, &error)) die_usage(error);
+    }
+  }
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"--socket", "socket"},
+      {"--group", "group"},
+      {"--restore", "restore"},
+      {"--threads", "threads"},
+      {"--arena-bytes", "arena_bytes"},
+      {"--max-arena-bytes", "max_arena_bytes"},
+      {"--ring-capacity", "ring_capacity"},
+      {"--log-level", "log_level"},
+      {"--cluster", "cluster"},
+      {"--node-index", "node_index"},
+      {"--node-count", "node_count"},
+      {"--nodes", "nodes"},
+      {"--coordinator", "coordinator"},
+      {"--listen", "listen"},
+      {"--fabric-provider", "fabric.provider"},
+      {"--fabric-address", "fabric.address"},
+      {"--chunk-bytes", "fabric.chunk_bytes"},
+      {"--fabric-port", "fabric.port"},
+      {"--peer-silence-ms", "timeouts.peer_silence_ms"},
+      {"--startup-timeout-ms", "timeouts.startup_ms"},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config") {
+      ++i;
+      continue;
+    }
+    if (arg == "--foreground") {
+      config.foreground = true;
+      continue;
+    }
+    const char* key = nullptr;
+    for (auto& [flag, name] : kFlags)
+      if (arg == flag) key = name;
+    if (!key) die_usage("unknown option '" + arg + "'");
+    if (i + 1 >= argc) die_usage(arg + " needs a value");
+    std::string error;
+    if (!apply(&config, key, argv[++i], &error)) die_usage(arg + ": " + error);
+  }
+  std::string error;
+  if (!finalize_config(&config, &error)) die_usage(error);
+  return config;
+}
+
+bool finalize_config(DaemonConfig* c, std::string* error) {
+  if (c->default_arena_bytes > c->max_arena_bytes) {
+    *error = "arena_bytes is larger than max_arena_bytes";
+    return false;
+  }
+  if (!c->nodes.empty()) {
+    if (c->node_count > 1 && c->node_count != static_cast<int>(c->nodes.size())) {
+      *error = "node_count " + std::to_string(c->node_count) + " but nodes lists " +
+               std::to_string(c->nodes.size());
+      return false;
+    }
+    c->node_count = static_cast<int>(c->nodes.size());
+  } else if (c->node_count > 1 && c->coordinator.empty()) {
+    *error = "node_count > 1 needs nodes or coordinator";
+    return false;
+  }
+  if (c->node_index >= c->node_count) {
+    *error = "node_index " + std::to_string(c->node_index) + " is not below the node count " +
+             std::to_string(c->node_count);
+    return false;
+  }
+  if (c->fabric_address.empty()) {
+    std::string self = !c->nodes.empty() ? c->nodes[static_cast<size_t>(c->node_index)]
+                                         : (c->node_index == 0 ? c->coordinator : "");
+    size_t colon = self.rfind(':');
+    c->fabric_address = colon == std::string::npos ? "127.0.0.1" : self.substr(0, colon);
+    if (c->fabric_address.empty() || c->fabric_address == "0.0.0.0")
+      c->fabric_address = "127.0.0.1";
+  }
+  return true;
+}
+
+}  // namespace px

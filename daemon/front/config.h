@@ -1,0 +1,50 @@
+// parallaxd's settings (command line today; the cluster issue adds a TOML file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/common/log.h"
+
+namespace px {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/parallax/parallaxd.sock";
+  std::string group;  // members of this group may connect, besides the daemon's own user
+  bool foreground = false;
+  unsigned threads = 0;  // 0: min(4, cores)
+  uint64_t default_arena_bytes = 256ull << 20;
+  uint64_t max_arena_bytes = 16ull << 30;
+  std::string restore_dir;  // sparse variables load their checkpoint from here, if it has one
+  uint32_t ring_capacity = 1024;
+  LogLevel log_level = LogLevel::kInfo;
+
+  // Cluster (node_count > 1). Either nodes (host:port of every node's control port; node 0
+  // is the coordinator) or coordinator + node_count.
+  std::string cluster = "parallax";
+  int node_index = 0;
+  int node_count = 1;
+  std::vector<std::string> nodes;
+  std::string coordinator;
+  std::string listen;  // what the coordinator binds (default: its entry in nodes)
+  std::string fabric_provider = "tcp;ofi_rxm";
+  std::string fabric_address;  // local address for the fabric endpoint (default: this node's host)
+  int fabric_port = 0;         // the fabric endpoint's port; 0: one the provider picks
+  uint64_t chunk_bytes = 256ull << 10;
+  int64_t startup_timeout_ms = 60000;
+  // A node whose control connection stays silent this long (no TCP acknowledgement of
+  // keep-alive probes or data) is lost: a machine that vanished without closing it.
+  int64_t peer_silence_ms = 10000;
+};
+
+// Reads a TOML file into config (keys as in the README). Unknown keys and bad values are
+// errors naming the key.
+bool load_config_file(const std::string& path, DaemonConfig* config, std::string* error);
+// Parses the command line (after --config FILE, whose values it overrides). Exits with a
+// message on bad usage; --help and --version print and exit.
+DaemonConfig parse_command_line(int argc, char** argv);
+// Checks cross-field consistency and fills derived fields; false with error if invalid.
+bool finalize_config(DaemonConfig* config, std::string* error);
+
+}  // namespace px

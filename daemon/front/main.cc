@@ -1,0 +1,73 @@
+// parallaxd: the per-node communication daemon.
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "daemon/common/log.h"
+#include "daemon/front/config.h"
+#include "daemon/front/server.h"
+#include "parallax_c.h"
+
+namespace {
+
+// Detaches after the socket is listening, so "parallaxd && start-workers" is race-free.
+// Returns in the child; the parent exits with the child's readiness.
+void detach(int* ready_fd) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    perror("parallaxd: pipe");
+    exit(1);
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("parallaxd: fork");
+    exit(1);
+  }
+  if (pid > 0) {
+    ::close(fds[1]);
+    char status = 1;
+    ssize_t n = read(fds[0], &status, 1);
+    exit(n == 1 && status == 0 ? 0 : 1);
+  }
+  ::close(fds[0]);
+  setsid();
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    dup2(devnull, STDIN_FILENO);
+    dup2(devnull, STDOUT_FILENO);
+    ::close(devnull);
+  }
+  *ready_fd = fds[1];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Sparse steps allocate and free buffers of megabytes every step; glibc would mmap and
+  // munmap each one, paying page faults and zeroing every step. Keep them in the heap.
+  // glibc refuses an mmap threshold above 32 MiB (half its arena heap size), and fixing
+  // the trim threshold alone would pin the mmap threshold at its 128 KiB default.
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1)
+    fprintf(stderr, "parallaxd: mallopt refused the heap settings; sparse steps will be slower\n");
+  px::DaemonConfig config = px::parse_command_line(argc, argv);
+  px::set_log_level(config.log_level);
+  int ready_fd = -1;
+  if (!config.foreground) detach(&ready_fd);
+  px::Server server(config);
+  std::string error;
+  if (!server.listen(&error)) {
+    PX_LOG_ERROR("%s", error.c_str());
+    return 1;
+  }
+  if (ready_fd >= 0) {
+    char ok = 0;
+    ssize_t n = write(ready_fd, &ok, 1);
+    (void)n;
+    ::close(ready_fd);
+  }
+  return server.run();
+}

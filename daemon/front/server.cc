@@ -1,0 +1,417 @@
+#include "daemon/front/server.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "daemon/common/log.h"
+#include "daemon/front/session.h"
+#include "daemon/sparse/sparse_router.h"
+
+namespace px {
+namespace {
+
+unsigned default_threads() {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min(4u, cores);
+}
+
+}  // namespace
+
+Server::Server(DaemonConfig config)
+    : config_(std::move(config)),
+      pool_(config_.threads ? config_.threads : default_threads()),
+      scheduler_(pool_, [this](std::function<void()> fn) { post(std::move(fn)); }) {
+  uv_loop_init(&loop_);
+  uv_async_init(&loop_, &async_, on_async);
+  async_.data = this;
+  scheduler_.sparse().set_restore_dir(config_.restore_dir);
+}
+
+Server::~Server() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  uv_loop_close(&loop_);
+}
+
+bool Server::listen(std::string* error) {
+  const std::string& path = config_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    *error = "socket path '" + path + "' is empty or longer than " +
+             std::to_string(sizeof addr.sun_path - 1);
+    return false;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (!config_.group.empty()) {
+    group* g = getgrnam(config_.group.c_str());
+    if (!g) {
+      *error = "group '" + config_.group + "' does not exist";
+      return false;
+    }
+    allowed_gid_ = g->gr_gid;
+  }
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + strerror(errno);
+    return false;
+  }
+  // A leftover socket file from a dead daemon is replaced; a live daemon is not.
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    ::close(probe);
+    ::close(fd);
+    *error = "another parallaxd is already listening on " + path;
+    return false;
+  }
+  if (probe >= 0) ::close(probe);
+  ::unlink(path.c_str());
+  mode_t old_mask = umask(0117);  // socket file 0660
+  int bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  umask(old_mask);
+  if (bound != 0 || ::listen(fd, 128) != 0) {
+    *error = "cannot listen on " + path + ": " + strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  chmod(path.c_str(), 0660);
+  if (allowed_gid_ != static_cast<gid_t>(-1) &&
+      chown(path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
+    PX_LOG_WARN("cannot give %s to group %s: %s", path.c_str(), config_.group.c_str(),
+                strerror(errno));
+  listen_fd_ = fd;
+  uv_poll_init(&loop_, &listen_poll_, listen_fd_);
+  listen_poll_.data = this;
+  uv_poll_start(&listen_poll_, UV_READABLE, on_listen_event);
+  return config_.node_count > 1 ? start_cluster(error) : true;
+}
+
+bool Server::start_cluster(std::string* error) {
+  FabricOptions options;
+  options.provider = config_.fabric_provider;
+  options.address = config_.fabric_address;
+  if (config_.fabric_port != 0) options.service = std::to_string(config_.fabric_port);
+  options.max_posted = 1 << 16;
+  options.eager_bytes = config_.chunk_bytes;
+  fabric_ = FabricEndpoint::open(options, error);
+  if (!fabric_) return false;
+  Cluster::Events events;
+  events.ready = [this] {
+    scheduler_.set_cluster_transport(fabric_.get(), config_.chunk_bytes);
+    for (auto& name : jobs_waiting_for_cluster_) {
+      auto it = jobs_.find(name);
+      if (it != jobs_.end())
+        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()));
+    }
+    jobs_waiting_for_cluster_.clear();
+  };
+  events.fatal = [this](const std::string& why) { on_fatal(why); };
+  events.job_world = [this](const std::string& name, const std::vector<uint32_t>& sizes,
+                            uint32_t barrier_id) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || !it->second->ready()) return;
+    JobWorld world;
+    world.node_index = config_.node_index;
+    world.node_count = config_.node_count;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (static_cast<int>(i) < config_.node_index) world.rank_offset += static_cast<int>(sizes[i]);
+      world.world_size += static_cast<int>(sizes[i]);
+    }
+    it->second->set_world(world);
+    it->second->set_barrier_id(barrier_id);
+    activate(it->second);
+  };
+  events.var_ready = [this](const std::string& job, const std::string& name, uint32_t id) {
+    auto it = jobs_.find(job);
+    Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
+    if (!var) return;
+    var->global_id = id;
+    if (var->sparse) scheduler_.sparse().start_variable(*var, id);
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();
+  };
+  events.var_mismatch = [this](const std::string& job, const std::string& name,
+                               const std::string& why) {
+    auto it = jobs_.find(job);
+    Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
+    PX_LOG_ERROR("%s", why.c_str());
+    if (!var || var->poison_status != PX_OK) return;
+    var->poison_status = PX_ERR_MISMATCH;
+    var->poison_message = why;
+    scheduler_.fail_variable(*var, PX_ERR_MISMATCH, why);
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();  // they see the poison and fail
+  };
+  events.node_lost = [this](int, const std::string& why) { on_node_lost(why); };
+  events.job_broken = [this](const std::string& name, uint32_t barrier_id, int node,
+                             const std::string& why) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second->barrier_id() != barrier_id) return;  // gone, or a rerun
+    Job& job = *it->second;
+    if (!job.broken().empty()) return;
+    PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
+    break_job(job, why, true);
+  };
+  cluster_ = std::make_unique<Cluster>(&loop_, config_, *fabric_, std::move(events));
+  return cluster_->start(error);
+}
+
+std::string Server::node_label() const {
+  return cluster_ ? cluster_->node_label(config_.node_index) : "";
+}
+
+std::string Server::node_label(int node) const {
+  return cluster_ ? cluster_->node_label(node) : "node " + std::to_string(node);
+}
+
+void Server::variable_added(Job& job, Variable& var) {
+  if (cluster_) cluster_->register_var(job.name(), var.name, var.fingerprint);
+}
+
+void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other) {
+  if (cluster_) cluster_->register_var(job.name(), var.name, other);
+}
+
+void Server::on_node_lost(const std::string& why) {
+  if (!cluster_broken_.empty()) return;
+  cluster_broken_ = why;
+  PX_LOG_ERROR("%s; every job on this node fails from now on (restart the cluster)", why.c_str());
+  if (fabric_) fabric_->fail_all(why);
+  for (auto& [name, job] : jobs_) {
+    if (!job->broken().empty()) continue;
+    break_job(*job, why, false);  // fail_all stopped every peer's traffic already
+  }
+}
+
+void Server::break_job(Job& job, const std::string& why, bool stop_traffic) {
+  job.mark_broken(why);
+  scheduler_.fail_job(job, PX_ERR_PEER_LOST, why);
+  if (stop_traffic && fabric_ && job.barrier_id() != 0) {
+    std::vector<uint32_t> ids{job.barrier_id()};
+    for (auto& var : job.variables())
+      if (var->global_id != 0) ids.push_back(var->global_id);
+    fabric_->fail_variables(ids, why);
+  }
+  // Steps waiting for the nodes to agree on a variable see the broken job and fail.
+  for (auto& var : job.variables()) {
+    auto waiting = std::move(var->awaiting_global_id);
+    for (auto& resume : waiting) resume();
+  }
+}
+
+void Server::on_fatal(const std::string& why) {
+  if (stopping_ || exit_code_ != 0) return;  // already on the way out
+  PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
+  exit_code_ = 1;
+  // Give queued messages (the rejection we may be sending) a moment to leave.
+  uv_timer_init(&loop_, &exit_timer_);
+  exit_timer_.data = this;
+  uv_timer_start(
+      &exit_timer_,
+      [](uv_timer_t* t) {
+        uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
+        static_cast<Server*>(t->data)->shutdown();
+      },
+      200, 0);
+}
+
+int Server::run() {
+  uv_signal_init(&loop_, &sigint_);
+  uv_signal_init(&loop_, &sigterm_);
+  sigint_.data = sigterm_.data = this;
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+  PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  if (fabric_) fabric_->stop();
+  return exit_code_;
+}
+
+void Server::on_signal(uv_signal_t* handle, int signum) {
+  auto* self = static_cast<Server*>(handle->data);
+  PX_LOG_INFO("signal %d: shutting down", signum);
+  self->shutdown();
+}
+
+void Server::shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  auto sessions = sessions_;
+  for (auto& [id, session] : sessions) session->close("disconnected: parallaxd is shutting down");
+  uv_poll_stop(&listen_poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&listen_poll_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  if (cluster_) cluster_->stop();
+  ::unlink(config_.socket_path.c_str());
+}
+
+void Server::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(posted_mutex_);
+    posted_.push_back(std::move(fn));
+  }
+  uv_async_send(&async_);
+}
+
+void Server::on_async(uv_async_t* handle) {
+  auto* self = static_cast<Server*>(handle->data);
+  std::vector<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> lock(self->posted_mutex_);
+    work.swap(self->posted_);
+  }
+  for (auto& fn : work) fn();
+}
+
+void Server::on_listen_event(uv_poll_t* handle, int status, int) {
+  auto* self = static_cast<Server*>(handle->data);
+  if (status < 0) {
+    PX_LOG_ERROR("listening socket: %s", uv_strerror(status));
+    return;
+  }
+  self->accept_connections();
+}
+
+bool Server::peer_allowed(int fd, pid_t* pid, uid_t* uid, std::string* why) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    *why = std::string("SO_PEERCRED: ") + strerror(errno);
+    return false;
+  }
+  *pid = cred.pid;
+  *uid = cred.uid;
+  if (cred.uid == geteuid() || cred.uid == 0) return true;
+  if (allowed_gid_ != static_cast<gid_t>(-1)) {
+    if (cred.gid == allowed_gid_) return true;
+    gid_t groups[256];
+    socklen_t glen = sizeof groups;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+      for (size_t i = 0; i < glen / sizeof(gid_t); ++i)
+        if (groups[i] == allowed_gid_) return true;
+    }
+  }
+  *why = "uid " + std::to_string(cred.uid) + " is neither parallaxd's user nor in its group" +
+         (config_.group.empty() ? " (none configured: see --group)" : " '" + config_.group + "'");
+  return false;
+}
+
+void Server::accept_connections() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) PX_LOG_WARN("accept: %s", strerror(errno));
+      return;
+    }
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::string why;
+    bool allowed = peer_allowed(fd, &pid, &uid, &why);
+    auto session = std::make_shared<Session>(*this, fd, next_session_id_++, pid, uid);
+    sessions_[session->id()] = session;
+    session->start();
+    if (!allowed) {
+      PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid), why.c_str());
+      session->refuse(PX_ERR_PERMISSION, "parallaxd refused the connection: " + why);
+    }
+  }
+}
+
+px_status Server::join_job(const std::shared_ptr<Session>& session, const std::string& name,
+                           int local_size, int rank, std::shared_ptr<Job>* job_out,
+                           int* assigned_rank, std::string* error) {
+  auto& job = jobs_[name];
+  if (!job) job = std::make_shared<Job>(name, local_size);
+  if (job->local_size() != local_size) {
+    *error = "job '" + name + "' has local_size " + std::to_string(job->local_size()) +
+             ", this worker says " + std::to_string(local_size);
+    return PX_ERR_MISMATCH;
+  }
+  if (!cluster_broken_.empty()) {
+    *error = "parallaxd on " + node_label() + " lost its cluster: " + cluster_broken_;
+    return PX_ERR_PEER_LOST;
+  }
+  if (!job->broken().empty()) {
+    *error = "job '" + name + "' cannot take new workers: " + job->broken() +
+             "; disconnect its remaining workers and start again";
+    return PX_ERR_PEER_LOST;
+  }
+  if (job->ready()) {
+    *error = "job '" + name + "' already has all " + std::to_string(local_size) + " local workers";
+    return PX_ERR_INVALID;
+  }
+  if (rank < 0) rank = job->first_free_rank();
+  auto& slot = job->members()[static_cast<size_t>(rank)];
+  if (slot) {
+    *error = "local rank " + std::to_string(rank) + " of job '" + name + "' is already taken by " +
+             slot->label();
+    return PX_ERR_INVALID;
+  }
+  slot = session;
+  *job_out = job;
+  *assigned_rank = rank;
+  if (job->connected() == local_size) job_complete_locally(job);
+  return PX_OK;
+}
+
+void Server::job_complete_locally(const std::shared_ptr<Job>& job) {
+  job->mark_ready();
+  PX_LOG_INFO("job '%s': all %d local workers connected", job->name().c_str(), job->local_size());
+  if (!cluster_) return activate(job);
+  // Ranks and world size come once every node has its part of the job.
+  if (cluster_->ready()) {
+    cluster_->join_job(job->name(), static_cast<uint32_t>(job->local_size()));
+  } else {
+    jobs_waiting_for_cluster_.push_back(job->name());
+  }
+}
+
+void Server::activate(const std::shared_ptr<Job>& job) {
+  // After the current callback returns, so a joining session has its rank first.
+  post([job] {
+    for (auto& member : job->members())
+      if (member) member->activate();
+  });
+}
+
+void Server::leave_job(Session& session, const std::string& why) {
+  auto it = jobs_.find(session.job()->name());
+  if (it == jobs_.end()) return;
+  std::shared_ptr<Job> job = it->second;
+  int rank = session.local_rank();
+  if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session)
+    job->members()[static_cast<size_t>(rank)].reset();
+  if (job->ready() && job->broken().empty()) {
+    // A clean px_disconnect is how a job ends: other nodes may still read its shards, so
+    // only a worker that died (or broke the protocol) stops the job on every node.
+    bool died = !session.left_cleanly();
+    std::string reason = session.label() + " " + why;
+    break_job(*job, reason, died);
+    if (died && cluster_ && job->barrier_id() != 0)
+      cluster_->report_job_broken(job->name(), job->barrier_id(), reason);
+  }
+  if (job->connected() == 0) jobs_.erase(it);
+}
+
+void Server::forget_session(uint64_t id) {
+  sessions_.erase(id);
+}
+
+}  // namespace px

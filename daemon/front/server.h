@@ -1,0 +1,99 @@
+// parallaxd's event loop: the listening socket, sessions, jobs, the scheduler and the pool.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/cluster/cluster.h"
+#include "daemon/common/job.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/dense/scheduler.h"
+#include "daemon/front/config.h"
+#include "transport/fabric/fabric_endpoint.h"
+
+namespace px {
+
+class Session;
+
+class Server {
+ public:
+  explicit Server(DaemonConfig config);
+  ~Server();
+
+  // Binds the socket and, on a cluster, opens the fabric endpoint and starts the
+  // rendezvous; false with error set if it cannot.
+  bool listen(std::string* error);
+  // Runs until SIGINT/SIGTERM (exit code 0) or a fatal cluster error (1).
+  int run();
+
+  const DaemonConfig& config() const { return config_; }
+  uv_loop_t* loop() { return &loop_; }
+  Scheduler& scheduler() { return scheduler_; }
+
+  // Thread-safe: runs fn on the loop thread.
+  void post(std::function<void()> fn);
+
+  // Adds session to job name as rank (or the first free rank when rank < 0). On success
+  // returns PX_OK and, when the job became complete, activates all its members.
+  px_status join_job(const std::shared_ptr<Session>& session, const std::string& name,
+                     int local_size, int rank, std::shared_ptr<Job>* job, int* assigned_rank,
+                     std::string* error);
+  // A member left (cleanly or not). A started job is broken from then on.
+  void leave_job(Session& session, const std::string& why);
+  void forget_session(uint64_t id);
+  // A variable was registered on this node for the first time (cluster: agree on it).
+  void variable_added(Job& job, Variable& var);
+  // This node's workers registered the variable differently (cluster: everyone must know).
+  void variable_conflict(Job& job, Variable& var, const Fingerprint& other);
+  // "node 1 (10.0.0.2:7070)" on a cluster, "" on a single node.
+  std::string node_label() const;
+  // "node 2 (10.0.0.3:7070)" on a cluster, "node 0" on a single node.
+  std::string node_label(int node) const;
+
+ private:
+  static void on_listen_event(uv_poll_t* handle, int status, int events);
+  static void on_async(uv_async_t* handle);
+  static void on_signal(uv_signal_t* handle, int signum);
+  void accept_connections();
+  bool peer_allowed(int fd, pid_t* pid, uid_t* uid, std::string* why);
+  void shutdown();
+  bool start_cluster(std::string* error);
+  void job_complete_locally(const std::shared_ptr<Job>& job);
+  void activate(const std::shared_ptr<Job>& job);
+  void on_node_lost(const std::string& why);  // why names the node
+  // Fails every operation of a started job, pending or in flight; with stop_traffic, also
+  // its messages on the fabric (peers may never send what they wait for).
+  void break_job(Job& job, const std::string& why, bool stop_traffic);
+  void on_fatal(const std::string& why);
+
+  DaemonConfig config_;
+  uv_loop_t loop_{};
+  uv_poll_t listen_poll_{};
+  uv_async_t async_{};
+  uv_signal_t sigint_{};
+  uv_signal_t sigterm_{};
+  int listen_fd_ = -1;
+  gid_t allowed_gid_ = static_cast<gid_t>(-1);
+  bool stopping_ = false;
+  uint64_t next_session_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::mutex posted_mutex_;
+  std::vector<std::function<void()>> posted_;
+  ThreadPool pool_;
+  Scheduler scheduler_;
+  std::unique_ptr<FabricEndpoint> fabric_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::string> jobs_waiting_for_cluster_;
+  std::string cluster_broken_;  // set once a node is lost
+  int exit_code_ = 0;
+  uv_timer_t exit_timer_{};
+};
+
+}  // namespace px

@@ -1,0 +1,509 @@
+#include "daemon/front/session.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/common/log.h"
+#include "daemon/common/loop_timer.h"
+#include "daemon/dense/scheduler.h"
+#include "daemon/front/server.h"
+#include "daemon/sparse/sparse_router.h"
+#include "parallax_c.h"
+
+namespace px {
+namespace {
+
+constexpr size_t kMaxNameBytes = 255;
+constexpr int kMaxLocalSize = 4096;
+constexpr uint64_t kMinArenaBytes = 1ull << 20;
+constexpr uint64_t kMaxVariableBytes = 1ull << 40;
+
+std::string abi_string(uint32_t v) {
+  return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
+}
+
+}  // namespace
+
+Session::Session(Server& server, int fd, uint64_t id, pid_t pid, uid_t uid)
+    : server_(server), fd_(fd), id_(id), pid_(pid), uid_(uid) {}
+
+Session::~Session() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string Session::label() const {
+  std::string rank = local_rank_ >= 0 ? "local rank " + std::to_string(local_rank_) + " " : "";
+  std::string job = job_name_.empty() ? "" : " of job '" + job_name_ + "'";
+  std::string node = server_.node_label();
+  return "worker " + rank + "(pid " + std::to_string(pid_) + ")" + job +
+         (node.empty() ? "" : " on " + node);
+}
+
+void Session::start() {
+  uv_poll_init(server_.loop(), &socket_poll_, fd_);
+  socket_poll_.data = this;
+  ++open_handles_;
+  update_socket_poll();
+}
+
+void Session::update_socket_poll() {
+  int events = UV_READABLE | UV_DISCONNECT;
+  if (!output_.empty()) events |= UV_WRITABLE;
+  uv_poll_start(&socket_poll_, events, on_socket_event);
+}
+
+void Session::on_socket_event(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<Session*>(handle->data);
+  auto keep_alive = self->shared_from_this();
+  if (status < 0) {
+    self->close(std::string("socket error: ") + uv_strerror(status));
+    return;
+  }
+  if (events & UV_WRITABLE) self->flush_output();
+  if (!self->closed() && (events & (UV_READABLE | UV_DISCONNECT))) self->read_socket();
+}
+
+void Session::read_socket() {
+  char buffer[8192];
+  bool gone = false;
+  for (;;) {
+    ssize_t n = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) {
+      decoder_.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    gone = true;  // EOF or error: the process is gone (or closed its socket)
+    break;
+  }
+  // Frames that arrived with the EOF count (px_disconnect's goodbye comes just before it).
+  std::string payload;
+  std::string error;
+  while (!closed()) {
+    int got = decoder_.next(&payload, &error);
+    if (got == 0) break;
+    if (got < 0) {
+      PX_LOG_WARN("dropping %s: malformed control stream: %s", label().c_str(), error.c_str());
+      close("sent a malformed control stream");
+      return;
+    }
+    handle_frame(payload);
+  }
+  if (gone)
+    close(left_cleanly_ ? "left (px_disconnect)"
+                        : "lost its connection (process exited or was killed)");
+}
+
+void Session::send_frame(const std::string& frame) {
+  output_ += frame;
+  flush_output();
+}
+
+void Session::flush_output() {
+  while (!output_.empty()) {
+    ssize_t n = send_with_fds(fd_, output_.data(), output_.size(), nullptr, 0);
+    if (n > 0) {
+      output_.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    close(std::string("send failed: ") + strerror(errno));
+    return;
+  }
+  if (output_.empty() && close_after_flush_) {
+    close("refused");
+    return;
+  }
+  if (!closed()) update_socket_poll();
+}
+
+void Session::refuse(px_status status, const std::string& message) {
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(message);
+  control::HelloReplyBuilder reply(b);
+  reply.add_status(status);
+  reply.add_message(text);
+  reply.add_daemon_abi_version(PX_ABI_VERSION);
+  auto body = reply.Finish();
+  close_after_flush_ = true;
+  send_frame(finish_frame(b, control::Body::HelloReply, body.Union()));
+}
+
+void Session::handle_frame(const std::string& payload) {
+  std::string error;
+  const control::Message* message = parse_frame(payload, &error);
+  if (!message) {
+    PX_LOG_WARN("dropping %s: %s", label().c_str(), error.c_str());
+    close("sent a malformed control message");
+    return;
+  }
+  switch (message->body_type()) {
+    case control::Body::Hello:
+      if (state_ == State::kHandshake) return handle_hello(*message->body_as_Hello());
+      break;
+    case control::Body::RegisterDense:
+      if (state_ == State::kActive) return handle_register(*message->body_as_RegisterDense());
+      break;
+    case control::Body::RegisterSparse:
+      if (state_ == State::kActive)
+        return handle_register_sparse(*message->body_as_RegisterSparse());
+      break;
+    case control::Body::Checkpoint:
+      if (state_ == State::kActive) return handle_checkpoint(*message->body_as_Checkpoint());
+      break;
+    case control::Body::StatsRequest:
+      if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
+      break;
+    case control::Body::Goodbye:
+      left_cleanly_ = true;
+      return;
+    default:
+      break;
+  }
+  PX_LOG_WARN("dropping %s: unexpected control message %s", label().c_str(),
+              control::EnumNameBody(message->body_type()));
+  close("sent an unexpected control message");
+}
+
+void Session::handle_hello(const control::Hello& hello) {
+  uint32_t client_abi = hello.abi_version();
+  if ((client_abi >> 16) != PX_ABI_VERSION_MAJOR || (client_abi & 0xffff) > PX_ABI_VERSION_MINOR) {
+    std::string message = "client ABI " + abi_string(client_abi) +
+                          " is not supported by parallaxd " + "(ABI " + abi_string(PX_ABI_VERSION) +
+                          ")";
+    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
+    return refuse(PX_ERR_VERSION, message);
+  }
+  std::string job = hello.job() ? hello.job()->str() : "";
+  if (job.empty() || job.size() > kMaxNameBytes)
+    return refuse(PX_ERR_INVALID, "job name must have 1 to 255 bytes");
+  int local_size = hello.local_size();
+  if (local_size < 1 || local_size > kMaxLocalSize)
+    return refuse(PX_ERR_INVALID, "local_size " + std::to_string(local_size) + " is not in 1.." +
+                                      std::to_string(kMaxLocalSize));
+  if (hello.local_rank() < -1 || hello.local_rank() >= local_size)
+    return refuse(PX_ERR_INVALID, "local_rank " + std::to_string(hello.local_rank()) +
+                                      " is not in 0.." + std::to_string(local_size - 1));
+  uint64_t arena_bytes =
+      hello.arena_bytes() ? hello.arena_bytes() : server_.config().default_arena_bytes;
+  if (arena_bytes < kMinArenaBytes || arena_bytes > server_.config().max_arena_bytes)
+    return refuse(PX_ERR_INVALID, "arena_bytes " + std::to_string(arena_bytes) + " is not in " +
+                                      std::to_string(kMinArenaBytes) + ".." +
+                                      std::to_string(server_.config().max_arena_bytes));
+  std::string error;
+  if (!SharedArena::create(arena_bytes, server_.config().ring_capacity, &arena_, &error) ||
+      !Doorbell::create(&submit_bell_, &error) || !Doorbell::create(&completion_bell_, &error)) {
+    PX_LOG_ERROR("cannot set up shared memory for pid %d: %s", static_cast<int>(pid_),
+                 error.c_str());
+    return refuse(PX_ERR_NO_MEMORY, "parallaxd could not create the shared arena: " + error);
+  }
+  submit_ring_ = arena_.submit_ring();
+  completion_ring_ = arena_.completion_ring();
+  job_name_ = job;
+  state_ = State::kWaitingForJob;
+  int rank = -1;
+  px_status status = server_.join_job(shared_from_this(), job, local_size, hello.local_rank(),
+                                      &job_, &rank, &error);
+  if (status != PX_OK) {
+    state_ = State::kHandshake;
+    job_.reset();
+    job_name_.clear();
+    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), error.c_str());
+    return refuse(status, error);
+  }
+  local_rank_ = rank;
+  PX_LOG_INFO("%s connected (%d of %d)", label().c_str(), job_->connected(), local_size);
+}
+
+void Session::activate() {
+  if (state_ != State::kWaitingForJob) return;
+  Job& job = *job_;
+  flatbuffers::FlatBufferBuilder b;
+  control::HelloReplyBuilder reply(b);
+  reply.add_status(PX_OK);
+  reply.add_daemon_abi_version(PX_ABI_VERSION);
+  const JobWorld& world = job.world();
+  reply.add_node_index(world.node_index);
+  reply.add_node_count(world.node_count);
+  reply.add_rank(world.rank_offset + local_rank_);
+  reply.add_world_size(world.world_size);
+  reply.add_local_rank(local_rank_);
+  reply.add_local_size(job.local_size());
+  auto body = reply.Finish();
+  std::string frame = finish_frame(b, control::Body::HelloReply, body.Union());
+  int fds[3] = {arena_.fd(), submit_bell_.fd(), completion_bell_.fd()};
+  ssize_t n = send_with_fds(fd_, frame.data(), frame.size(), fds, 3);
+  if (n <= 0) {
+    close(std::string("could not send the arena: ") + strerror(errno));
+    return;
+  }
+  output_ = frame.substr(static_cast<size_t>(n));
+  arena_.close_fd();  // the mapping is all the daemon needs; the client holds the fd now
+  state_ = State::kActive;
+  uv_poll_init(server_.loop(), &doorbell_poll_, submit_bell_.fd());
+  doorbell_poll_.data = this;
+  ++open_handles_;
+  doorbell_polling_ = true;
+  uv_poll_start(&doorbell_poll_, UV_READABLE, on_doorbell);
+  flush_output();
+}
+
+void Session::reply_register(px_status status, const std::string& message, uint32_t var_id) {
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(message);
+  auto body = control::CreateRegisterReply(b, status, text, var_id);
+  send_frame(finish_frame(b, control::Body::RegisterReply, body.Union()));
+}
+
+void Session::handle_register(const control::RegisterDense& request) {
+  std::string name = request.name() ? request.name()->str() : "";
+  if (name.empty() || name.size() > kMaxNameBytes)
+    return reply_register(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
+  if (!valid_dtype(request.dtype()) || !valid_reduce_op(request.op()))
+    return reply_register(PX_ERR_INVALID, "variable '" + name + "': unknown dtype or reduce op", 0);
+  Fingerprint fingerprint;
+  fingerprint.dtype = static_cast<DType>(request.dtype());
+  fingerprint.count = request.count();
+  fingerprint.op = static_cast<ReduceOp>(request.op());
+  if (fingerprint.count == 0 ||
+      fingerprint.count > kMaxVariableBytes / dtype_size(fingerprint.dtype))
+    return reply_register(PX_ERR_INVALID,
+                          "variable '" + name + "': count " + std::to_string(fingerprint.count) +
+                              " is zero or too large",
+                          0);
+  register_variable(name, fingerprint, nullptr);
+}
+
+void Session::handle_register_sparse(const control::RegisterSparse& request) {
+  std::string name = request.name() ? request.name()->str() : "";
+  if (name.empty() || name.size() > kMaxNameBytes)
+    return reply_register(PX_ERR_INVALID, "variable name must have 1 to 255 bytes", 0);
+  std::string what = "sparse variable '" + name + "'";
+  if (!valid_dtype(request.dtype()))
+    return reply_register(PX_ERR_INVALID, what + ": unknown dtype", 0);
+  if (static_cast<DType>(request.dtype()) != DType::kF32)
+    return reply_register(PX_ERR_NOT_IMPLEMENTED,
+                          what + ": only f32 tables are implemented (README, limits)", 0);
+  uint64_t rows = request.rows(), dim = request.dim();
+  if (rows == 0 || dim == 0 || rows > (1ull << 62) / dim ||
+      rows * dim > kMaxVariableBytes / sizeof(float))
+    return reply_register(
+        PX_ERR_INVALID,
+        what + ": " + std::to_string(rows) + " x " + std::to_string(dim) + " is empty or too large",
+        0);
+  const control::SparseOptions* o = request.options();
+  if (!o) return reply_register(PX_ERR_PROTOCOL, what + ": options missing", 0);
+  SparseOptions options;
+  options.optimizer = static_cast<Optimizer>(o->optimizer());
+  options.learning_rate = o->learning_rate();
+  options.beta1 = o->beta1();
+  options.beta2 = o->beta2();
+  options.epsilon = o->epsilon();
+  options.initial_accumulator = o->initial_accumulator();
+  options.initializer = static_cast<Initializer>(o->initializer());
+  options.init_seed = o->init_seed();
+  options.init_low = o->init_low();
+  options.init_high = o->init_high();
+  options.init_std = o->init_std();
+  if (o->aggregation() != PX_SUM && o->aggregation() != PX_MEAN)
+    return reply_register(PX_ERR_INVALID, what + ": aggregation must be PX_SUM or PX_MEAN", 0);
+  options.mean = o->aggregation() == PX_MEAN;
+  options.consistency = static_cast<Consistency>(o->consistency());
+  options.staleness = o->staleness();
+  options.partitions = o->partitions();
+  options.route = static_cast<Route>(o->route());
+  options.nonfinite = static_cast<NonFinite>(o->nonfinite());
+  std::string error;
+  if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
+  Fingerprint fingerprint;
+  fingerprint.count = rows;
+  fingerprint.sparse = true;
+  fingerprint.dim = dim;
+  fingerprint.options = options.canonical();
+  register_variable(name, fingerprint, &options);
+}
+
+void Session::register_variable(const std::string& name, const Fingerprint& fingerprint,
+                                const SparseOptions* sparse_options) {
+  Job& job = *job_;
+  Variable* var = job.find(name);
+  if (!var) {
+    var = &job.add(name, fingerprint, label());
+    if (sparse_options) {
+      Server& server = server_;
+      SparseRouter& router = server.scheduler().sparse();
+      var->sparse =
+          router.create(job, *var, SparseShape{fingerprint.count, fingerprint.dim}, *sparse_options,
+                        [&server](int node) { return server.node_label(node); });
+      std::string error;
+      if (!router.restore(*var->sparse, job, *var, &error)) {
+        var->poison_status = PX_ERR_INVALID;
+        var->poison_message = "variable '" + name + "' cannot be restored: " + error;
+        PX_LOG_ERROR("%s", var->poison_message.c_str());
+      }
+    }
+    server_.variable_added(job, *var);
+  } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
+    var->poison_status = PX_ERR_MISMATCH;
+    var->poison_message = "variable '" + name + "' of job '" + job.name() + "' registered as " +
+                          var->fingerprint.describe_difference(fingerprint) + " by " +
+                          var->defined_by + " and as " +
+                          fingerprint.describe_difference(var->fingerprint) + " by " + label();
+    PX_LOG_WARN("%s", var->poison_message.c_str());
+    server_.scheduler().fail_variable(*var, PX_ERR_MISMATCH, var->poison_message);
+    server_.variable_conflict(job, *var, fingerprint);
+  }
+  if (var->poison_status != PX_OK)
+    return reply_register(var->poison_status, var->poison_message, 0);
+  var->registered[static_cast<size_t>(local_rank_)] = true;
+  reply_register(PX_OK, "", var->id);
+}
+
+void Session::handle_checkpoint(const control::Checkpoint& request) {
+  std::string dir = request.path() ? request.path()->str() : "";
+  struct Pending {
+    int left = 1;  // released after the loop
+    px_status status = PX_OK;
+    std::string message;
+    bool replied = false;
+    std::shared_ptr<LoopTimer> deadline;
+  };
+  auto pending = std::make_shared<Pending>();
+  auto reply = [self = shared_from_this(), pending](px_status status, const std::string& message) {
+    if (pending->replied) return;
+    pending->replied = true;
+    if (pending->deadline) pending->deadline->cancel();
+    if (self->closed()) return;
+    flatbuffers::FlatBufferBuilder b;
+    auto text = b.CreateString(message);
+    auto body = control::CreateCheckpointReply(b, status, text);
+    self->send_frame(finish_frame(b, control::Body::CheckpointReply, body.Union()));
+  };
+  if (dir.empty() || dir.size() > 4000 || dir.find('\0') != std::string::npos)
+    return reply(PX_ERR_INVALID, "px_checkpoint: the path must have 1 to 4000 bytes");
+  ::mkdir(dir.c_str(), 0750);  // the other nodes need it too: a shared or same-named path
+  if (!job_->broken().empty()) return reply(PX_ERR_PEER_LOST, job_->broken());
+  auto finish_one = [pending, reply](px_status status, const std::string& message) {
+    if (status != PX_OK && pending->status == PX_OK) {
+      pending->status = status;
+      pending->message = message;
+    }
+    if (--pending->left == 0) reply(pending->status, pending->message);
+  };
+  int variables = 0;
+  for (auto& var : job_->variables()) {
+    if (!var->sparse || !var->registered[static_cast<size_t>(local_rank_)]) continue;
+    if (var->poison_status != PX_OK) {  // its failure is the answer; nothing to wait for
+      if (pending->status == PX_OK) {
+        pending->status = var->poison_status;
+        pending->message = var->poison_message;
+      }
+      continue;
+    }
+    ++pending->left;
+    ++variables;
+    uint64_t pushes = next_step(var->id, static_cast<uint16_t>(Opcode::kPushRows));
+    server_.scheduler().sparse().checkpoint(job_, *var, pushes, dir, finish_one);
+  }
+  PX_LOG_INFO("%s: checkpoint of %d sparse variables to %s", label().c_str(), variables,
+              dir.c_str());
+  int64_t timeout_ms = request.timeout_ms();
+  if (pending->left > 1 && timeout_ms > 0) {
+    // The shard writes already asked for go on; a manifest still appears if they finish.
+    std::string text = "checkpoint to " + dir + " by " + label() + " did not complete within " +
+                       std::to_string(timeout_ms) +
+                       " ms (every node's workers must first push the steps this worker pushed)";
+    pending->deadline = LoopTimer::start(server_.loop(), static_cast<uint64_t>(timeout_ms),
+                                         [reply, text] { reply(PX_ERR_TIMEOUT, text); });
+  }
+  finish_one(PX_OK, "");
+}
+
+void Session::handle_stats(const control::StatsRequest& request) {
+  flatbuffers::FlatBufferBuilder b;
+  Variable* var = job_->find(request.var_id());
+  flatbuffers::Offset<control::StatsReply> body;
+  if (!var) {
+    auto text = b.CreateString("variable id " + std::to_string(request.var_id()) + " is unknown");
+    body = control::CreateStatsReply(b, PX_ERR_NOT_FOUND, text);
+  } else {
+    const VarStats& s = var->stats;
+    SparseCounters sc;
+    if (var->sparse) sc = sparse_counters(*var->sparse);
+    body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns,
+                                     sc.pull_steps, sc.push_steps, sc.rows_pulled, sc.rows_unique,
+                                     sc.rows_applied, sc.bytes_sent, sc.bytes_received,
+                                     sc.request_partitions, sc.search_steps_left);
+  }
+  send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
+}
+
+void Session::on_doorbell(uv_poll_t* handle, int status, int) {
+  auto* self = static_cast<Session*>(handle->data);
+  auto keep_alive = self->shared_from_this();
+  if (status < 0) return self->close(std::string("doorbell error: ") + uv_strerror(status));
+  self->submit_bell_.drain();
+  self->drain_submissions();
+}
+
+void Session::drain_submissions() {
+  // Bounded per wake-up so one busy client cannot starve the others; if entries remain we
+  // ring our own doorbell to come back on the next loop iteration.
+  uint32_t budget = submit_ring_.capacity();
+  SubmitEntry entry;
+  for (;;) {
+    while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
+      --budget;
+      server_.scheduler().submit(shared_from_this(), entry);
+    }
+    if (closed()) return;
+    if (budget == 0) {
+      submit_bell_.ring();
+      return;
+    }
+    if (submit_ring_.arm_and_check_empty()) return;
+  }
+}
+
+void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
+  if (state_ != State::kActive) return;
+  CompletionEntry entry{};
+  entry.request_id = request_id;
+  entry.status = status;
+  if (status != PX_OK) {
+    size_t n = std::min(message.size(), kCompletionMessageBytes - 1);
+    std::memcpy(entry.message, message.data(), n);
+  }
+  if (!completion_ring_.try_push(entry)) {
+    PX_LOG_WARN("dropping %s: it does not consume its completions", label().c_str());
+    close("overflowed its completion ring");
+    return;
+  }
+  if (completion_ring_.consumer_needs_wakeup()) completion_bell_.ring();
+}
+
+void Session::close(const std::string& reason) {
+  if (state_ == State::kClosed) return;
+  bool was_member = state_ == State::kWaitingForJob || state_ == State::kActive;
+  state_ = State::kClosed;
+  if (reason != "refused") PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
+  if (was_member && job_) server_.leave_job(*this, reason);
+  uv_poll_stop(&socket_poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&socket_poll_), on_handle_closed);
+  if (doorbell_polling_) {
+    uv_poll_stop(&doorbell_poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&doorbell_poll_), on_handle_closed);
+  }
+}
+
+void Session::on_handle_closed(uv_handle_t* handle) {
+  auto* self = static_cast<Session*>(handle->data);
+  if (--self->open_handles_ == 0) self->server_.forget_session(self->id_);
+}
+
+}  // namespace px

@@ -1,0 +1,104 @@
+// One connected worker: its control socket, its shared arena and rings, its doorbells.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "daemon/common/job.h"
+#include "sharding/sparse_spec.h"
+#include "transport/ipc/control_channel.h"
+#include "transport/ipc/shm_arena.h"
+
+namespace px {
+
+class Server;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Server& server, int fd, uint64_t id, pid_t pid, uid_t uid);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start();
+  // Refuses the connection with a reply the client can read, then closes it.
+  void refuse(px_status status, const std::string& message);
+  // Closes the connection (idempotent); the job is told the worker left, with reason.
+  void close(const std::string& reason);
+  bool closed() const { return state_ == State::kClosed; }
+  // It said goodbye (px_disconnect) before its connection closed.
+  bool left_cleanly() const { return left_cleanly_; }
+
+  // Called by the server once every worker of the job has connected.
+  void activate();
+  // Queues a completion for the client and rings its doorbell if it sleeps.
+  void complete(uint64_t request_id, px_status status, const std::string& message);
+
+  uint64_t id() const { return id_; }
+  pid_t pid() const { return pid_; }
+  Job* job() const { return job_.get(); }
+  const std::shared_ptr<Job>& job_ref() const { return job_; }
+  int local_rank() const { return local_rank_; }
+  const SharedArena& arena() const { return arena_; }
+  // The next step this worker must submit for (variable, opcode).
+  uint64_t& next_step(uint32_t var_id, uint16_t opcode) {
+    return next_step_[(static_cast<uint64_t>(var_id) << 16) | opcode];
+  }
+  // "worker local rank 1 (pid 1234) of job 'train'"
+  std::string label() const;
+
+ private:
+  enum class State { kHandshake, kWaitingForJob, kActive, kClosed };
+
+  static void on_socket_event(uv_poll_t* handle, int status, int events);
+  static void on_doorbell(uv_poll_t* handle, int status, int events);
+  static void on_handle_closed(uv_handle_t* handle);
+
+  void read_socket();
+  void flush_output();
+  void send_frame(const std::string& frame);
+  void handle_frame(const std::string& payload);
+  void handle_hello(const control::Hello& hello);
+  void handle_register(const control::RegisterDense& request);
+  void handle_register_sparse(const control::RegisterSparse& request);
+  // Registers (name, fingerprint) for this worker, or reports why not; creates the variable
+  // on first registration (make_sparse then sets up its table).
+  void register_variable(const std::string& name, const Fingerprint& fingerprint,
+                         const SparseOptions* sparse_options);
+  void reply_register(px_status status, const std::string& message, uint32_t var_id);
+  void handle_stats(const control::StatsRequest& request);
+  void handle_checkpoint(const control::Checkpoint& request);
+  void drain_submissions();
+  void update_socket_poll();
+
+  Server& server_;
+  int fd_;
+  uint64_t id_;
+  pid_t pid_;
+  uid_t uid_;
+  State state_ = State::kHandshake;
+  bool close_after_flush_ = false;
+  bool left_cleanly_ = false;
+  int open_handles_ = 0;
+  uv_poll_t socket_poll_{};
+  uv_poll_t doorbell_poll_{};
+  bool doorbell_polling_ = false;
+  FrameDecoder decoder_;
+  std::string output_;
+
+  std::shared_ptr<Job> job_;
+  int local_rank_ = -1;
+  std::string job_name_;
+  SharedArena arena_;
+  Doorbell submit_bell_;      // client rings, daemon waits
+  Doorbell completion_bell_;  // daemon rings, client waits
+  SpscRing<SubmitEntry> submit_ring_;
+  SpscRing<CompletionEntry> completion_ring_;
+  std::unordered_map<uint64_t, uint64_t> next_step_;
+};
+
+}  // namespace px

@@ -1,0 +1,298 @@
+#include "daemon/sparse/sparse_channel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "daemon/common/log.h"
+#include "transport/kernels/uninit_vector.h"
+
+namespace px {
+namespace {
+
+constexpr uint64_t kFirstPart = 0, kRowsPart = 1, kValuesPart = 2;
+constexpr uint64_t kMaxChunks = 1ull << (kTagAlgorithmBits - 2);
+// Largest request accepted from the network (rows per request).
+constexpr uint64_t kMaxRequestRows = 1ull << 32;
+
+}  // namespace
+
+// A request from another node, from its header until the reply left.
+struct SparseChannel::Incoming {
+  SparseRequestHeader header{};
+  uint64_t seq = 0;
+  UninitVector<int64_t> rows;  // all three are received or gathered whole
+  UninitVector<float> values;
+  UninitVector<float> reply;  // kReplyHeadroom for the status, then the rows (pull, read)
+  std::atomic<int> parts_left{0};
+  bool received = false;  // every part arrived (loop thread)
+  // A part failed (set by the transport's one progress thread before the last part's
+  // completion is posted to the loop).
+  bool failed = false;
+  std::string error;
+};
+
+SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
+                             size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
+                             std::function<std::string(int)> node_label)
+    : fabric_(fabric),
+      node_(node),
+      nodes_(nodes),
+      dim_(dim),
+      chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
+      owner_(std::move(owner)),
+      post_(std::move(post)),
+      node_label_(std::move(node_label)),
+      next_seq_to_(new std::atomic<uint64_t>[static_cast<size_t>(nodes)]()),
+      peers_(static_cast<size_t>(nodes)) {}
+
+size_t SparseChannel::chunk_size(size_t bytes) const {
+  // Both sides derive it from the size alone; huge payloads get larger chunks so the
+  // chunk index fits its tag bits.
+  return std::max(chunk_bytes_, (bytes + kMaxChunks - 1) / kMaxChunks);
+}
+
+size_t SparseChannel::chunks(size_t bytes) const {
+  return bytes == 0 ? 0 : (bytes + chunk_size(bytes) - 1) / chunk_size(bytes);
+}
+
+void SparseChannel::send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
+                              const TransferCallback& done) {
+  size_t chunk = chunk_size(bytes);
+  for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
+    fabric_->send(peer, tag | part | (i << 2), static_cast<const char*>(data) + at,
+                  std::min(chunk, bytes - at), done);
+}
+
+void SparseChannel::recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
+                              const TransferCallback& done) {
+  size_t chunk = chunk_size(bytes);
+  for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
+    fabric_->recv(peer, tag | part | (i << 2), static_cast<char*>(data) + at,
+                  std::min(chunk, bytes - at), done);
+}
+
+void SparseChannel::start(uint32_t global_id) {
+  if (!fabric_ || global_id_ != 0) return;
+  global_id_ = global_id;
+  for (int peer = 0; peer < nodes_; ++peer)
+    if (peer != node_) post_first(peer);
+}
+
+void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
+                            size_t count, const int64_t* rows, const float* values, float* out,
+                            std::shared_ptr<void> keep_alive, StatusCallback done) {
+  if (to == node_) {
+    ShardRequest r;
+    r.from_node = node_;
+    r.op = op;
+    r.partition = partition;
+    r.groups = groups;
+    r.step = step;
+    r.count = count;
+    r.rows = rows;
+    r.values = values;
+    r.out = out;
+    r.keep_alive = std::move(keep_alive);
+    r.done = std::move(done);
+    owner_->handle(std::move(r));
+    return;
+  }
+  // Remote: the reply's receives first (so the reply never waits as an unexpected
+  // message), then the request's messages; done once every part finished.
+  struct Call {
+    UninitVector<char> first;  // header + inline rows
+    SparseReplyHeader reply{};
+    const char* reply_at = nullptr;  // where the reply's status lands
+    std::atomic<int> left{0};
+    std::mutex mutex;
+    std::string error;
+    std::shared_ptr<void> keep_alive;
+    StatusCallback done;
+  };
+  auto call = std::make_shared<Call>();
+  SparseRequestHeader header{};
+  header.op = static_cast<uint32_t>(op);
+  header.from_node = static_cast<uint32_t>(node_);
+  header.partition = partition;
+  header.groups = groups;
+  header.step = step;
+  header.count = count;
+  header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  size_t index_bytes = count * sizeof(int64_t);
+  bool rows_inline = sparse_rows_inline(count);
+  call->first.resize(sizeof header + (rows_inline ? index_bytes : 0));
+  std::memcpy(call->first.data(), &header, sizeof header);
+  if (rows_inline && index_bytes > 0)
+    std::memcpy(call->first.data() + sizeof header, rows, index_bytes);
+  call->keep_alive = std::move(keep_alive);
+  call->done = std::move(done);
+  uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
+  uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
+  uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
+  size_t reply_bytes = sparse_reply_bytes(op, count, dim_);
+  char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
+                                              : reinterpret_cast<char*>(&call->reply);
+  call->reply_at = reply_at;
+  size_t values_out = sparse_op_carries_values(op) ? count * dim_ * sizeof(float) : 0;
+  int parts = static_cast<int>(1 + (rows_inline ? 0 : chunks(index_bytes)) + chunks(values_out) +
+                               chunks(reply_bytes));
+  call->left.store(parts);
+  bytes_sent_ += sizeof(SparseRequestHeader) + header.payload_bytes;
+  bytes_received_ += reply_bytes;
+  auto self = shared_from_this();
+  auto part_done = [self, call, to](bool ok, const std::string& error) {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(call->mutex);
+      if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
+    }
+    if (call->left.fetch_sub(1) != 1) return;
+    self->post_([self, call, to] {
+      if (!call->error.empty())
+        return call->done(PX_ERR_PEER_LOST,
+                          "a transfer with " + self->node_label_(to) + " failed: " + call->error);
+      SparseReplyHeader reply;
+      std::memcpy(&reply, call->reply_at, sizeof reply);
+      if (reply.status != PX_OK)
+        return call->done(static_cast<px_status>(reply.status),
+                          self->node_label_(to) + " refused the request (its log says why)");
+      call->done(PX_OK, "");
+    });
+  };
+  recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
+  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), part_done);
+  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
+  send_part(to, request_tag, kValuesPart, values, values_out, part_done);
+}
+
+void SparseChannel::post_first(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.first.empty()) p.first.resize(kRequestMessageBytes);
+  auto self = shared_from_this();
+  fabric_->recv_message(
+      peer, make_tag(TagKind::kSparseRequest, global_id_, p.seq) | kFirstPart, p.first.data(),
+      p.first.size(), [self, peer](bool ok, size_t bytes, const std::string& error) {
+        self->post_([self, peer, ok, bytes, error] { self->on_first(peer, ok, bytes, error); });
+      });
+}
+
+void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string& error) {
+  if (!ok) {
+    PX_LOG_DEBUG("sparse requests from %s stop: %s", node_label_(peer).c_str(), error.c_str());
+    return;
+  }
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  SparseRequestHeader h{};
+  std::memcpy(&h, p.first.data(), std::min(bytes, sizeof h));
+  size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
+  std::string bad;
+  if (bytes < sizeof h) {
+    bad = std::to_string(bytes) + " bytes, shorter than a header";
+  } else if (!sparse_op_valid(h.op)) {
+    bad = "unknown operation " + std::to_string(h.op);
+  } else if (h.from_node != static_cast<uint32_t>(peer)) {
+    bad = "claims to come from node " + std::to_string(h.from_node);
+  } else if (h.count > kMaxRequestRows) {
+    bad = std::to_string(h.count) + " rows";
+  } else if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim_)) {
+    bad = "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
+          std::to_string(h.count) + " rows";
+  } else if (bytes != sizeof h + inline_bytes) {
+    bad = std::to_string(bytes) + " bytes for a header and " +
+          std::to_string(inline_bytes / sizeof(int64_t)) + " inline rows";
+  }
+  if (!bad.empty()) {
+    // The stream from that node cannot be trusted any further: stop reading it.
+    PX_LOG_ERROR("malformed sparse request from %s (%s); ignoring that node's requests",
+                 node_label_(peer).c_str(), bad.c_str());
+    return;
+  }
+  auto in = std::make_shared<Incoming>();
+  in->header = h;
+  in->seq = p.seq++;
+  SparseOp op = static_cast<SparseOp>(h.op);
+  in->rows.resize(h.count);
+  size_t index_bytes = h.count * sizeof(int64_t);
+  bool rows_inline = sparse_rows_inline(h.count);
+  if (rows_inline && index_bytes > 0)
+    std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
+  if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
+  in->reply.resize(sparse_reply_bytes(op, h.count, dim_) / sizeof(float));
+  bytes_received_ += sizeof h + h.payload_bytes;
+  p.in_order.push_back(in);
+  uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);
+  size_t value_bytes = in->values.size() * sizeof(float);
+  int parts = static_cast<int>((rows_inline ? 0 : chunks(index_bytes)) + chunks(value_bytes));
+  if (parts == 0) {
+    in->received = true;
+  } else {
+    in->parts_left.store(parts);
+    auto self = shared_from_this();
+    auto part_done = [self, in, peer](bool ok, const std::string& error) {
+      if (!ok && !in->failed) {
+        in->failed = true;
+        in->error = error;
+      }
+      if (in->parts_left.fetch_sub(1) != 1) return;
+      self->post_([self, in, peer] {
+        in->received = true;
+        self->deliver_ready(peer);
+      });
+    };
+    if (!rows_inline) recv_part(peer, tag, kRowsPart, in->rows.data(), index_bytes, part_done);
+    recv_part(peer, tag, kValuesPart, in->values.data(), value_bytes, part_done);
+  }
+  post_first(peer);
+  deliver_ready(peer);
+}
+
+// Hands received requests to the owner in the order the peer sent them.
+void SparseChannel::deliver_ready(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  while (!p.in_order.empty() && p.in_order.front()->received) {
+    std::shared_ptr<Incoming> in = p.in_order.front();
+    p.in_order.pop_front();
+    if (in->failed) {
+      // The peer is gone (its own operations fail there) or sent a part of the wrong size.
+      PX_LOG_WARN("sparse %s request from %s dropped: %s",
+                  sparse_op_name(static_cast<SparseOp>(in->header.op)), node_label_(peer).c_str(),
+                  in->error.c_str());
+      if (in->header.op != static_cast<uint32_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
+      continue;
+    }
+    ShardRequest r;
+    r.from_node = peer;
+    r.op = static_cast<SparseOp>(in->header.op);
+    r.partition = in->header.partition;
+    r.groups = in->header.groups;
+    r.step = in->header.step;
+    r.count = in->header.count;
+    r.rows = in->rows.data();
+    r.values = in->values.empty() ? nullptr : in->values.data();
+    r.out =
+        sparse_op_returns_rows(r.op) ? in->reply.data() + kReplyHeadroom / sizeof(float) : nullptr;
+    r.keep_alive = in;
+    if (r.op != SparseOp::kPush) {
+      auto self = shared_from_this();
+      r.done = [self, peer, in](px_status status, const std::string&) {
+        self->reply(peer, in, status);
+      };
+    }
+    owner_->handle(std::move(r));
+  }
+}
+
+void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
+  uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
+  SparseReplyHeader header{};
+  header.status = status;
+  // Rows are sent even when refused, so the requester's posted receives complete (zeros
+  // then: the buffer was never filled).
+  if (status != PX_OK) std::fill(in->reply.begin(), in->reply.end(), 0.0f);
+  std::memcpy(in->reply.data(), &header, sizeof header);
+  auto keep = [in](bool, const std::string&) {};
+  size_t bytes = in->reply.size() * sizeof(float);
+  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, keep);
+  bytes_sent_ += bytes;
+}
+
+}  // namespace px

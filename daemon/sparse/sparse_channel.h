@@ -1,0 +1,82 @@
+// A sparse variable's requests to shard owners: to this node's ShardOwner directly, to
+// other nodes' over the fabric (sparse_wire.h), and the receiving side that feeds other
+// nodes' requests into this node's ShardOwner, in the order each node sent them. A request's
+// header and rows (when few) share one message, a reply's status and rows another; bulk
+// parts go from and into their own buffers uncopied, cut into chunks of at most chunk_bytes:
+// larger messages would take ofi_rxm's rendezvous path, which runs at about half the link
+// rate on rate-limited links (fabric_endpoint.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/sparse/shard_owner.h"
+#include "transport/collectives/collective_transport.h"
+
+namespace px {
+
+class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
+ public:
+  using PostToLoop = std::function<void(std::function<void()>)>;
+
+  // fabric is null on a single node. node_label(i) names node i in errors.
+  SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim, size_t chunk_bytes,
+                std::shared_ptr<ShardOwner> owner, PostToLoop post,
+                std::function<std::string(int)> node_label);
+
+  // Cluster: serve other nodes' requests; the variable's bulk messages use global_id.
+  void start(uint32_t global_id);
+  bool started() const { return global_id_ != 0 || !fabric_; }
+
+  // Sends a request to node `to` (this node included) for one partition, a group of them
+  // (groups > 0) or all of them (sparse_wire.h). rows and values (push, load) must stay valid, and
+  // out (pull, read: count x dim) writable, until done; keep_alive holds them. done runs on the
+  // loop thread.
+  void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
+               size_t count, const int64_t* rows, const float* values, float* out,
+               std::shared_ptr<void> keep_alive, StatusCallback done);
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  struct Incoming;
+  struct Peer {
+    uint64_t seq = 0;         // next request sequence number expected from the peer
+    std::vector<char> first;  // the next request's first message lands here
+    std::deque<std::shared_ptr<Incoming>> in_order;
+  };
+  // A payload part of `bytes` goes as chunks() messages tagged tag | part | chunk << 2.
+  size_t chunk_size(size_t bytes) const;
+  size_t chunks(size_t bytes) const;
+  void send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
+                 const TransferCallback& done);
+  void recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
+                 const TransferCallback& done);
+  void post_first(int peer);
+  void on_first(int peer, bool ok, size_t bytes, const std::string& error);
+  void deliver_ready(int peer);
+  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
+
+  CollectiveTransport* fabric_;
+  int node_;
+  int nodes_;
+  size_t dim_;
+  size_t chunk_bytes_;
+  std::shared_ptr<ShardOwner> owner_;
+  PostToLoop post_;
+  std::function<std::string(int)> node_label_;
+  uint32_t global_id_ = 0;
+  // Per destination node; atomic since remote requests come from the loop and the pool.
+  std::unique_ptr<std::atomic<uint64_t>[]> next_seq_to_;
+  std::vector<Peer> peers_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+}  // namespace px

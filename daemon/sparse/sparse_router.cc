@@ -1,0 +1,551 @@
+#include "daemon/sparse/sparse_router.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "daemon/common/log.h"
+#include "daemon/front/session.h"
+#include "sharding/coalesce.h"
+#include "sharding/row_plan.h"
+
+namespace px {
+namespace {
+
+// Row work above this many values goes to the pool.
+constexpr size_t kInlineValues = 32 * 1024;
+
+std::string op_noun(SparseOp op) {
+  bool step = op == SparseOp::kPull || op == SparseOp::kPush;
+  return std::string(sparse_op_name(op)) + (step ? " step" : "");
+}
+
+}  // namespace
+
+struct SparseRun {
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  std::shared_ptr<SparseTable> table;
+  SparseOp op = SparseOp::kPull;
+  uint64_t step = 0;
+  int64_t start_ns = 0;
+  // ps/hybrid pulls and pushes: how this run's requests group the partitions.
+  std::shared_ptr<const RequestGroups> request_groups;
+  struct Worker {
+    std::shared_ptr<Session> session;
+    uint64_t request_id = 0;
+    const int64_t* indices = nullptr;
+    size_t n = 0;
+    char* rows = nullptr;  // pull/read: out; push: gradients; load: values
+    px_status status = PX_OK;
+    std::string message;
+  };
+  std::vector<Worker> workers;
+  // Requests, group-major: group i's rows are row_ids()[group_begin(i) .. group_begin(i+1)),
+  // from the plan (pull, read, push) or from rows and begin (load). values is left
+  // uninitialised: every byte is written before it is read or sent.
+  std::vector<int64_t> rows;
+  std::unique_ptr<float[]> values;
+  std::vector<size_t> begin;
+  // pull/read/push: the workers' rows by group (partition or node); a pull scatters each
+  // group's reply through it as soon as that reply is in, a push sums each group's
+  // gradients just before its request is sent (the first leaves while the rest are summed).
+  std::shared_ptr<const RowPlan> plan;
+  std::shared_ptr<const RowPlan> last_pull_plan;          // push: reused if its indices match
+  std::shared_ptr<const RequestGroups> last_pull_groups;  // ... and it grouped them alike
+  std::vector<RowBatch> batches;                          // the workers whose input was accepted
+  std::vector<float*> outs;                               // pull/read: by batch, where rows go
+  std::vector<int> targets;                               // groups that get a request, in order
+  int requests_left = 0;
+  bool abandoned = false;  // failed from outside: transfers still out no longer count
+  px_status status = PX_OK;
+  std::string error;
+  bool waits_for_push = false;  // pull: prepared once the pushes before it have sent
+  bool prepared = false;        // ready to send once the variable's earlier runs have sent
+  bool sending = false;
+  bool sent = false;  // every request issued
+  int busy = 0;       // pool tasks working on the workers' buffers
+  bool finished = false;
+
+  // Appended piece by piece: GCC 12's -O3 -Wrestrict misfires on the chain of operator+.
+  std::string where() const {
+    std::string text = " (variable '";
+    text += var->name;
+    text += "', ";
+    text += op_noun(op);
+    if (op == SparseOp::kPull || op == SparseOp::kPush) {
+      text += ' ';
+      text += std::to_string(step);
+    }
+    text += ')';
+    return text;
+  }
+  size_t dim() const { return table->shape.dim; }
+  int groups() const { return static_cast<int>(plan ? plan->group_count() : begin.size() - 1); }
+  size_t group_begin(int g) const {
+    return plan ? plan->group_begin(g) : begin[static_cast<size_t>(g)];
+  }
+  const int64_t* row_ids() const { return plan ? plan->rows().data() : rows.data(); }
+  size_t row_count() const { return plan ? plan->unique_rows() : rows.size(); }
+  // Takes the plan the requests follow and room for their values (pull, read: each group's
+  // rows preceded by the headroom its reply's status arrives in).
+  void use_plan(std::shared_ptr<const RowPlan> p) {
+    plan = std::move(p);
+    values.reset(new float[plan->unique_rows() * dim() + plan->group_count() * headroom()]);
+  }
+  size_t headroom() const {
+    return sparse_op_returns_rows(op) ? kReplyHeadroom / sizeof(float) : 0;
+  }
+  // Group g's values: what a push or load sends, where a pull's or read's reply lands.
+  float* group_values(int g) const {
+    return values.get() + group_begin(g) * dim() + static_cast<size_t>(g + 1) * headroom();
+  }
+  size_t total_rows() const {
+    size_t n = 0;
+    for (auto& w : workers) n += w.n;
+    return n;
+  }
+};
+
+namespace {
+
+// The node a request for row goes to: its owner, or this node's replica.
+int target_node(const SparseTable& table, int64_t row) {
+  return table.replicated ? table.node : table.map.owner(static_cast<uint64_t>(row));
+}
+
+// A run's requests go per group: per group of partitions for ps/hybrid pulls and pushes
+// (each partition is applied on its own, so its replies can leave while the pushes of
+// others are still arriving; request_groups.h), per node otherwise.
+int group_count(const SparseTable& table, const SparseRun& run) {
+  return run.request_groups ? run.request_groups->count() : table.map.nodes();
+}
+std::function<int(int64_t)> group_of_row(const SparseTable& table, const SparseRun& run) {
+  if (run.request_groups)
+    return [&groups = *run.request_groups](int64_t row) {
+      return groups.group_of_row(static_cast<uint64_t>(row));
+    };
+  return [&table](int64_t row) { return target_node(table, row); };
+}
+RowOrder row_order(const SparseRun& run) {
+  return run.request_groups ? run.request_groups->row_order() : RowOrder{};
+}
+int group_node(const SparseRun& run, int group) {
+  return run.request_groups ? run.request_groups->node(group) : group;
+}
+
+}  // namespace
+
+void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
+                            PendingStep pending) {
+  auto run = std::make_shared<Run>();
+  run->job = std::move(job);
+  run->var = &var;
+  run->table = var.sparse;
+  run->op = opcode == Opcode::kPullRows ? SparseOp::kPull : SparseOp::kPush;
+  run->step = step;
+  run->start_ns = monotonic_ns();
+  run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  for (auto& c : pending.by_rank) {
+    Run::Worker w;
+    w.session = c->session;
+    w.request_id = c->request_id;
+    char* base = c->session->arena().base();
+    w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
+    w.n = c->in.bytes / sizeof(int64_t);
+    w.rows = base + c->out.offset;
+    run->workers.push_back(std::move(w));
+  }
+  start(run);
+}
+
+void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
+                              const SubmitEntry& entry) {
+  auto run = std::make_shared<Run>();
+  run->job = session->job_ref();
+  run->var = &var;
+  run->table = var.sparse;
+  run->op =
+      entry.opcode == static_cast<uint16_t>(Opcode::kLoadRows) ? SparseOp::kLoad : SparseOp::kRead;
+  run->start_ns = monotonic_ns();
+  Run::Worker w;
+  char* base = session->arena().base();
+  w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
+  w.n = entry.in.bytes / sizeof(int64_t);
+  w.rows = base + entry.out.offset;
+  w.session = std::move(session);
+  w.request_id = entry.request_id;
+  run->workers.push_back(std::move(w));
+  start(run);
+}
+
+// Runs of a variable send in the order they started (a node's pushes must reach each owner
+// in step order), whatever order their preparation on the pool finishes in.
+void SparseRouter::start(const std::shared_ptr<Run>& run) {
+  run->table->in_flight[run.get()] = run;  // a dropped run's address may come back
+  run->table->send_order.push_back(run);
+  if (run->op == SparseOp::kPull) {
+    for (const auto& earlier : run->table->send_order) {
+      if (earlier->op == SparseOp::kPush && !earlier->sent) {
+        run->waits_for_push = true;
+        return;
+      }
+    }
+  }
+  prepare(run);
+}
+
+// A pull cannot be served before the pushes ahead of it are applied, so its preparation
+// waits until they have been sent rather than take CPU from them (on a busy node the
+// pushes would leave later, and the pull be served later too).
+void SparseRouter::release_pulls(SparseTable& table) {
+  std::vector<std::shared_ptr<Run>> ready;
+  for (const auto& run : table.send_order) {
+    if (run->op == SparseOp::kPush && !run->sent) break;
+    if (run->waits_for_push) {
+      run->waits_for_push = false;
+      ready.push_back(run);
+    }
+  }
+  for (const auto& run : ready) prepare(run);
+}
+
+void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
+  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  if (run->op == SparseOp::kPush) {
+    run->last_pull_plan = run->table->last_pull_plan;
+    run->last_pull_groups = run->table->last_pull_groups;
+  }
+  ++run->busy;
+  offload(
+      heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
+      [this, run] {
+        --run->busy;
+        // Workers whose input was refused learn it now; the others go on.
+        for (auto& w : run->workers)
+          if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
+        if (run->op == SparseOp::kPull) {
+          run->table->last_pull_plan = run->plan;
+          run->table->last_pull_groups = run->request_groups;
+        }
+        run->prepared = true;
+        send_next(*run->table);
+      });
+}
+
+void SparseRouter::send_next(SparseTable& table) {
+  release_pulls(table);
+  while (!table.send_order.empty()) {
+    std::shared_ptr<Run> run = table.send_order.front();
+    if (!run->prepared || run->sending) return;
+    run->sending = true;
+    send(run);
+    if (!run->sent) return;  // still summing, or waiting for the variable's global id
+    table.send_order.pop_front();
+    release_pulls(table);
+  }
+}
+
+namespace {
+
+// Refuses a worker's request for a bad index (or value); nothing of it is used.
+bool check_worker(const SparseTable& table, SparseOp op, size_t dim, const std::string& where,
+                  const std::string& who, const int64_t* indices, size_t n, const char* rows,
+                  px_status* status, std::string* message) {
+  int64_t bad = find_bad_index(indices, n, table.shape.rows);
+  if (bad >= 0) {
+    *status = PX_ERR_INDEX;
+    *message = "index " + std::to_string(indices[bad]) + " at position " + std::to_string(bad) +
+               " is outside [0, " + std::to_string(table.shape.rows) + ") in " + who + "'s " +
+               op_noun(op) + where + "; nothing of it was applied";
+    return false;
+  }
+  if ((op == SparseOp::kPush && table.options.nonfinite == NonFinite::kReject) ||
+      op == SparseOp::kLoad) {
+    int64_t row = find_nonfinite_row(reinterpret_cast<const float*>(rows), n, dim);
+    if (row >= 0) {
+      *status = PX_ERR_INVALID;
+      *message = "NaN or Inf in the values for row " + std::to_string(indices[row]) +
+                 " (position " + std::to_string(row) + ") from " + who + where +
+                 "; nothing of it was applied";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// pull/read: the union of the workers' rows, grouped by owner.
+void SparseRouter::prepare_rows(Run& run) {
+  for (auto& w : run.workers) {
+    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.session->label(), w.indices,
+                      w.n, w.rows, &w.status, &w.message))
+      continue;
+    run.batches.push_back({w.indices, w.n, nullptr});
+    run.outs.push_back(reinterpret_cast<float*>(w.rows));
+  }
+  const SparseTable& table = *run.table;
+  run.use_plan(std::make_shared<RowPlan>(run.batches, run.dim(), false, group_count(table, run),
+                                         group_of_row(table, run), row_order(run)));
+}
+
+// push: the workers' gradients sorted by group (summed later, group by group, as they are
+// sent); load: the values as given (last one wins at the owner), grouped by owner, order
+// kept within each owner.
+void SparseRouter::prepare_updates(Run& run) {
+  size_t dim = run.dim();
+  std::vector<RowBatch>& batches = run.batches;
+  for (auto& w : run.workers) {
+    if (!check_worker(*run.table, run.op, dim, run.where(), w.session->label(), w.indices, w.n,
+                      w.rows, &w.status, &w.message))
+      continue;
+    batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
+  }
+  const SparseTable& table = *run.table;
+  if (run.op == SparseOp::kPush) {
+    bool skip = table.options.nonfinite == NonFinite::kSkip;
+    auto all_finite = [&] {
+      for (const RowBatch& b : batches)
+        if (find_nonfinite_row(b.values, b.n, dim) >= 0) return false;
+      return true;
+    };
+    // The pull's plan serves if it grouped the rows alike (the partition search may have
+    // changed the grouping between them).
+    if (run.last_pull_plan && run.last_pull_groups == run.request_groups &&
+        run.last_pull_plan->matches(batches) && (!skip || all_finite()))
+      run.use_plan(std::move(run.last_pull_plan));
+    else
+      run.use_plan(std::make_shared<RowPlan>(batches, dim, skip, group_count(table, run),
+                                             group_of_row(table, run), row_order(run)));
+    run.last_pull_plan.reset();
+    run.last_pull_groups.reset();
+    return;
+  }
+  size_t nodes = static_cast<size_t>(table.map.nodes());
+  run.begin.assign(nodes + 1, 0);
+  size_t total = 0;
+  for (auto& b : batches) total += b.n;
+  for (auto& b : batches)
+    for (size_t i = 0; i < b.n; ++i)
+      ++run.begin[static_cast<size_t>(target_node(table, b.rows[i])) + 1];
+  for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
+  std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
+  run.rows.resize(total);
+  run.values.reset(new float[total * dim]);
+  for (auto& b : batches) {
+    for (size_t i = 0; i < b.n; ++i) {
+      size_t at = fill[static_cast<size_t>(target_node(table, b.rows[i]))]++;
+      run.rows[at] = b.rows[i];
+      std::memcpy(run.values.get() + at * dim, b.values + i * dim, dim * sizeof(float));
+    }
+  }
+}
+
+void SparseRouter::send(const std::shared_ptr<Run>& run) {
+  Variable& var = *run->var;
+  Job& job = *run->job;
+  auto refuse = [&](px_status status, const std::string& why) {
+    run->sent = true;
+    finish(*run, status, why);
+  };
+  if (run->finished) return refuse(PX_OK, "");
+  if (var.poison_status != PX_OK) return refuse(var.poison_status, var.poison_message);
+  if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + run->where());
+  if (fabric_ && !run->table->channel->started()) {  // not every node registered it yet
+    var.awaiting_global_id.push_back([this, run] {
+      send(run);
+      if (run->sent) {
+        run->table->send_order.pop_front();
+        send_next(*run->table);
+      }
+    });
+    return;
+  }
+  SparseTable& table = *run->table;
+  if (run->op == SparseOp::kPull) {
+    ++table.pull_steps;
+    for (auto& w : run->workers) table.rows_pulled += w.n;
+    table.rows_unique += run->plan->unique_rows();
+  }
+  if (run->op == SparseOp::kPush) ++table.push_steps;
+  // Every partition hears of every push step (empty or not): sync and bounded owners count
+  // them. A replica hears only of this node's pushes (exchanging them is its business); a
+  // load goes to every replica. Other nodes' groups first, taking the nodes in turn (from
+  // the next node on), so their transfers start while this node's own part is prepared.
+  int nodes = table.map.nodes();
+  bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
+  std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
+  std::vector<int> turn(static_cast<size_t>(nodes), 0);
+  for (int g = 0; g < run->groups(); ++g) {
+    int node = group_node(*run, g);
+    size_t count = run->group_begin(g + 1) - run->group_begin(g);
+    bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
+    if (count == 0 && !pushes_here && !(to_every_replica && run->row_count() > 0)) continue;
+    int distance = (node - table.node - 1 + nodes) % nodes;  // this node last
+    int t = node == table.node ? 1 << 30 : turn[static_cast<size_t>(node)]++;
+    order.push_back({{t, distance}, g});
+  }
+  std::sort(order.begin(), order.end());
+  for (auto& o : order) run->targets.push_back(o.second);
+  run->requests_left = static_cast<int>(run->targets.size());
+  if (run->targets.empty()) {
+    run->sent = true;
+    return settle(run);
+  }
+  if (run->op != SparseOp::kPush) {
+    for (int group : run->targets) request(run, group);
+    run->sent = true;
+    return settle(run);
+  }
+  // Push: sum each group's rows, then send them; on the pool when heavy, where each
+  // request to another node leaves as soon as its sums are ready (the channel takes remote
+  // requests from any thread; a hop through the loop cost a millisecond on a busy node).
+  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  if (!heavy) {
+    for (int group : run->targets) {
+      sum_group(*run, group);
+      request(run, group);
+    }
+    run->sent = true;
+    return settle(run);
+  }
+  ++run->busy;
+  pool_.submit([this, run] {
+    const SparseTable& table = *run->table;
+    for (size_t i = 0; i < run->targets.size(); ++i) {
+      int group = run->targets[i];
+      sum_group(*run, group);
+      bool local = group_node(*run, group) == table.node;
+      if (!local) request(run, group);
+      bool last = i + 1 == run->targets.size();
+      if (!local && !last) continue;
+      post_([this, run, group, local, last] {
+        if (local) request(run, group);
+        if (!last) return;
+        --run->busy;
+        run->sent = true;
+        run->table->send_order.pop_front();
+        send_next(*run->table);
+        settle(run);  // the requests may all have completed already
+      });
+    }
+  });
+}
+
+void SparseRouter::sum_group(Run& run, int group) {
+  run.plan->sum_group(group, run.batches, run.values.get());
+}
+
+// One group's request (for a load on a replicated route: every row, to every replica). On
+// the loop, or on the pool for a push to another node (nothing here changes shared state).
+void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
+  const SparseTable& table = *run->table;
+  int node = group_node(*run, group);
+  int rows_of = table.replicated && run->op == SparseOp::kLoad ? table.node : group;
+  size_t at = run->group_begin(rows_of);
+  size_t count = run->group_begin(rows_of + 1) - at;
+  bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
+  float* group_values = run->group_values(rows_of);
+  const float* values = updates ? group_values : nullptr;
+  float* out = updates ? nullptr : group_values;
+  const RequestGroups* groups = run->request_groups.get();
+  uint32_t partition = groups ? groups->index(group) : kAllPartitions;
+  uint32_t of = groups ? groups->groups_on(node) : 0;
+  table.channel->request(node, partition, of, run->op, run->step, count, run->row_ids() + at,
+                         values, out, run,
+                         [this, run, group](px_status status, const std::string& error) {
+                           if (status != PX_OK && run->status == PX_OK) {
+                             run->status = status;
+                             run->error = error;
+                           }
+                           --run->requests_left;
+                           if (status == PX_OK && sparse_op_returns_rows(run->op) && !run->finished)
+                             return scatter(run, group);
+                           settle(run);
+                         });
+}
+
+// Copies one group's reply rows to every worker position that asked for them.
+void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
+  bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
+  ++run->busy;
+  offload(
+      heavy,
+      [run, group] { run->plan->scatter_group(group, run->group_values(group), run->outs.data()); },
+      [this, run] {
+        --run->busy;
+        settle(run);
+      });
+}
+
+// Finishes the run once nothing of it is outstanding.
+void SparseRouter::settle(const std::shared_ptr<Run>& run) {
+  if (run->finished || !run->sent || run->busy > 0) return;
+  if (run->requests_left > 0 && !run->abandoned) return;
+  if (run->status == PX_OK) return finish(*run, PX_OK, "");
+  const Job& job = *run->job;
+  std::string why = !job.broken().empty() ? job.broken() : run->error;
+  finish(*run, run->status, why + run->where());
+}
+
+void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
+  if (!var.sparse) return;
+  std::vector<std::shared_ptr<Run>> runs;
+  for (auto it = var.sparse->in_flight.begin(); it != var.sparse->in_flight.end();) {
+    if (std::shared_ptr<Run> run = it->second.lock()) {
+      runs.push_back(std::move(run));
+      ++it;
+    } else {
+      PX_LOG_ERROR(
+          "variable '%s': an operation was dropped before it completed (a bug); "
+          "its workers get no answer",
+          var.name.c_str());
+      it = var.sparse->in_flight.erase(it);
+    }
+  }
+  // Runs still preparing or scattering (a pool thread works on their workers' buffers)
+  // finish when that work ends; runs not sent yet see the poison or broken job then.
+  for (const std::shared_ptr<Run>& run : runs) {
+    if (!run->sent || run->finished) continue;
+    if (run->busy > 0) {
+      if (run->status == PX_OK) {
+        run->status = status;
+        run->error = why;
+      }
+      run->abandoned = true;
+      continue;
+    }
+    finish(*run, status, why + run->where());
+  }
+}
+
+void SparseRouter::finish(Run& run, px_status status, const std::string& message) {
+  if (run.finished) return;
+  run.finished = true;
+  run.table->in_flight.erase(&run);
+  Variable& var = *run.var;
+  if (status == PX_OK) {
+    var.stats.ops += 1;
+    var.stats.bytes += run.total_rows() * (8 + run.dim() * sizeof(float));
+  }
+  var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  for (auto& w : run.workers)
+    if (w.status == PX_OK) w.session->complete(w.request_id, status, message);
+}
+
+void SparseRouter::offload(bool heavy, std::function<void()> work, std::function<void()> then) {
+  if (!heavy) {
+    work();
+    then();
+    return;
+  }
+  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
+  pool_.submit([this, work = std::move(work), shared_then] {
+    work();
+    post_([shared_then] { (*shared_then)(); });
+  });
+}
+
+}  // namespace px

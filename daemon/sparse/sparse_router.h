@@ -1,0 +1,136 @@
+// The node side of sparse variables: turns the local workers' pulls and pushes into one
+// request per owning shard (the union of their rows; their gradients coalesced), sends them
+// through the variable's SparseChannel and hands the results back to every worker.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/common/job.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/sparse/shard_owner.h"
+#include "daemon/sparse/sparse_channel.h"
+#include "sharding/partition_map.h"
+#include "sharding/partition_search.h"
+#include "sharding/request_groups.h"
+#include "sharding/row_plan.h"
+#include "sharding/sparse_spec.h"
+#include "transport/collectives/collective_transport.h"
+
+namespace px {
+
+class Session;
+struct SparseRun;
+
+// What a node holds for one sparse variable.
+struct SparseTable {
+  std::string label;  // "variable 'v' of job 'j'", for logs
+  SparseShape shape;
+  SparseOptions options;
+  PartitionMap map;         // ps: where rows live
+  bool replicated = false;  // allgatherv/allreduce routes: every node holds every row
+  int node = 0;
+  std::shared_ptr<ShardOwner> owner;
+  std::shared_ptr<SparseChannel> channel;
+  // Counters for stats: rows the local workers pulled (duplicates included) and the rows
+  // this node asked the shards for (their union), summed over pull steps.
+  uint64_t pull_steps = 0;
+  uint64_t push_steps = 0;
+  uint64_t rows_pulled = 0;
+  uint64_t rows_unique = 0;
+  // ps/hybrid: the automatic partition count's search (absent when the count was given),
+  // and the requests of a step grouped for K requests per node (cached by K).
+  std::optional<PartitionSearch> search;
+  uint32_t requests_per_node(uint64_t step) const {
+    return search ? search->per_node_for(step) : map.partitions();
+  }
+  std::shared_ptr<const RequestGroups> groups_for(uint32_t per_node) const {
+    std::shared_ptr<const RequestGroups>& groups = request_groups[per_node];
+    if (!groups) groups = std::make_shared<const RequestGroups>(map, per_node);
+    return groups;
+  }
+  mutable std::map<uint32_t, std::shared_ptr<const RequestGroups>> request_groups;
+  // The last pull's plan: a push of the same indices (the usual step) sums through it.
+  std::shared_ptr<const RowPlan> last_pull_plan;
+  std::shared_ptr<const RequestGroups> last_pull_groups;
+  // Operations past local matching, not yet complete. Weak: the last reference to a run
+  // may go on a pool or progress thread, so a run can never be erased by its destructor; one
+  // dropped unfinished (a bug) is then found expired here rather than left dangling.
+  std::map<SparseRun*, std::weak_ptr<SparseRun>> in_flight;
+  // Operations in the order they started; each sends once those before it have sent.
+  std::deque<std::shared_ptr<SparseRun>> send_order;
+};
+
+struct SparseCounters {
+  uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
+           bytes_sent = 0, bytes_received = 0, request_partitions = 0, search_steps_left = 0;
+};
+SparseCounters sparse_counters(const SparseTable& table);
+
+class SparseRouter {
+ public:
+  using PostToLoop = std::function<void(std::function<void()>)>;
+  SparseRouter(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
+
+  void set_fabric(CollectiveTransport* fabric, size_t chunk_bytes) {
+    fabric_ = fabric;
+    chunk_bytes_ = chunk_bytes;
+  }
+
+  // Sets up the variable's table on this node (its shards allocated and initialised).
+  std::shared_ptr<SparseTable> create(const Job& job, const Variable& var, SparseShape shape,
+                                      const SparseOptions& options,
+                                      std::function<std::string(int)> node_label);
+
+  // Checkpoints are restored from this directory when variables are registered.
+  void set_restore_dir(std::string dir) { restore_dir_ = std::move(dir); }
+  // Loads the variable's rows from the restore directory's checkpoint, if it has one.
+  bool restore(SparseTable& table, const Job& job, const Variable& var, std::string* error);
+  // Writes every node's shards of the variable to dir once push_steps push steps are
+  // applied everywhere, then the manifest; done on the loop thread.
+  void checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
+                  const std::string& dir, StatusCallback done);
+
+  // Cluster: every node registered the variable alike; its bulk messages use global_id.
+  void start_variable(Variable& var, uint32_t global_id);
+
+  // A pull or push step every local worker submitted.
+  void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
+                PendingStep pending);
+  // One worker's load or read (not steps).
+  void run_single(std::shared_ptr<Session> session, Variable& var, const SubmitEntry& entry);
+  // Completes the variable's operations in flight with status (poisoned variable, broken
+  // job); their transfers still under way are ignored when they finish.
+  void fail_in_flight(Variable& var, px_status status, const std::string& why);
+
+ private:
+  using Run = SparseRun;
+  std::shared_ptr<const RequestGroups> request_groups_for(SparseTable& table, SparseOp op,
+                                                          uint64_t step, int64_t now_ns);
+  void start(const std::shared_ptr<Run>& run);
+  void prepare(const std::shared_ptr<Run>& run);
+  void release_pulls(SparseTable& table);
+  void prepare_rows(Run& run);
+  void prepare_updates(Run& run);
+  void send_next(SparseTable& table);
+  void send(const std::shared_ptr<Run>& run);
+  void sum_group(Run& run, int group);
+  void request(const std::shared_ptr<Run>& run, int group);
+  void scatter(const std::shared_ptr<Run>& run, int group);
+  void settle(const std::shared_ptr<Run>& run);
+  void finish(Run& run, px_status status, const std::string& message);
+  // work off the loop when heavy, then `then` on the loop.
+  void offload(bool heavy, std::function<void()> work, std::function<void()> then);
+
+  ThreadPool& pool_;
+  PostToLoop post_;
+  CollectiveTransport* fabric_ = nullptr;
+  size_t chunk_bytes_ = 256 * 1024;
+  std::string restore_dir_;
+};
+
+}  // namespace px

@@ -1,0 +1,175 @@
+// The node's side of a sparse variable's table: creating it (partitioning, owner,
+// channel, partition search), restoring and checkpointing it, its counters, and the
+// request grouping each step uses. The steps themselves are in sparse_router.cc.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "daemon/common/log.h"
+#include "daemon/common/status_join.h"
+#include "daemon/sparse/sparse_router.h"
+#include "sharding/checkpoint.h"
+#include "sharding/optimizer.h"
+
+namespace px {
+
+SparseCounters sparse_counters(const SparseTable& table) {
+  SparseCounters c;
+  c.pull_steps = table.pull_steps;
+  c.push_steps = table.push_steps;
+  c.rows_pulled = table.rows_pulled;
+  c.rows_unique = table.rows_unique;
+  c.rows_applied = table.owner->rows_applied();
+  c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
+  c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
+  if (!table.replicated) {
+    if (table.search) c.search_steps_left = table.search->steps_left();
+    c.request_partitions =
+        static_cast<uint64_t>(table.groups_for(table.requests_per_node(table.push_steps))->count());
+  }
+  return c;
+}
+
+std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable& var,
+                                                  SparseShape shape, const SparseOptions& options,
+                                                  std::function<std::string(int)> node_label) {
+  const JobWorld& world = job.world();
+  auto table = std::make_shared<SparseTable>();
+  table->shape = shape;
+  table->options = options;
+  uint32_t partitions =
+      options.partitions ? options.partitions : automatic_partitions(shape.rows, world.node_count);
+  table->map = PartitionMap(shape.rows, partitions, world.node_count);
+  std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
+  table->owner = std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim,
+                                              options, world.world_size, pool_, post_);
+  table->owner->set_names(job.name(), var.name);
+  table->replicated = table->owner->replicated();
+  table->node = world.node_index;
+  table->channel =
+      std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
+                                      chunk_bytes_, table->owner, post_, std::move(node_label));
+  table->label = label;
+  std::string why_partitions = "as asked, one per request";
+  if (!options.partitions && !table->replicated) {
+    size_t fewest = table->map.partitions();
+    for (int n = 0; n < world.node_count; ++n)
+      fewest = std::min(fewest, table->map.partitions_of(n).size());
+    std::vector<uint32_t> candidates;
+    for (uint32_t k = 1; k <= fewest && k <= kAutomaticPartitionsPerNode; k *= 2)
+      candidates.push_back(k);
+    if (candidates.size() > 1) {
+      table->search.emplace(candidates, world.node_count);
+      why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
+                       std::to_string(table->search->search_steps()) +
+                       " (partition_search.h, README: Partitioning)";
+    } else {
+      why_partitions = "automatic; too few rows for more than one per node, nothing to search";
+    }
+  } else if (!options.partitions) {
+    why_partitions = "automatic";
+  }
+  PX_LOG_INFO("%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
+              label.c_str(), static_cast<unsigned long long>(shape.rows),
+              static_cast<unsigned long long>(shape.dim), table->map.partitions(),
+              why_partitions.c_str(), static_cast<unsigned long long>(table->owner->owned_rows()),
+              static_cast<unsigned long long>(table->owner->store_bytes()),
+              options.canonical().c_str());
+  return table;
+}
+
+bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& var,
+                           std::string* error) {
+  if (restore_dir_.empty()) return true;
+  std::string manifest_path = checkpoint_stem(restore_dir_, job.name(), var.name) + ".manifest";
+  if (access(manifest_path.c_str(), F_OK) != 0) return true;  // nothing saved for it
+  ManifestData manifest;
+  if (!read_manifest(manifest_path, &manifest, error)) return false;
+  if (manifest.rows != table.shape.rows || manifest.dim != table.shape.dim) {
+    *error = manifest_path + " holds " + std::to_string(manifest.rows) + " x " +
+             std::to_string(manifest.dim) + ", the variable is " +
+             std::to_string(table.shape.rows) + " x " + std::to_string(table.shape.dim);
+    return false;
+  }
+  if (!table.owner->restore(restore_dir_, manifest, error)) {
+    *error = manifest_path + ": " + *error;
+    return false;
+  }
+  PX_LOG_INFO(
+      "variable '%s' of job '%s' restored from %s (saved on %u nodes, %u partitions, "
+      "after %llu push steps; options then: %s)",
+      var.name.c_str(), job.name().c_str(), manifest_path.c_str(), manifest.nodes,
+      manifest.partitions, static_cast<unsigned long long>(manifest.optimizer_steps),
+      manifest.options.c_str());
+  return true;
+}
+
+void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
+                              const std::string& dir, StatusCallback done) {
+  std::shared_ptr<SparseTable> table = var.sparse;
+  if (fabric_ && !table->channel->started()) {
+    var.awaiting_global_id.push_back([this, job, &var, push_steps, dir, done] {
+      if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
+      if (!job->broken().empty()) return done(PX_ERR_PEER_LOST, job->broken());
+      checkpoint(job, var, push_steps, dir, done);
+    });
+    return;
+  }
+  // The directory travels as the request's payload, NUL-padded to whole int64 words.
+  auto words = std::make_shared<std::vector<int64_t>>((dir.size() + 8) / 8, 0);
+  std::memcpy(words->data(), dir.data(), dir.size());
+  int nodes = table->map.nodes();
+  std::string variable = var.name;
+  StatusCallback written = join_statuses(
+      static_cast<size_t>(nodes), [job, table, variable, dir, push_steps, done, nodes](
+                                      px_status status, const std::string& error) {
+        if (status != PX_OK)
+          return done(status, "checkpoint of variable '" + variable + "' failed: " + error);
+        // Every shard file is in place: the manifest makes the checkpoint exist.
+        ManifestData m;
+        m.job = job->name();
+        m.variable = variable;
+        m.rows = table->shape.rows;
+        m.dim = table->shape.dim;
+        m.options = table->options.canonical();
+        m.state_slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
+        m.optimizer_steps = push_steps;
+        m.nodes = static_cast<uint32_t>(nodes);
+        m.partitions = table->map.partitions();
+        std::string stem = checkpoint_stem(dir, job->name(), variable);
+        std::string base = stem.substr(stem.rfind('/') + 1);
+        for (int i = 0; i < nodes; ++i)
+          m.shard_files.push_back(base + ".node" + std::to_string(i) + ".shard");
+        std::string write_error;
+        if (!write_manifest(stem + ".manifest", m, &write_error))
+          return done(PX_ERR_INVALID, "checkpoint of variable '" + variable + "': " + write_error);
+        PX_LOG_INFO("checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
+                    variable.c_str(), job->name().c_str(),
+                    static_cast<unsigned long long>(push_steps), stem.c_str());
+        done(PX_OK, "");
+      });
+  for (int node = 0; node < nodes; ++node)
+    table->channel->request(node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps,
+                            words->size(), words->data(), nullptr, nullptr, words, written);
+}
+
+void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
+  var.sparse->owner->attach(fabric_, global_id, chunk_bytes_);
+  var.sparse->channel->start(global_id);
+}
+
+// ps/hybrid pulls and pushes: the grouping of this step's requests (the partition search's
+// trial or choice; one partition per request when the count was given). A push step's
+// start is what the search times.
+std::shared_ptr<const RequestGroups> SparseRouter::request_groups_for(SparseTable& table,
+                                                                      SparseOp op, uint64_t step,
+                                                                      int64_t now_ns) {
+  if (table.replicated) return nullptr;
+  if (table.search && op == SparseOp::kPush &&
+      table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
+    PX_LOG_INFO("%s: partition search: %s", table.label.c_str(), table.search->report().c_str());
+  return table.groups_for(table.requests_per_node(step));
+}
+
+}  // namespace px

@@ -1,0 +1,34 @@
+// Ring allreduce (reduce-scatter, then all-gather), chunked and pipelined: each chunk moves
+// to the next ring step as soon as it has been received and reduced, so reductions overlap
+// transfers. Every rank ends with bitwise the same result.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transport/collectives/collective_transport.h"
+#include "transport/kernels/dtype.h"
+
+namespace px {
+
+struct RingAllreduceSpec {
+  void* buffer = nullptr;  // in: this rank's contribution; out: the result
+  size_t count = 0;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;  // kMean is reduced as a sum: the caller divides
+  uint64_t tag_base = 0;         // from make_tag(); the low kTagAlgorithmBits are ours
+  size_t chunk_bytes = 1 << 20;
+};
+
+// Runs reductions of received chunks (the daemon passes its pool; tests may run inline).
+using Executor = std::function<void(std::function<void()>)>;
+using CollectiveDone = std::function<void(bool ok, const std::string& error)>;
+
+// Starts the allreduce. done is called exactly once, on some thread, after every send and
+// receive the algorithm posted has finished (so the buffer may then be reused).
+// The group may have at most 128 ranks.
+void start_ring_allreduce(CollectiveTransport& transport, const RingAllreduceSpec& spec,
+                          Executor executor, CollectiveDone done);
+
+}  // namespace px

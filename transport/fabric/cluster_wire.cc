@@ -1,0 +1,63 @@
+#include "transport/fabric/cluster_wire.h"
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
+
+namespace px {
+
+std::string frame_envelope(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  uint32_t n = static_cast<uint32_t>(bytes.size());
+  std::string frame(4 + bytes.size(), '\0');
+  for (int i = 0; i < 4; ++i)
+    frame[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  std::memcpy(frame.data() + 4, bytes.begin(), bytes.size());
+  return frame;
+}
+
+bool EnvelopeReader::feed(const char* data, size_t n,
+                          const std::function<void(Envelope::Reader)>& visit, std::string* error) {
+  buffer_.append(data, n);
+  while (buffer_.size() >= 4) {
+    uint32_t len = 0;
+    for (int i = 0; i < 4; ++i)
+      len |= static_cast<uint32_t>(static_cast<uint8_t>(buffer_[static_cast<size_t>(i)]))
+             << (8 * i);
+    if (len == 0 || len % sizeof(capnp::word) != 0 || len > kMaxClusterFrameBytes) {
+      *error = "bad frame length " + std::to_string(len);
+      return false;
+    }
+    if (buffer_.size() < 4 + static_cast<size_t>(len)) return true;
+    std::vector<capnp::word> words(len / sizeof(capnp::word));
+    std::memcpy(words.data(), buffer_.data() + 4, len);
+    buffer_.erase(0, 4 + static_cast<size_t>(len));
+    try {
+      capnp::ReaderOptions options;
+      options.traversalLimitInWords = len / sizeof(capnp::word) * 4;
+      capnp::FlatArrayMessageReader reader(
+          kj::ArrayPtr<const capnp::word>(words.data(), words.size()), options);
+      Envelope::Reader envelope = reader.getRoot<Envelope>();
+      if (envelope.getProtocolVersion() != kClusterProtocolVersion) {
+        *error = "protocol version " + std::to_string(envelope.getProtocolVersion()) +
+                 ", this daemon speaks " + std::to_string(kClusterProtocolVersion);
+        return false;
+      }
+      std::string cluster = envelope.getCluster();
+      // A rejection is readable whatever cluster sent it: it says why we do not belong.
+      if (cluster != cluster_ && envelope.getBody().which() != Envelope::Body::REJECT) {
+        *error = "cluster name '" + cluster + "', this daemon's is '" + cluster_ + "'";
+        return false;
+      }
+      visit(envelope);
+    } catch (const kj::Exception& e) {
+      *error = std::string("malformed message: ") + e.getDescription().cStr();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace px

@@ -1,0 +1,118 @@
+// A libfabric RDM endpoint for daemon<->daemon bulk data: tagged messages, a completion
+// queue drained by one progress thread that blocks in fi_cq_sread (no busy-waiting), and
+// a backlog that absorbs -FI_EAGAIN so the number of posted operations stays bounded.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "transport/collectives/collective_transport.h"
+
+struct fid_fabric;
+struct fid_domain;
+struct fid_ep;
+struct fid_cq;
+struct fid_av;
+
+namespace px {
+
+struct FabricOptions {
+  std::string provider = "tcp;ofi_rxm";  // fi_info -l lists what is there
+  std::string address = "127.0.0.1";     // local address to bind (FI_SOURCE)
+  std::string service;                   // local port; empty: any
+  size_t max_posted = 256;               // posted operations before the backlog holds more
+  // Largest message ofi_rxm sends eagerly (FI_OFI_RXM_BUFFER_SIZE, unless the environment
+  // sets it; capped at 256 KiB since rxm preallocates hundreds of such buffers): the
+  // collectives' chunk size. Larger messages take rxm's rendezvous path, which measured at
+  // half the link rate on tc-limited links.
+  size_t eager_bytes = 0;
+};
+
+class FabricEndpoint : public CollectiveTransport {
+ public:
+  ~FabricEndpoint();
+  FabricEndpoint(const FabricEndpoint&) = delete;
+  FabricEndpoint& operator=(const FabricEndpoint&) = delete;
+
+  static std::unique_ptr<FabricEndpoint> open(const FabricOptions& options, std::string* error);
+
+  // The endpoint's address (fi_getname), to hand to the other daemons.
+  const std::string& address() const { return address_; }
+  const std::string& provider_name() const { return provider_name_; }
+  // Inserts the group's addresses (this endpoint's own at index self); rank i is then
+  // addressed by index i.
+  bool set_peers(const std::vector<std::string>& addresses, int self, std::string* error);
+
+  int rank() const override { return self_; }
+  int size() const override { return static_cast<int>(peers_.size()); }
+  void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
+            TransferCallback done) override;
+  void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) override;
+  void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
+                    MessageCallback done) override;
+
+  // Declares a peer dead: its posted operations are cancelled and fail with why, and every
+  // later one fails at once. (Liveness comes from the control plane, not from here.)
+  void fail_peer(int peer, const std::string& why);
+  // Fails every peer: what a daemon does when the cluster loses a node, since collectives
+  // in flight also wait on survivors that stopped at the failure.
+  void fail_all(const std::string& why);
+  // Fails the operations of these variables (tag_var_id), now and from now on: what a
+  // daemon does when a job breaks while its peers are alive. Posted receives are cancelled
+  // and fail once the provider gives them back (a peer may still be sending into them);
+  // posted sends finish as usual.
+  void fail_variables(const std::vector<uint32_t>& var_ids, const std::string& why);
+
+  // Starts the progress thread (after set_peers).
+  void start();
+  // Stops the progress thread; operations still posted are abandoned (never called back).
+  void stop();
+
+ private:
+  struct Op;
+  FabricEndpoint() = default;
+  void post(std::unique_ptr<Op> op);
+  // received: where the length that arrived goes (recv_message); null for an exact recv.
+  void post_recv(int peer, uint64_t tag, void* buffer, size_t bytes,
+                 std::shared_ptr<size_t> received, TransferCallback done);
+  bool try_post(Op* op, std::string* error);  // false + error on a hard failure
+  void retry_backlog();
+  // Removes the backlogged operations that match (mutex_ held), collecting their callbacks.
+  void drop_backlog(const std::function<bool(const Op&)>& matches,
+                    std::vector<TransferCallback>* failed);
+  void progress_loop();
+  void complete(Op* op, bool ok, size_t received, const std::string& error);
+
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  std::string address_;
+  std::string provider_name_;
+  std::vector<fi_addr_t> peers_;
+  int self_ = 0;
+  size_t max_posted_ = 256;
+
+  std::mutex mutex_;  // guards everything below
+  std::deque<std::unique_ptr<Op>> backlog_;
+  std::unordered_set<Op*> posted_;
+  std::vector<std::string> dead_;  // per peer: why it is dead, empty while alive
+  std::unordered_map<uint32_t, std::string> dead_vars_;  // var id -> why its operations fail
+  std::atomic<bool> stopping_{false};
+  std::thread progress_;
+};
+
+}  // namespace px
