@@ -3,15 +3,21 @@
  *
  * Conventions (after LevelDB's c.h and NCCL's nccl.h):
  *  - every object is an opaque handle, freed by exactly one function;
- *  - every call returns a px_status; on failure px_last_error() gives a message for the
- *    calling thread that names what failed (node, worker, variable);
+ *  - every call returns a px_status. A failed operation's message, naming what failed (node,
+ *    worker, variable, step), belongs to its request (px_request_error); a failed call's
+ *    message is also kept per client (px_client_last_error) and per thread (px_last_error);
+ *  - handles are never reused: a handle used after it was freed (or after its client was
+ *    disconnected) fails cleanly with PX_ERR_NOT_FOUND, in any thread, in any order;
  *  - option structs start with struct_size so they can grow without breaking callers:
  *    fill them with the matching *_init function, then override fields;
- *  - enums are 32-bit ints; sizes and counts are 64-bit; no varargs, no callbacks,
- *    no structs passed by value.
+ *  - enums are 32-bit ints (each has a 0x7fffffff member to pin its size); sizes and counts
+ *    are 64-bit; no varargs, no callbacks, no structs passed by value.
  *
- * Thread safety: every function may be called from any thread. One request must not be
- * waited on by two threads at once.
+ * Thread safety: every function may be called from any thread. A request may be waited on,
+ * tested, cancelled and freed from different threads; a wait in progress when its request
+ * is freed (or its client disconnected) returns PX_ERR_CANCELLED. The client never holds its
+ * lock across a blocking call: a px_checkpoint on one thread does not delay px_wait on
+ * another.
  */
 #ifndef PARALLAX_C_H
 #define PARALLAX_C_H
@@ -33,7 +39,9 @@ extern "C" {
  * changes only add. A client is accepted by a daemon of the same major and an equal or
  * higher minor. */
 #define PX_ABI_VERSION_MAJOR 1
-#define PX_ABI_VERSION_MINOR 2 /* 1.1: sparse variables; 1.2: partition search stats */
+/* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
+ * completion fd, per-operation options, fixed-width enums, connect without waiting */
+#define PX_ABI_VERSION_MINOR 3
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -51,7 +59,9 @@ typedef enum px_status {
   PX_ERR_INDEX = 11,           /* a row index out of range (sparse variables) */
   PX_ERR_NOT_IMPLEMENTED = 12, /* listed in the README's limits table */
   PX_ERR_INTERNAL = 13,        /* a bug: please report it with the daemon's log */
-  PX_ERR_PERMISSION = 14       /* the daemon refused this process's credentials */
+  PX_ERR_PERMISSION = 14,      /* the daemon refused this process's credentials */
+  PX_ERR_CANCELLED = 15,       /* (1.3) px_request_cancel, or freed/disconnected during a wait */
+  PX_STATUS_FORCE_32BIT = 0x7fffffff
 } px_status;
 
 typedef enum px_dtype {
@@ -60,15 +70,29 @@ typedef enum px_dtype {
   PX_F16 = 2,  /* IEEE binary16; reduced in f32, rounded to nearest even once */
   PX_BF16 = 3, /* bfloat16; reduced in f32, rounded to nearest even once */
   PX_I32 = 4,
-  PX_I64 = 5
+  PX_I64 = 5,
+  PX_DTYPE_FORCE_32BIT = 0x7fffffff
 } px_dtype;
 
 typedef enum px_reduce_op {
   PX_SUM = 0,
   PX_MEAN = 1, /* sum divided by the number of workers; integers truncate toward zero */
   PX_MIN = 2,  /* NaN in any input gives NaN */
-  PX_MAX = 3   /* NaN in any input gives NaN */
+  PX_MAX = 3,  /* NaN in any input gives NaN */
+  PX_REDUCE_OP_FORCE_32BIT = 0x7fffffff
 } px_reduce_op;
+
+/* Where an operation's buffers live (px_op_options.memory_kind). */
+typedef enum px_memory_kind {
+  PX_MEMORY_HOST = 0, /* ordinary or px_alloc'd host memory */
+  PX_MEMORY_CUDA = 1, /* CUDA device memory: PX_ERR_NOT_IMPLEMENTED until GPU support */
+  PX_MEMORY_KIND_FORCE_32BIT = 0x7fffffff
+} px_memory_kind;
+
+/* Arena sizes a daemon accepts (px_connect_options.arena_bytes); the daemon's
+ * --max-arena-bytes may lower the maximum. */
+#define PX_ARENA_MIN_BYTES ((uint64_t)1 << 20)
+#define PX_ARENA_MAX_BYTES ((uint64_t)16 << 30)
 
 typedef struct px_client px_client;   /* a connection to the node's parallaxd */
 typedef struct px_var px_var;         /* a registered variable; owned by its client */
@@ -81,9 +105,30 @@ typedef struct px_connect_options {
   const char* job_name;    /* NULL: $PARALLAX_JOB, else "default" */
   int32_t local_rank;      /* -1: $PARALLAX_LOCAL_RANK, else the first free rank */
   int32_t local_size;      /* 0: $PARALLAX_LOCAL_SIZE, else 1 */
-  int64_t timeout_ms;      /* deadline for connect (it waits for all local workers); 0: 30000 */
-  uint64_t arena_bytes;    /* shared-memory arena size; 0: $PARALLAX_ARENA_BYTES, else 256 MiB */
+  int64_t timeout_ms;      /* deadline for connect (it waits for all local workers) and for
+                              control calls; 0: 30000 */
+  uint64_t arena_bytes;    /* shared-memory arena size; 0: $PARALLAX_ARENA_BYTES, else 256 MiB;
+                              in [PX_ARENA_MIN_BYTES, PX_ARENA_MAX_BYTES] */
+  /* 1.3: 1 waits (up to timeout_ms) for a daemon whose socket does not exist yet, as when
+   * workers start with their daemon; 0 fails at once with PX_ERR_CONNECT; -1 (the value
+   * px_connect_options_init sets): $PARALLAX_WAIT_FOR_DAEMON if set, else 0. */
+  int32_t wait_for_daemon;
+  uint32_t reserved;
 } px_connect_options;
+
+/* Options of one operation (1.3), taken by the _ex variants; NULL means the defaults. Fill
+ * with px_op_options_init, then override fields. */
+typedef struct px_op_options {
+  uint32_t struct_size; /* sizeof(px_op_options) */
+  int32_t memory_kind;  /* px_memory_kind of every buffer of the operation; default host */
+  int32_t device;       /* CUDA device ordinal with PX_MEMORY_CUDA; -1 (default) otherwise */
+  int32_t priority;     /* 0..255, larger first where transfers queue; default 0. Carried to
+                           the daemon; ordering by it is not built yet (README, Limits) */
+  void* stream;         /* cudaStream_t the operation is ordered on (PX_MEMORY_CUDA); NULL:
+                           the legacy default stream */
+  int32_t root;         /* for collectives with a root (broadcast): its global rank; 0 */
+  uint32_t reserved;
+} px_op_options;
 
 typedef struct px_world_info {
   uint32_t struct_size; /* sizeof(px_world_info), set by the caller */
@@ -183,9 +228,15 @@ typedef struct px_sparse_options {
 
 /* --- versions and errors ----------------------------------------------------------- */
 PX_API uint32_t px_abi_version(void);
+/* A phrase for the status ("deadline exceeded"); never NULL. */
 PX_API const char* px_strerror(px_status status);
-/* The message of the calling thread's last failed call; "" if none. Valid until the next
- * px_ call on this thread. */
+/* The enum's name ("PX_ERR_TIMEOUT"); "PX_STATUS_UNKNOWN" for other values. (1.3) */
+PX_API const char* px_status_name(px_status status);
+/* The message of the calling thread's last failed call; "" if none. Every px_ call that
+ * returns a px_status sets it: a failure to its message, a success to "". So read it right
+ * after the failed call (px_request_error keeps an operation's message as long as its
+ * request lives, and does not depend on the thread). Valid until the next px_ call on this
+ * thread. */
 PX_API const char* px_last_error(void);
 
 /* --- connection ------------------------------------------------------------------- */
@@ -197,6 +248,26 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
  * this worker fail with PX_ERR_PEER_LOST on the other workers. NULL is allowed. */
 PX_API px_status px_disconnect(px_client* client);
 PX_API px_status px_world(px_client* client, px_world_info* out_info);
+/* (1.3) Copies the message of the last failed call made with this client (from any thread;
+ * a failed px_wait/px_test of one of its requests counts) into buffer, NUL-terminated and
+ * cut to size - 1 bytes; *out_length (may be NULL) gets its whole length, so a caller can
+ * retry with a larger buffer. "" if no call failed. buffer may be NULL when size is 0. */
+PX_API px_status px_client_last_error(px_client* client, char* buffer, uint64_t size,
+                                      uint64_t* out_length);
+/* (1.3) Fails the job on every node at once: every outstanding and later operation of every
+ * worker of the job, on every node, fails with PX_ERR_PEER_LOST and a message naming this
+ * worker and reason (unlike px_disconnect, which other nodes only see at their deadlines).
+ * The client stays valid for px_request_error, px_request_free and px_disconnect. */
+PX_API px_status px_abort(px_client* client, const char* reason);
+/* (1.3) A file descriptor that becomes readable when a request of this client may have
+ * completed, or the daemon's connection broke: for event loops (asyncio add_reader, libuv
+ * uv_poll, Julia's FDWatcher) to wait without a thread of their own. When it is readable,
+ * call px_progress, then px_test the requests of interest. Owned by the client (do not
+ * close it); level-triggered. */
+PX_API px_status px_client_fd(px_client* client, int* out_fd);
+/* (1.3) Takes the completions the daemon has posted, without blocking, and clears the
+ * readiness of px_client_fd. Returns PX_ERR_PEER_LOST once the daemon is gone. */
+PX_API px_status px_progress(px_client* client);
 
 /* --- variables -------------------------------------------------------------------- */
 /* Registers a dense variable of count elements. Every worker of the job must register the
@@ -222,12 +293,16 @@ PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr);
 PX_API px_status px_free(px_client* client, void* ptr);
 
 /* --- operations ------------------------------------------------------------------- */
+/* Fills options with the defaults (host memory, device -1, priority 0, root 0). */
+PX_API void px_op_options_init(px_op_options* options);
 /* Allreduces in (count elements of the variable) across every worker into out. in and out
  * may be arena or ordinary memory and may be equal; otherwise they must not overlap.
  * The n-th px_allreduce of a variable on every worker is step n of that variable; steps
  * of different variables may be submitted in any order. Do not touch in or out until the
  * request completes. */
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
+PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request);
 /* Writes every sparse variable of the job this worker registered to the directory path
  * (created if missing; on a cluster every node writes its own shards there, so use a path
  * every node shares, or the same local path on each and gather the files before a
@@ -250,30 +325,54 @@ PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t time
 /* Pull step: fills out_rows with the rows' current values (see "Steps" above). */
 PX_API px_status px_pull_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                               px_request** out_request);
+PX_API px_status px_pull_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                                 const px_op_options* options, px_request** out_request);
 /* Push step: gradients for the rows; duplicates are summed. Completes once the daemon has
  * taken the gradients (they are applied by the owning shards, see "Steps"). */
 PX_API px_status px_push_rows(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
                               px_request** out_request);
+PX_API px_status px_push_rows_ex(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
+                                 const px_op_options* options, px_request** out_request);
 /* Overwrites the rows' values (initial or pretrained values); completes once every owning
  * shard wrote them. With duplicate indices the last one wins. Optimizer state is kept. */
 PX_API px_status px_load_rows(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
                               px_request** out_request);
+PX_API px_status px_load_rows_ex(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
+                                 const px_op_options* options, px_request** out_request);
 /* Reads the rows' current values without a step (export, evaluation). */
 PX_API px_status px_read_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                               px_request** out_request);
+PX_API px_status px_read_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                                 const px_op_options* options, px_request** out_request);
 
 /* Waits for the request. Returns the operation's status (PX_OK when it succeeded), or
  * PX_ERR_TIMEOUT after timeout_ms (the request is still valid). timeout_ms < 0 waits
- * without a deadline of its own; operations still fail when a peer is lost. */
+ * without a deadline of its own; operations still fail when a peer is lost, and the daemon
+ * fails a step that a local worker has not submitted within its step_stall_ms. */
 PX_API px_status px_wait(px_request* request, int64_t timeout_ms);
 /* *out_done = 1 and the operation's status when complete; *out_done = 0 and PX_OK if not. */
 PX_API px_status px_test(px_request* request, int32_t* out_done);
 /* Waits for all n requests (sharing one deadline); returns the first failure, if any. */
 PX_API px_status px_wait_all(px_request* const* requests, uint64_t n, int64_t timeout_ms);
 /* Frees a request, complete or not. An incomplete one may still write into an arena out
- * buffer until the daemon completes it; ordinary out memory is never written after this. */
+ * buffer until the daemon completes it (px_request_cancel first to rule that out); ordinary
+ * out memory is never written after this. A wait on it in another thread returns
+ * PX_ERR_CANCELLED. */
 PX_API px_status px_request_free(px_request* request);
-/* Returns once every local worker of the job has entered the barrier. */
+/* (1.3) The failed operation's message (node, worker, variable, step), whole; "" while the
+ * request is incomplete or if it succeeded. Owned by the request: valid until
+ * px_request_free, whichever thread waited. NULL request or a freed one: a static message. */
+PX_API const char* px_request_error(px_request* request);
+/* (1.3) Cancels the request: once this returns PX_OK, nothing writes its out buffer any
+ * more, and px_wait on it returns PX_ERR_CANCELLED (unless it already returned its result
+ * before). A step still waiting for other local workers is withdrawn: those workers' same
+ * step fails with PX_ERR_CANCELLED naming this worker (on a cluster the job fails on every
+ * node, since the other nodes cannot complete that step without it). An operation already
+ * running is let finish first (the call waits for it, up to the connection's timeout, then
+ * returns PX_ERR_TIMEOUT); the contents of an arena out buffer are then unspecified. */
+PX_API px_status px_request_cancel(px_request* request);
+/* Returns once every worker of the job, on every node, has entered the barrier. A barrier
+ * that times out is withdrawn (as px_request_cancel), so it never releases the others. */
 PX_API px_status px_barrier(px_client* client, int64_t timeout_ms);
 
 #ifdef __cplusplus

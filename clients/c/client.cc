@@ -1,4 +1,5 @@
 // libparallax: connection, world, registration and arena memory.
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -14,11 +15,18 @@
 using px::fail;
 using px::succeed;
 
-px_client::~px_client() {
+namespace px {
+
+Client::~Client() {
   if (socket_fd >= 0) ::close(socket_fd);
+  if (epoll_fd >= 0) ::close(epoll_fd);
 }
 
-namespace px {
+std::string Client::worker_label() const {
+  return "worker local rank " + std::to_string(world.local_rank) + " of job '" + job + "'" +
+         (world.node_count > 1 ? " on node " + std::to_string(world.node_index) : "");
+}
+
 namespace {
 
 constexpr const char* kDefaultSocket = "/run/parallax/parallaxd.sock";
@@ -48,9 +56,9 @@ std::string abi_string(uint32_t v) {
   return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
 }
 
-// Connects to the daemon's socket, retrying while it is not there yet (a daemon and its
-// workers are often started together) until the deadline.
-px_status connect_socket(const std::string& path, int64_t deadline_ns, int* out_fd) {
+// Connects to the daemon's socket. With wait, retries while it is not there yet (a daemon
+// and its workers started together) until the deadline; without, fails at once.
+px_status connect_socket(const std::string& path, bool wait, int64_t deadline_ns, int* out_fd) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path)
@@ -65,36 +73,64 @@ px_status connect_socket(const std::string& path, int64_t deadline_ns, int* out_
     }
     int err = errno;
     ::close(fd);
-    bool retry = err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR;
+    bool absent = err == ENOENT || err == ECONNREFUSED;
+    bool retry = (wait && absent) || err == EAGAIN || err == EINTR;
     if (!retry || monotonic_ns() >= deadline_ns)
       return fail(err == EACCES ? PX_ERR_PERMISSION : PX_ERR_CONNECT,
                   "cannot connect to parallaxd at " + path + ": " + strerror(err) +
-                      (retry ? " (gave up at the connect deadline)" : ""));
+                      (retry ? " (gave up at the connect deadline)"
+                       : absent
+                           ? " (is parallaxd running with this socket? To wait for it to "
+                             "appear, set px_connect_options.wait_for_daemon = 1 or "
+                             "PARALLAX_WAIT_FOR_DAEMON=1)"
+                           : ""));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
 }  // namespace
 
-px_status control_call(px_client* c, const std::string& frame, control::Body expected,
-                       std::string* payload, const control::Message** reply) {
+void mark_lost(Client* c, const std::string& why);  // requests.cc
+
+px_status control_call(Client* c, const std::string& frame, control::Body expected,
+                       std::string* payload, const control::Message** reply,
+                       int64_t timeout_ms) {
+  std::lock_guard<std::mutex> control(c->control_mutex);
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    if (c->closed) return fail(c, PX_ERR_CANCELLED, "the client was disconnected");
+    if (c->lost_status != PX_OK) return fail(c, c->lost_status, c->lost_message);
+    c->control_active = true;  // waiters leave the socket's bytes to this call
+  }
   std::string error;
   bool timed_out = false;
-  int64_t deadline = monotonic_ns() + c->control_timeout_ms * 1000000;
-  if (!send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) ||
-      !recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error,
-                           &timed_out))
-    return fail(timed_out ? PX_ERR_TIMEOUT : PX_ERR_PEER_LOST,
+  int64_t deadline =
+      monotonic_ns() + (timeout_ms > 0 ? timeout_ms : c->control_timeout_ms) * 1000000;
+  bool ok = send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) &&
+            recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error,
+                                &timed_out);
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    c->control_active = false;
+    if (!ok && !timed_out && !c->closed)
+      mark_lost(c, "parallaxd at " + c->socket_path + " closed the connection");
+  }
+  if (!ok) {
+    c->completion_bell.ring();  // a waiter asleep on the doorbell sees the loss now
+    return fail(c, timed_out ? PX_ERR_TIMEOUT : PX_ERR_PEER_LOST,
                 "parallaxd at " + c->socket_path + ": " + error);
+  }
   const control::Message* message = parse_frame(*payload, &error);
   if (!message || message->body_type() != expected)
-    return fail(PX_ERR_PROTOCOL, "parallaxd sent an unexpected reply: " +
-                                     (message ? std::string("wrong type") : error));
+    return fail(c, PX_ERR_PROTOCOL,
+                "parallaxd sent an unexpected reply: " +
+                    (message ? std::string("wrong type ") + control::EnumNameBody(message->body_type())
+                             : error));
   *reply = message;
   return PX_OK;
 }
 
-bool arena_offset(const px_client* c, const void* p, uint64_t bytes, uint64_t* offset) {
+bool arena_offset(const Client* c, const void* p, uint64_t bytes, uint64_t* offset) {
   const char* base = c->arena.base();
   const char* q = static_cast<const char*>(p);
   if (q < base || q >= base + c->arena.size()) return false;
@@ -105,29 +141,42 @@ bool arena_offset(const px_client* c, const void* p, uint64_t bytes, uint64_t* o
 }
 
 // One registration round trip; on success *out_var is the client's handle for the variable
-// (the existing one when the worker registers a name twice). Caller holds client->mutex.
-px_status register_var(px_client* client, const std::string& frame, px_var&& fields,
-                       px_var** out_var) {
+// (the existing one when the worker registers a name twice).
+px_status register_var(const std::shared_ptr<Client>& client, const std::string& frame,
+                       Var&& fields, px_var** out_var) {
   std::string payload;
   const control::Message* message = nullptr;
-  px_status status = control_call(client, frame, control::Body::RegisterReply, &payload, &message);
+  px_status status =
+      control_call(client.get(), frame, control::Body::RegisterReply, &payload, &message);
   if (status != PX_OK) return status;
   const control::RegisterReply* reply = message->body_as_RegisterReply();
   if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()),
+    return fail(client.get(), static_cast<px_status>(reply->status()),
                 reply->message() ? reply->message()->str() : "");
-  for (auto& existing : client->vars) {
-    if (existing->id == reply->var_id()) {
-      *out_var = existing.get();
-      return succeed();
+  Var* var = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(client->mutex);
+    for (auto& existing : client->vars)
+      if (existing->id == reply->var_id()) var = existing.get();
+    if (!var) {
+      auto fresh = std::make_unique<Var>(std::move(fields));
+      fresh->client = client.get();
+      fresh->id = reply->var_id();
+      var = fresh.get();
+      client->vars.push_back(std::move(fresh));
     }
   }
-  auto var = std::make_unique<px_var>(std::move(fields));
-  var->client = client;
-  var->id = reply->var_id();
-  *out_var = var.get();
-  client->vars.push_back(std::move(var));
+  if (var->handle == 0) {
+    *out_var = add_var_handle(client, var);
+  } else {
+    *out_var = reinterpret_cast<px_var*>(static_cast<uintptr_t>(var->handle));
+  }
   return succeed();
+}
+
+bool env_flag_set(const char* name) {
+  long long v;
+  return env_int(name, &v) && v != 0;
 }
 
 }  // namespace px
@@ -140,6 +189,7 @@ PX_API void px_connect_options_init(px_connect_options* options) {
   options->struct_size = sizeof *options;
   options->abi_version = PX_ABI_VERSION;
   options->local_rank = -1;
+  options->wait_for_daemon = -1;
 }
 
 PX_API px_status px_connect(const px_connect_options* options, px_client** out_client) {
@@ -154,6 +204,7 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
       return fail(PX_ERR_INVALID, "px_connect: options->struct_size is " +
                                       std::to_string(options->struct_size) +
                                       "; fill options with px_connect_options_init");
+    // Fields the caller's (older, smaller) struct lacks keep their defaults.
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
     o.struct_size = sizeof o;
   }
@@ -171,17 +222,24 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
     arena_bytes = static_cast<uint64_t>(v);
   if (arena_bytes == 0) arena_bytes = kDefaultArenaBytes;
   int64_t timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : kDefaultTimeoutMs;
+  bool wait = o.wait_for_daemon < 0 ? env_flag_set("PARALLAX_WAIT_FOR_DAEMON")
+                                    : o.wait_for_daemon != 0;
   if (local_size < 1) return fail(PX_ERR_INVALID, "px_connect: local_size must be at least 1");
   if (local_rank >= local_size)
     return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) +
                                     " is not below local_size " + std::to_string(local_size));
+  if (arena_bytes < PX_ARENA_MIN_BYTES || arena_bytes > PX_ARENA_MAX_BYTES)
+    return fail(PX_ERR_INVALID, "px_connect: arena_bytes " + std::to_string(arena_bytes) +
+                                    " is not in [PX_ARENA_MIN_BYTES, PX_ARENA_MAX_BYTES] (" +
+                                    std::to_string(PX_ARENA_MIN_BYTES) + ".." +
+                                    std::to_string(PX_ARENA_MAX_BYTES) + ")");
 
-  auto client = std::make_unique<px_client>();
+  auto client = std::make_shared<Client>();
   client->socket_path = socket_path;
   client->control_timeout_ms = timeout_ms;
   client->job = job;
   int64_t deadline = monotonic_ns() + timeout_ms * 1000000;
-  px_status status = connect_socket(socket_path, deadline, &client->socket_fd);
+  px_status status = connect_socket(socket_path, wait, deadline, &client->socket_fd);
   if (status != PX_OK) return status;
 
   flatbuffers::FlatBufferBuilder b;
@@ -241,61 +299,86 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   w.world_size = reply->world_size();
   w.local_rank = reply->local_rank();
   w.local_size = reply->local_size();
-  *out_client = client.release();
+  *out_client = add_client_handle(std::move(client));
   return succeed();
 }
 
-PX_API px_status px_disconnect(px_client* client) {
+PX_API px_status px_disconnect(px_client* handle) {
   using namespace px;
-  if (!client) return succeed();
+  if (!handle) return succeed();
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_disconnect", "client", handle);
+  Client* c = ref.client.get();
   {
-    std::lock_guard<std::mutex> lock(client->mutex);
+    std::lock_guard<std::mutex> lock(c->mutex);
+    if (c->closed) return succeed();
+    c->closed = true;
+  }
+  remove_client_handles(*c);  // no later call finds it, its variables or its requests
+  // A goodbye tells the daemon this worker left rather than died. Not while another thread
+  // is inside a control call: its frame must not be interleaved with ours.
+  if (c->control_mutex.try_lock()) {
     flatbuffers::FlatBufferBuilder b;
     auto body = control::CreateGoodbye(b);
     std::string frame = finish_frame(b, control::Body::Goodbye, body.Union());
     std::string error;
     bool timed_out;
-    send_frame_blocking(client->socket_fd, frame, monotonic_ns() + 100000000, &error, &timed_out);
+    send_frame_blocking(c->socket_fd, frame, monotonic_ns() + 100000000, &error, &timed_out);
+    c->control_mutex.unlock();
   }
-  delete client;
+  // Wakes any thread blocked on this client (a control call, a poll on the doorbell); the
+  // fds themselves close when the last call holding the client returns.
+  ::shutdown(c->socket_fd, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    c->changed.notify_all();
+  }
+  c->completion_bell.ring();
   return succeed();
 }
 
-PX_API px_status px_world(px_client* client, px_world_info* out_info) {
-  if (!client || !out_info) return fail(PX_ERR_INVALID, "px_world: NULL argument");
+PX_API px_status px_world(px_client* handle, px_world_info* out_info) {
+  using namespace px;
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_world", "client", handle);
+  if (!out_info) return fail(PX_ERR_INVALID, "px_world: out_info is NULL");
   if (out_info->struct_size < sizeof(uint32_t))
     return fail(PX_ERR_INVALID, "px_world: set out_info->struct_size = sizeof(px_world_info)");
   uint32_t n = std::min<uint32_t>(out_info->struct_size, sizeof(px_world_info));
-  px_world_info w = client->world;
+  px_world_info w = ref.client->world;
   w.struct_size = n;
   std::memcpy(out_info, &w, n);
   return succeed();
 }
 
-PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype,
+PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype dtype,
                                    uint64_t count, px_reduce_op op, px_var** out_var) {
   using namespace px;
-  if (!client || !name || !out_var) return fail(PX_ERR_INVALID, "px_register_dense: NULL argument");
+  if (!out_var) return fail(PX_ERR_INVALID, "px_register_dense: out_var is NULL");
   *out_var = nullptr;
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_register_dense", "client", handle);
+  Client* c = ref.client.get();
+  if (!name) return fail(c, PX_ERR_INVALID, "px_register_dense: name is NULL");
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name + "'): unknown dtype " +
-                                    std::to_string(dtype));
+    return fail(c, PX_ERR_INVALID,
+                std::string("px_register_dense('") + name + "'): unknown dtype " +
+                    std::to_string(dtype));
   if (!valid_reduce_op(static_cast<uint32_t>(op)))
-    return fail(PX_ERR_INVALID, std::string("px_register_dense('") + name +
-                                    "'): unknown reduce op " + std::to_string(op));
-  std::lock_guard<std::mutex> lock(client->mutex);
-  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+    return fail(c, PX_ERR_INVALID,
+                std::string("px_register_dense('") + name + "'): unknown reduce op " +
+                    std::to_string(op));
   flatbuffers::FlatBufferBuilder b;
   auto name_offset = b.CreateString(name);
   auto request = control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
                                               static_cast<uint32_t>(op));
-  px_var var;
+  Var var;
   var.name = name;
   var.dtype = static_cast<DType>(dtype);
   var.op = static_cast<ReduceOp>(op);
   var.count = count;
   var.bytes = count * dtype_size(var.dtype);
-  return register_var(client, finish_frame(b, control::Body::RegisterDense, request.Union()),
+  return register_var(ref.client, finish_frame(b, control::Body::RegisterDense, request.Union()),
                       std::move(var), out_var);
 }
 
@@ -319,28 +402,30 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
   o->nonfinite = PX_NONFINITE_REJECT;
 }
 
-PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
+PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,
                                     uint64_t rows, uint64_t dim, const px_sparse_options* options,
                                     px_var** out_var) {
   using namespace px;
-  if (!client || !name || !out_var)
-    return fail(PX_ERR_INVALID, "px_register_sparse: NULL argument");
+  if (!out_var) return fail(PX_ERR_INVALID, "px_register_sparse: out_var is NULL");
   *out_var = nullptr;
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_register_sparse", "client", handle);
+  Client* c = ref.client.get();
+  if (!name) return fail(c, PX_ERR_INVALID, "px_register_sparse: name is NULL");
   // Fields the caller's (older, smaller) struct lacks keep their defaults.
   px_sparse_options o;
   px_sparse_options_init(&o);
   if (options) {
     if (options->struct_size < sizeof(uint32_t) || options->struct_size > (1u << 16))
-      return fail(PX_ERR_INVALID, std::string("px_register_sparse('") + name +
-                                      "'): options->struct_size is not set (use "
-                                      "px_sparse_options_init)");
+      return fail(c, PX_ERR_INVALID,
+                  std::string("px_register_sparse('") + name +
+                      "'): options->struct_size is not set (use px_sparse_options_init)");
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
   }
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(PX_ERR_INVALID, std::string("px_register_sparse('") + name + "'): unknown dtype " +
-                                    std::to_string(dtype));
-  std::lock_guard<std::mutex> lock(client->mutex);
-  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+    return fail(c, PX_ERR_INVALID,
+                std::string("px_register_sparse('") + name + "'): unknown dtype " +
+                    std::to_string(dtype));
   flatbuffers::FlatBufferBuilder b;
   auto name_offset = b.CreateString(name);
   auto fb_options = control::CreateSparseOptions(
@@ -351,65 +436,83 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
       static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite));
   auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
                                                dim, fb_options);
-  px_var var;
+  Var var;
   var.name = name;
   var.dtype = static_cast<DType>(dtype);
   var.count = rows;
   var.dim = dim;
   var.sparse = true;
-  return register_var(client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
+  return register_var(ref.client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
                       std::move(var), out_var);
 }
 
 constexpr int64_t kCheckpointReplyGraceMs = 5000;
 
-PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t timeout_ms) {
+PX_API px_status px_checkpoint(px_client* handle, const char* path, int64_t timeout_ms) {
   using namespace px;
-  if (!client || !path) return fail(PX_ERR_INVALID, "px_checkpoint: NULL argument");
-  std::lock_guard<std::mutex> lock(client->mutex);
-  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_checkpoint", "client", handle);
+  Client* c = ref.client.get();
+  if (!path) return fail(c, PX_ERR_INVALID, "px_checkpoint: path is NULL");
   flatbuffers::FlatBufferBuilder b;
   auto text = b.CreateString(path);
-  int64_t deadline_ms = timeout_ms > 0 ? timeout_ms : client->control_timeout_ms;
+  int64_t deadline_ms = timeout_ms > 0 ? timeout_ms : c->control_timeout_ms;
   auto request = control::CreateCheckpoint(b, text, deadline_ms);
   std::string payload;
   const control::Message* message = nullptr;
-  int64_t saved_timeout = client->control_timeout_ms;
   // The daemon answers at its deadline; waiting a little longer keeps its answer from
   // arriving after this call gave up (it would then answer the next control call).
-  client->control_timeout_ms = deadline_ms + kCheckpointReplyGraceMs;
   px_status status =
-      control_call(client, finish_frame(b, control::Body::Checkpoint, request.Union()),
-                   control::Body::CheckpointReply, &payload, &message);
-  client->control_timeout_ms = saved_timeout;
+      control_call(c, finish_frame(b, control::Body::Checkpoint, request.Union()),
+                   control::Body::CheckpointReply, &payload, &message,
+                   deadline_ms + kCheckpointReplyGraceMs);
   if (status != PX_OK) return status;
   const control::CheckpointReply* reply = message->body_as_CheckpointReply();
   if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()),
+    return fail(c, static_cast<px_status>(reply->status()),
                 reply->message() ? reply->message()->str() : "");
   return succeed();
 }
 
-PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
+PX_API px_status px_abort(px_client* handle, const char* reason) {
   using namespace px;
-  if (!var || !out_stats) return fail(PX_ERR_INVALID, "px_var_stats_get: NULL argument");
-  if (out_stats->struct_size < sizeof(uint32_t))
-    return fail(PX_ERR_INVALID,
-                "px_var_stats_get: set out_stats->struct_size = sizeof(px_var_stats)");
-  px_client* client = var->client;
-  std::lock_guard<std::mutex> lock(client->mutex);
-  if (client->lost_status != PX_OK) return fail(client->lost_status, client->lost_message);
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_abort", "client", handle);
+  Client* c = ref.client.get();
   flatbuffers::FlatBufferBuilder b;
-  auto request = control::CreateStatsRequest(b, var->id);
+  auto text = b.CreateString(reason && *reason ? reason : "no reason given");
+  auto request = control::CreateAbort(b, text);
   std::string payload;
   const control::Message* message = nullptr;
-  px_status status =
-      control_call(client, finish_frame(b, control::Body::StatsRequest, request.Union()),
-                   control::Body::StatsReply, &payload, &message);
+  px_status status = control_call(c, finish_frame(b, control::Body::Abort, request.Union()),
+                                  control::Body::AbortReply, &payload, &message);
+  if (status != PX_OK) return status;
+  const control::AbortReply* reply = message->body_as_AbortReply();
+  if (reply->status() != PX_OK)
+    return fail(c, static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
+  return succeed();
+}
+
+PX_API px_status px_var_stats_get(px_var* handle, px_var_stats* out_stats) {
+  using namespace px;
+  VarRef ref;
+  if (!find_var(handle, &ref)) return stale_handle("px_var_stats_get", "variable", handle);
+  Client* c = ref.client.get();
+  if (!out_stats) return fail(c, PX_ERR_INVALID, "px_var_stats_get: out_stats is NULL");
+  if (out_stats->struct_size < sizeof(uint32_t))
+    return fail(c, PX_ERR_INVALID,
+                "px_var_stats_get: set out_stats->struct_size = sizeof(px_var_stats)");
+  flatbuffers::FlatBufferBuilder b;
+  auto request = control::CreateStatsRequest(b, ref.var->id);
+  std::string payload;
+  const control::Message* message = nullptr;
+  px_status status = control_call(c, finish_frame(b, control::Body::StatsRequest, request.Union()),
+                                  control::Body::StatsReply, &payload, &message);
   if (status != PX_OK) return status;
   const control::StatsReply* reply = message->body_as_StatsReply();
   if (reply->status() != PX_OK)
-    return fail(static_cast<px_status>(reply->status()),
+    return fail(c, static_cast<px_status>(reply->status()),
                 reply->message() ? reply->message()->str() : "");
   px_var_stats s{};
   s.struct_size = std::min<uint32_t>(out_stats->struct_size, sizeof s);
@@ -430,28 +533,36 @@ PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats) {
   return succeed();
 }
 
-PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr) {
-  if (!client || !out_ptr) return fail(PX_ERR_INVALID, "px_alloc: NULL argument");
+PX_API px_status px_alloc(px_client* handle, uint64_t bytes, void** out_ptr) {
+  using namespace px;
+  if (!out_ptr) return fail(PX_ERR_INVALID, "px_alloc: out_ptr is NULL");
   *out_ptr = nullptr;
-  std::lock_guard<std::mutex> lock(client->mutex);
-  auto offset = client->allocator.allocate(bytes);
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_alloc", "client", handle);
+  Client* c = ref.client.get();
+  std::lock_guard<std::mutex> lock(c->mutex);
+  auto offset = c->allocator.allocate(bytes);
   if (!offset)
-    return fail(PX_ERR_NO_MEMORY, "px_alloc(" + std::to_string(bytes) + "): the arena has " +
-                                      std::to_string(client->allocator.largest_free_block()) +
-                                      " bytes in its largest free block (" +
-                                      std::to_string(client->allocator.bytes_in_use()) +
-                                      " in use); raise px_connect_options.arena_bytes");
-  *out_ptr = client->arena.base() + *offset;
+    return fail(c, PX_ERR_NO_MEMORY,
+                "px_alloc(" + std::to_string(bytes) + "): the arena has " +
+                    std::to_string(c->allocator.largest_free_block()) +
+                    " bytes in its largest free block (" +
+                    std::to_string(c->allocator.bytes_in_use()) +
+                    " in use); raise px_connect_options.arena_bytes");
+  *out_ptr = c->arena.base() + *offset;
   return succeed();
 }
 
-PX_API px_status px_free(px_client* client, void* ptr) {
-  if (!client) return fail(PX_ERR_INVALID, "px_free: NULL client");
+PX_API px_status px_free(px_client* handle, void* ptr) {
+  using namespace px;
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle("px_free", "client", handle);
   if (!ptr) return succeed();
-  std::lock_guard<std::mutex> lock(client->mutex);
+  Client* c = ref.client.get();
+  std::lock_guard<std::mutex> lock(c->mutex);
   uint64_t offset = 0;
-  if (!px::arena_offset(client, ptr, 0, &offset) || !client->allocator.release(offset))
-    return fail(PX_ERR_INVALID, "px_free: pointer was not returned by px_alloc on this client");
+  if (!arena_offset(c, ptr, 0, &offset) || !c->allocator.release(offset))
+    return fail(c, PX_ERR_INVALID, "px_free: pointer was not returned by px_alloc on this client");
   return succeed();
 }
 

@@ -1,4 +1,10 @@
 // libparallax's private state behind the opaque handles of parallax_c.h.
+//
+// Handles are not pointers to these objects but never-reused ids (handles.cc): a handle
+// used after its object was freed, or after its client was disconnected, is simply not
+// found, whatever the order in which a garbage-collected binding frees them. A call holds
+// shared_ptrs to what it found, so a px_disconnect on another thread cannot free the
+// state under it.
 #pragma once
 
 #include <condition_variable>
@@ -15,12 +21,17 @@
 #include "transport/ipc/shm_arena.h"
 #include "transport/kernels/dtype.h"
 
-struct px_var {
-  px_client* client = nullptr;
+namespace px {
+
+struct Client;
+
+struct Var {
+  Client* client = nullptr;
+  uint64_t handle = 0;
   uint32_t id = 0;
   std::string name;
-  px::DType dtype = px::DType::kF32;
-  px::ReduceOp op = px::ReduceOp::kSum;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
   uint64_t count = 0;
   uint64_t bytes = 0;
   uint64_t next_step = 0;  // guarded by client->mutex
@@ -30,16 +41,25 @@ struct px_var {
   uint64_t next_push_step = 0;
 };
 
-struct px_request {
-  px_client* client = nullptr;
-  uint64_t id = 0;
-  const px_var* var = nullptr;     // nullptr: a barrier
+// Every field is guarded by client->mutex.
+struct Request {
+  Client* client = nullptr;
+  uint64_t handle = 0;
+  uint64_t id = 0;                 // the ring's request id
+  const Var* var = nullptr;        // nullptr: a barrier
   const char* what = "allreduce";  // the operation, for messages
   uint64_t step = 0;
   bool has_step = true;
   std::string describe() const;  // "allreduce of 'w' step 3", for error messages
   bool done = false;
-  bool orphaned = false;  // freed by the caller before completion
+  bool freed = false;      // px_request_free was called (it lives on until completion)
+  bool cancelled = false;  // px_request_cancel was called: no copy-out, status CANCELLED
+  // The daemon writes the caller's own (arena) memory: a cancel must wait for it to finish.
+  bool daemon_writes_caller = false;
+  bool delivered = false;  // px_wait/px_test returned its result
+  bool copying = false;    // a thread copies its staged result out, without the lock
+  // The daemon keeps a message too long for a completion entry; fetched once, on delivery.
+  bool message_on_daemon = false;
   px_status status = PX_OK;
   std::string message;
   // A staging buffer in the arena when the caller's memory is ordinary memory.
@@ -48,53 +68,99 @@ struct px_request {
   void* copy_out_to = nullptr;   // caller's out buffer to fill from staging on success
   uint64_t copy_out_offset = 0;  // where in the arena the result is staged
   uint64_t bytes = 0;            // bytes to copy out
-  bool copied_out = false;
 };
 
-struct px_client {
-  std::mutex mutex;
-  std::condition_variable completions_changed;
-  bool poller_active = false;
+struct Client {
+  uint64_t handle = 0;
+  // Lock order: control_mutex, then mutex; mutex is never held across a blocking call.
+  std::mutex mutex;                  // requests, variables, rings
+  std::mutex control_mutex;          // one control round trip on the socket at a time
+  std::condition_variable changed;   // completions drained, a request freed, disconnect
+  bool poller_active = false;        // a waiter sleeps in poll() on the doorbell
+  bool control_active = false;       // a control call owns the socket's incoming bytes
+  bool closed = false;               // px_disconnect was called
 
   int socket_fd = -1;
   std::string socket_path;
   int64_t control_timeout_ms = 30000;
-  px::FrameDecoder decoder;
-  px::SharedArena arena;
-  px::Doorbell submit_bell;
-  px::Doorbell completion_bell;
-  px::SpscRing<px::SubmitEntry> submit_ring;
-  px::SpscRing<px::CompletionEntry> completion_ring;
-  px::ArenaAllocator allocator;
+  FrameDecoder decoder;  // guarded by control_mutex
+  SharedArena arena;
+  Doorbell submit_bell;
+  Doorbell completion_bell;
+  SpscRing<SubmitEntry> submit_ring;
+  SpscRing<CompletionEntry> completion_ring;
+  ArenaAllocator allocator;
   px_world_info world{};
   std::string job;
 
-  std::vector<std::unique_ptr<px_var>> vars;
-  std::unordered_map<uint64_t, px_request*> in_flight;
-  std::unordered_map<px_request*, std::unique_ptr<px_request>> requests;  // every live request
+  std::vector<std::unique_ptr<Var>> vars;
+  std::unordered_map<uint64_t, Request*> in_flight;                    // by request id
+  std::unordered_map<Request*, std::shared_ptr<Request>> requests;     // every live request
   uint64_t next_request_id = 1;
   uint64_t barrier_step = 0;
   // Set once the daemon connection is gone: every later wait fails with it.
   px_status lost_status = PX_OK;
   std::string lost_message;
 
-  ~px_client();
+  // px_client_fd: an epoll set of the completion doorbell, the socket and user_bell, which
+  // is rung whenever a thread other than the loop's own px_progress completes requests.
+  int epoll_fd = -1;
+  Doorbell user_bell;
+
+  std::mutex error_mutex;  // last_error only (set from any thread, with or without mutex)
+  std::string last_error;
+
+  ~Client();
+  std::string worker_label() const;  // "worker local rank 1 of job 'j' on node 0"
 };
 
-namespace px {
+// --- handles (handles.cc) ------------------------------------------------------------
+struct ClientRef {
+  std::shared_ptr<Client> client;
+};
+struct VarRef {
+  std::shared_ptr<Client> client;
+  Var* var = nullptr;
+};
+struct RequestRef {
+  std::shared_ptr<Client> client;
+  std::shared_ptr<Request> request;
+};
+px_client* add_client_handle(std::shared_ptr<Client> client);
+px_var* add_var_handle(const std::shared_ptr<Client>& client, Var* var);
+px_request* add_request_handle(const std::shared_ptr<Client>& client,
+                               std::shared_ptr<Request> request);
+bool find_client(px_client* handle, ClientRef* out);
+bool find_var(px_var* handle, VarRef* out);
+bool find_request(px_request* handle, RequestRef* out);
+void remove_request_handle(uint64_t handle);
+// Removes the client's handle and those of its variables and requests.
+void remove_client_handles(Client& client);
 
-// Records the calling thread's last error and returns status.
+// --- errors (errors.cc) --------------------------------------------------------------
+// Records the calling thread's last error (and the client's, when given); returns status.
 px_status fail(px_status status, const std::string& message);
+px_status fail(Client* client, px_status status, const std::string& message);
 px_status succeed();
+// "px_wait: request handle 0x2a is not live (freed, or its client disconnected)"
+px_status stale_handle(const char* fn, const char* kind, const void* handle);
 
-// One synchronous control round trip under client->mutex.
-px_status control_call(px_client* client, const std::string& frame, control::Body expected,
-                       std::string* payload, const control::Message** reply);
+// --- control round trips (client.cc) -------------------------------------------------
+// One synchronous control round trip. Takes control_mutex itself; the caller must not
+// hold client->mutex.
+px_status control_call(Client* client, const std::string& frame, control::Body expected,
+                       std::string* payload, const control::Message** reply,
+                       int64_t timeout_ms = 0);
 
+// --- requests (requests.cc) ----------------------------------------------------------
 // Drains the completion ring into the in-flight requests. Caller holds client->mutex.
-void drain_completions(px_client* client);
+void drain_completions(Client* client);
 
 // True if [p, p + bytes) lies in the arena's heap; sets *offset.
-bool arena_offset(const px_client* client, const void* p, uint64_t bytes, uint64_t* offset);
+bool arena_offset(const Client* client, const void* p, uint64_t bytes, uint64_t* offset);
+
+// PX_OK if the host buffer may be staged or shared (not CUDA device memory; detected only
+// when the process has loaded the CUDA runtime).
+px_status check_host_pointer(Client* c, const std::string& who, const void* p);
 
 }  // namespace px

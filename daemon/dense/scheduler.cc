@@ -83,6 +83,29 @@ std::string check_buffers(const Variable& var, const SharedArena& arena, const S
   return "";
 }
 
+const char* op_name(uint16_t opcode) {
+  switch (static_cast<Opcode>(opcode)) {
+    case Opcode::kBarrier:
+      return "barrier";
+    case Opcode::kPullRows:
+      return "pull";
+    case Opcode::kPushRows:
+      return "push";
+    default:
+      return "allreduce";
+  }
+}
+
+// Fails every contribution of a pending step, and the step's later arrivals, with status.
+void fail_pending(PendingStep& pending, px_status status, const std::string& message) {
+  pending.failure = status;
+  pending.failure_message = message;
+  for (auto& c : pending.by_rank) {
+    if (c) c->session->complete(c->request_id, status, message);
+    c.reset();
+  }
+}
+
 }  // namespace
 
 struct Scheduler::Run {
@@ -160,14 +183,9 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   }
   ++pending.arrived;
   bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
-  if (pending.failure == PX_OK && !invalid.empty()) {
-    pending.failure = PX_ERR_INVALID;
-    pending.failure_message = session->label() + " gave an invalid buffer: " + invalid + suffix;
-    for (auto& c : pending.by_rank) {
-      if (c) c->session->complete(c->request_id, pending.failure, pending.failure_message);
-      c.reset();
-    }
-  }
+  if (pending.failure == PX_OK && !invalid.empty())
+    fail_pending(pending, PX_ERR_INVALID,
+                 session->label() + " gave an invalid buffer: " + invalid + suffix);
   if (pending.failure != PX_OK) {
     session->complete(entry.request_id, pending.failure, pending.failure_message);
     if (everyone_arrived) var->pending.erase(key);
@@ -198,6 +216,58 @@ void Scheduler::fail_variable(Variable& var, px_status status, const std::string
 
 void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
   for (auto& var : job.variables()) fail_variable(*var, status, why);
+}
+
+bool Scheduler::withdraw(Session& session, uint64_t request_id, const std::string& reason,
+                         std::string* message) {
+  Job& job = *session.job();
+  size_t rank = static_cast<size_t>(session.local_rank());
+  for (auto& var : job.variables()) {
+    for (auto& [key, pending] : var->pending) {
+      if (rank >= pending.by_rank.size() || !pending.by_rank[rank] ||
+          pending.by_rank[rank]->request_id != request_id)
+        continue;
+      std::string suffix = var->id == 0 ? " (barrier " + std::to_string(key.second) + ")"
+                                        : step_suffix(*var, key.first, key.second);
+      *message = session.label() + " withdrew from its " + op_name(key.first) + ": " + reason +
+                 suffix;
+      session.complete(request_id, PX_ERR_CANCELLED,
+                       std::string("withdrawn: ") + reason + suffix);
+      pending.by_rank[rank].reset();
+      fail_pending(pending, PX_ERR_CANCELLED, *message);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> Scheduler::fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns) {
+  std::vector<std::string> failed;
+  for (auto& var : job.variables()) {
+    for (auto& [key, pending] : var->pending) {
+      if (pending.failure != PX_OK || now_ns - pending.first_ns <= stall_ns) continue;
+      std::string missing, waiting;
+      for (size_t r = 0; r < pending.by_rank.size(); ++r) {
+        std::string& list = pending.by_rank[r] ? waiting : missing;
+        if (!list.empty()) list += ", ";
+        if (pending.by_rank[r]) {
+          list += std::to_string(r);
+        } else {
+          auto& member = job.members()[r];
+          list += member ? member->label() : "local rank " + std::to_string(r) + " (gone)";
+        }
+      }
+      std::string suffix = var->id == 0 ? " (barrier " + std::to_string(key.second) + ")"
+                                        : step_suffix(*var, key.first, key.second);
+      std::string message = std::string(op_name(key.first)) + " stalled: " + missing +
+                            " did not submit it within " + std::to_string(stall_ns / 1000000) +
+                            " ms of the first local worker (step_stall_ms); local ranks " +
+                            waiting + " were waiting" + suffix;
+      fail_pending(pending, PX_ERR_TIMEOUT, message);
+      failed.push_back(message);
+    }
+  }
+  return failed;
 }
 
 void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/common/job.h"
 #include "daemon/sparse/sparse_router.h"
@@ -39,6 +40,16 @@ class Scheduler {
   // variable and step appended) and forgets those steps.
   void fail_variable(Variable& var, px_status status, const std::string& why);
   void fail_job(Job& job, px_status status, const std::string& why);
+
+  // A worker's px_request_cancel (or a timed-out px_barrier): if the request waits in a step
+  // for other local workers, completes it with PX_ERR_CANCELLED, fails that step for the
+  // others with a message naming the worker and reason (stored in *message), and returns
+  // true. False if it is not waiting (running, done, or unknown).
+  bool withdraw(Session& session, uint64_t request_id, const std::string& reason,
+                std::string* message);
+  // Fails, with PX_ERR_TIMEOUT naming the workers that never came, every step of the job
+  // that some local workers submitted more than stall_ns ago. Returns the messages.
+  std::vector<std::string> fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns);
 
  private:
   struct Run;

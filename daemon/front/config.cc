@@ -44,6 +44,8 @@ const char kUsage[] =
     "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
     "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
     "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
+    "  --step-stall-ms N      a step a local worker has not submitted this long after\n"
+    "                         another did fails with PX_ERR_TIMEOUT (default 60000; 0: never)\n"
     "  --version              print the version and exit\n"
     "  --help                 print this help and exit\n";
 
@@ -153,6 +155,9 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "timeouts.peer_silence_ms") {
     if (!number(1000, 3600000)) return false;
     c->peer_silence_ms = static_cast<int64_t>(n);
+  } else if (key == "timeouts.step_stall_ms") {
+    if (!number(0, 86400000)) return false;
+    c->step_stall_ms = static_cast<int64_t>(n);
   } else if (key == "timeouts.startup_ms") {
     if (!number(100, 86400000)) return false;
     c->startup_timeout_ms = static_cast<int64_t>(n);
@@ -271,6 +276,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--chunk-bytes", "fabric.chunk_bytes"},
       {"--fabric-port", "fabric.port"},
       {"--peer-silence-ms", "timeouts.peer_silence_ms"},
+      {"--step-stall-ms", "timeouts.step_stall_ms"},
       {"--startup-timeout-ms", "timeouts.startup_ms"},
   };
   for (int i = 1; i < argc; ++i) {

@@ -36,6 +36,10 @@ struct DaemonConfig {
   // A node whose control connection stays silent this long (no TCP acknowledgement of
   // keep-alive probes or data) is lost: a machine that vanished without closing it.
   int64_t peer_silence_ms = 10000;
+  // A step that some local workers submitted and another has not within this long fails
+  // for them with PX_ERR_TIMEOUT naming the missing worker (on a cluster the job fails on
+  // every node: the others cannot complete that step either). 0: never.
+  int64_t step_stall_ms = 60000;
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are

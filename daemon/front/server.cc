@@ -235,6 +235,14 @@ int Server::run() {
   uv_signal_start(&sigint_, on_signal, SIGINT);
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
   signal(SIGPIPE, SIG_IGN);
+  uv_timer_init(&loop_, &stall_timer_);
+  stall_timer_.data = this;
+  if (config_.step_stall_ms > 0) {
+    // A quarter of the deadline between checks (10 ms to 1 s): a stalled step fails at most
+    // 25% (or 1 s) after its deadline; the check walks only pending steps.
+    uint64_t every = static_cast<uint64_t>(std::clamp<int64_t>(config_.step_stall_ms / 4, 10, 1000));
+    uv_timer_start(&stall_timer_, on_stall_check, every, every);
+  }
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();
@@ -256,6 +264,7 @@ void Server::shutdown() {
   uv_close(reinterpret_cast<uv_handle_t*>(&listen_poll_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&stall_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   if (cluster_) cluster_->stop();
   ::unlink(config_.socket_path.c_str());
@@ -408,6 +417,29 @@ void Server::leave_job(Session& session, const std::string& why) {
       cluster_->report_job_broken(job->name(), job->barrier_id(), reason);
   }
   if (job->connected() == 0) jobs_.erase(it);
+}
+
+void Server::on_stall_check(uv_timer_t* timer) {
+  auto* self = static_cast<Server*>(timer->data);
+  int64_t now = monotonic_ns();
+  int64_t stall_ns = self->config_.step_stall_ms * 1000000;
+  auto jobs = self->jobs_;  // breaking a job may end it
+  for (auto& [name, job] : jobs) {
+    if (!job->ready() || !job->broken().empty()) continue;
+    for (const std::string& message : self->scheduler_.fail_stalled(*job, now, stall_ns)) {
+      PX_LOG_WARN("job '%s': %s", name.c_str(), message.c_str());
+      // On a cluster the other nodes wait for this node's share of the step in vain.
+      if (job->world().node_count > 1)
+        self->abort_job(*job, message + " (on " + self->node_label() + ")");
+    }
+  }
+}
+
+void Server::abort_job(Job& job, const std::string& why) {
+  if (!job.broken().empty()) return;
+  break_job(job, why, true);
+  if (cluster_ && job.barrier_id() != 0)
+    cluster_->report_job_broken(job.name(), job.barrier_id(), why);
 }
 
 void Server::forget_session(uint64_t id) {

@@ -46,6 +46,9 @@ class Server {
                      std::string* error);
   // A member left (cleanly or not). A started job is broken from then on.
   void leave_job(Session& session, const std::string& why);
+  // Fails the job here and on every other node with why (px_abort, a withdrawn or stalled
+  // step on a cluster).
+  void abort_job(Job& job, const std::string& why);
   void forget_session(uint64_t id);
   // A variable was registered on this node for the first time (cluster: agree on it).
   void variable_added(Job& job, Variable& var);
@@ -94,6 +97,8 @@ class Server {
   std::string cluster_broken_;  // set once a node is lost
   int exit_code_ = 0;
   uv_timer_t exit_timer_{};
+  uv_timer_t stall_timer_{};  // step_stall_ms: fails steps a local worker never submitted
+  static void on_stall_check(uv_timer_t* timer);
 };
 
 }  // namespace px

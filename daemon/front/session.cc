@@ -159,6 +159,15 @@ void Session::handle_frame(const std::string& payload) {
     case control::Body::StatsRequest:
       if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
       break;
+    case control::Body::ErrorText:
+      if (state_ == State::kActive) return handle_error_text(*message->body_as_ErrorText());
+      break;
+    case control::Body::Cancel:
+      if (state_ == State::kActive) return handle_cancel(*message->body_as_Cancel());
+      break;
+    case control::Body::Abort:
+      if (state_ == State::kActive) return handle_abort(*message->body_as_Abort());
+      break;
     case control::Body::Goodbye:
       left_cleanly_ = true;
       return;
@@ -348,6 +357,17 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
       }
     }
     server_.variable_added(job, *var);
+  } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint) &&
+             var->registered[static_cast<size_t>(local_rank_)]) {
+    // This worker already holds the variable: its second, different registration is its
+    // own mistake and fails alone; the registered variable stays good.
+    return reply_register(PX_ERR_MISMATCH,
+                          "variable '" + name + "' of job '" + job.name() +
+                              "' is already registered by " + label() + " as " +
+                              var->fingerprint.describe_difference(fingerprint) +
+                              "; registering it again as " +
+                              fingerprint.describe_difference(var->fingerprint) + " fails",
+                          0);
   } else if (var->poison_status == PX_OK && !(var->fingerprint == fingerprint)) {
     var->poison_status = PX_ERR_MISMATCH;
     var->poison_message = "variable '" + name + "' of job '" + job.name() + "' registered as " +
@@ -424,6 +444,47 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
   finish_one(PX_OK, "");
 }
 
+void Session::handle_error_text(const control::ErrorText& request) {
+  flatbuffers::FlatBufferBuilder b;
+  auto it = long_messages_.find(request.request_id());
+  flatbuffers::Offset<control::ErrorTextReply> body;
+  if (it == long_messages_.end()) {
+    body = control::CreateErrorTextReply(b, false);
+  } else {
+    auto text = b.CreateString(it->second);
+    body = control::CreateErrorTextReply(b, true, text);
+    long_messages_.erase(it);  // its place in long_message_order_ is skipped when dropped
+  }
+  send_frame(finish_frame(b, control::Body::ErrorTextReply, body.Union()));
+}
+
+void Session::handle_cancel(const control::Cancel& request) {
+  std::string reason = request.reason() ? request.reason()->str() : "cancelled";
+  std::string message;
+  bool withdrawn =
+      server_.scheduler().withdraw(*this, request.request_id(), reason.substr(0, 1024), &message);
+  if (withdrawn) {
+    PX_LOG_INFO("%s", message.c_str());
+    // The other nodes cannot complete that step without this node's share of it.
+    if (job_->world().node_count > 1)
+      server_.abort_job(*job_, message + "; a withdrawn step cannot complete on the other "
+                                         "nodes, so the job ends");
+  }
+  flatbuffers::FlatBufferBuilder b;
+  auto body = control::CreateCancelReply(b, withdrawn);
+  send_frame(finish_frame(b, control::Body::CancelReply, body.Union()));
+}
+
+void Session::handle_abort(const control::Abort& request) {
+  std::string reason = request.reason() ? request.reason()->str() : "";
+  std::string why = label() + " called px_abort: " + reason.substr(0, 4096);
+  PX_LOG_WARN("%s", why.c_str());
+  server_.abort_job(*job_, why);
+  flatbuffers::FlatBufferBuilder b;
+  auto body = control::CreateAbortReply(b, PX_OK);
+  send_frame(finish_frame(b, control::Body::AbortReply, body.Union()));
+}
+
 void Session::handle_stats(const control::StatsRequest& request) {
   flatbuffers::FlatBufferBuilder b;
   Variable* var = job_->find(request.var_id());
@@ -478,6 +539,15 @@ void Session::complete(uint64_t request_id, px_status status, const std::string&
   if (status != PX_OK) {
     size_t n = std::min(message.size(), kCompletionMessageBytes - 1);
     std::memcpy(entry.message, message.data(), n);
+    if (n < message.size()) {  // the client fetches the whole text (ErrorText)
+      entry.flags |= kCompletionMessageOnDaemon;
+      if (long_messages_.emplace(request_id, message).second)
+        long_message_order_.push_back(request_id);
+      while (long_message_order_.size() > 2 * static_cast<size_t>(completion_ring_.capacity())) {
+        long_messages_.erase(long_message_order_.front());
+        long_message_order_.pop_front();
+      }
+    }
   }
   if (!completion_ring_.try_push(entry)) {
     PX_LOG_WARN("dropping %s: it does not consume its completions", label().c_str());

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -72,6 +73,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void reply_register(px_status status, const std::string& message, uint32_t var_id);
   void handle_stats(const control::StatsRequest& request);
   void handle_checkpoint(const control::Checkpoint& request);
+  void handle_error_text(const control::ErrorText& request);
+  void handle_cancel(const control::Cancel& request);
+  void handle_abort(const control::Abort& request);
   void drain_submissions();
   void update_socket_poll();
 
@@ -99,6 +103,10 @@ class Session : public std::enable_shared_from_this<Session> {
   SpscRing<SubmitEntry> submit_ring_;
   SpscRing<CompletionEntry> completion_ring_;
   std::unordered_map<uint64_t, uint64_t> next_step_;
+  // Messages too long for a completion entry, kept until the client fetches them (the
+  // oldest are dropped past a ring's worth).
+  std::unordered_map<uint64_t, std::string> long_messages_;
+  std::deque<uint64_t> long_message_order_;
 };
 
 }  // namespace px

@@ -13,6 +13,8 @@ namespace pxt {
 
 inline size_t element_size(px_dtype t) {
   switch (t) {
+    case PX_DTYPE_FORCE_32BIT:  // pins the enum to 32 bits; not a dtype
+      break;
     case PX_F32:
     case PX_I32:
       return 4;
@@ -48,6 +50,8 @@ inline void fill_input(px_dtype t, int rank, uint64_t step, uint64_t seed, uint6
     // Otherwise not dyadic: sums need rounding.
     double x = exact_inputs() ? static_cast<double>(r) : static_cast<double>(r) / 3.0;
     switch (t) {
+      case PX_DTYPE_FORCE_32BIT:  // pins the enum to 32 bits; not a dtype
+        break;
       case PX_F32:
         static_cast<float*>(out)[i] = static_cast<float>(x);
         break;
@@ -83,6 +87,8 @@ inline std::vector<unsigned char> expected_result(px_dtype t, px_reduce_op op, i
   for (uint64_t i = 0; i < count; ++i) {
     auto at = [&](int r) { return inputs[static_cast<size_t>(r)].data() + i * es; };
     switch (t) {
+      case PX_DTYPE_FORCE_32BIT:  // pins the enum to 32 bits; not a dtype
+        break;
       case PX_F32:
       case PX_F64:
       case PX_F16:

@@ -56,10 +56,15 @@ static_assert(sizeof(SubmitEntry) == 80);
 
 constexpr size_t kCompletionMessageBytes = 232;
 
+// CompletionEntry::flags
+// The message did not fit: message holds its start, and the daemon keeps the whole text
+// until the client fetches it (control::ErrorText) by request id.
+constexpr uint32_t kCompletionMessageOnDaemon = 1;
+
 struct CompletionEntry {
   uint64_t request_id;
   int32_t status;  // px_status
-  uint32_t reserved;
+  uint32_t flags;  // kCompletion*
   uint64_t reserved1;
   char message[kCompletionMessageBytes];  // NUL-terminated; set when status != PX_OK
 };

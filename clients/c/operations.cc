@@ -1,0 +1,346 @@
+// libparallax: submitting operations (allreduce, the sparse row operations) with their
+// per-operation options, and refusing memory the daemon cannot touch.
+#include <dlfcn.h>
+#include <sys/epoll.h>
+
+#include <cstring>
+
+#include "clients/c/client_internal.h"
+#include "clients/c/requests_internal.h"
+
+using px::fail;
+using px::succeed;
+
+namespace px {
+namespace {
+
+// cudaPointerGetAttributes, if this process has loaded the CUDA runtime. A process that has
+// not cannot hold device pointers, so libparallax never loads CUDA itself (it must run
+// where there is none). Checked on every call: frameworks load CUDA lazily.
+using PointerAttributesFn = int (*)(void* attributes, const void* ptr);
+using GetLastErrorFn = int (*)();
+
+bool is_cuda_device_pointer(const void* p) {
+  static const char* const kRuntimes[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  for (const char* name : kRuntimes) {
+    void* lib = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib) continue;
+    auto attributes = reinterpret_cast<PointerAttributesFn>(dlsym(lib, "cudaPointerGetAttributes"));
+    auto last_error = reinterpret_cast<GetLastErrorFn>(dlsym(lib, "cudaGetLastError"));
+    bool device = false;
+    if (attributes) {
+      // struct cudaPointerAttributes starts with `enum cudaMemoryType type` (CUDA >= 10);
+      // the buffer is larger than any version of the struct.
+      alignas(16) unsigned char buffer[256] = {};
+      if (attributes(buffer, p) == 0) {
+        int type;
+        std::memcpy(&type, buffer, sizeof type);
+        device = type == 2;  // cudaMemoryTypeDevice; managed (3) and host memory are fine
+      } else if (last_error) {
+        last_error();  // a host pointer unknown to CUDA, or no device: clear the error
+      }
+    }
+    dlclose(lib);
+    return device;
+  }
+  return false;
+}
+
+struct OpOptions {
+  uint8_t priority = 0;
+};
+
+// Reads the caller's options (any size from struct_size up to ours; missing fields keep
+// their defaults) and refuses what this build cannot do.
+px_status resolve_options(Client* c, const std::string& who, const px_op_options* in,
+                          OpOptions* out) {
+  px_op_options o;
+  px_op_options_init(&o);
+  if (in) {
+    if (in->struct_size < sizeof(uint32_t) || in->struct_size > (1u << 16))
+      return fail(c, PX_ERR_INVALID,
+                  who + ": options->struct_size is not set (use px_op_options_init)");
+    std::memcpy(&o, in, std::min<size_t>(in->struct_size, sizeof o));
+  }
+  if (o.memory_kind == PX_MEMORY_CUDA)
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                who + ": CUDA device memory (PX_MEMORY_CUDA, device " +
+                    std::to_string(o.device) +
+                    ") is not implemented by this libparallax yet (README, Limits)");
+  if (o.memory_kind != PX_MEMORY_HOST)
+    return fail(c, PX_ERR_INVALID,
+                who + ": unknown memory_kind " + std::to_string(o.memory_kind));
+  if (o.priority < 0 || o.priority > 255)
+    return fail(c, PX_ERR_INVALID,
+                who + ": priority " + std::to_string(o.priority) + " is not in 0..255");
+  out->priority = static_cast<uint8_t>(o.priority);
+  return PX_OK;
+}
+
+BufferRef host_buffer(uint64_t offset, uint64_t bytes) {
+  return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+}
+
+// Hands a prepared request to the daemon; on success *out_request names it.
+px_status submit_request(const std::shared_ptr<Client>& client, const SubmitEntry& entry,
+                         std::shared_ptr<Request> request, px_request** out_request) {
+  Client* c = client.get();
+  Request* r = request.get();
+  r->step = entry.step;
+  c->requests[r] = request;
+  px_status status = submit(c, entry, r);
+  if (status != PX_OK) {
+    destroy_request(c, r);
+    return status;
+  }
+  *out_request = add_request_handle(client, std::move(request));
+  return succeed();
+}
+
+px_status usable(Client* c) {
+  if (c->closed) return fail(c, PX_ERR_CANCELLED, "the client was disconnected");
+  if (c->lost_status != PX_OK) return fail(c, c->lost_status, c->lost_message);
+  return PX_OK;
+}
+
+px_status check_in_flight(Client* c, const std::string& who) {
+  if (c->in_flight.size() < c->submit_ring.capacity()) return PX_OK;
+  return fail(c, PX_ERR_BUSY, who + ": " + std::to_string(c->in_flight.size()) +
+                                  " requests in flight, the most parallaxd allows; wait some first");
+}
+
+}  // namespace
+
+px_status check_host_pointer(Client* c, const std::string& who, const void* p) {
+  if (!is_cuda_device_pointer(p)) return PX_OK;
+  return fail(c, PX_ERR_INVALID,
+              who + ": a CUDA device pointer where host memory is needed (pass a CPU "
+                    "tensor; PX_MEMORY_CUDA is not implemented yet)");
+}
+
+px_status submit(Client* c, const SubmitEntry& entry, Request* r) {
+  if (!c->submit_ring.try_push(entry))
+    return fail(c, PX_ERR_INTERNAL, "submission ring unexpectedly full");
+  if (c->submit_ring.consumer_needs_wakeup()) c->submit_bell.ring();
+  c->in_flight[r->id] = r;
+  return PX_OK;
+}
+
+int make_completion_epoll(Client* c, std::string* error) {
+  if (!Doorbell::create(&c->user_bell, error)) return -1;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) {
+    *error = std::string("epoll_create1: ") + strerror(errno);
+    return -1;
+  }
+  int fds[3] = {c->completion_bell.fd(), c->user_bell.fd(), c->socket_fd};
+  for (int fd : fds) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | (fd == c->socket_fd ? uint32_t{EPOLLRDHUP} : 0u);
+    ev.data.fd = fd;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      *error = std::string("epoll_ctl: ") + strerror(errno);
+      ::close(ep);
+      return -1;
+    }
+  }
+  return ep;
+}
+
+namespace {
+
+// Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
+// outside the arena, or misaligned, are staged through one arena block.
+px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64_t* indices,
+                      uint64_t n, const void* rows_in, void* rows_out,
+                      const px_op_options* options, px_request** out_request) {
+  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
+  *out_request = nullptr;
+  VarRef ref;
+  if (!find_var(handle, &ref)) return stale_handle(fn, "variable", handle);
+  Client* c = ref.client.get();
+  Var* var = ref.var;
+  std::string who = std::string(fn) + "('" + var->name + "')";
+  if (!var->sparse) return fail(c, PX_ERR_INVALID, who + ": not a sparse variable");
+  OpOptions op;
+  px_status status = resolve_options(c, who, options, &op);
+  if (status != PX_OK) return status;
+  const void* rows = rows_out ? rows_out : rows_in;
+  if (n > 0 && (!indices || !rows)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  if (n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
+    return fail(c, PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
+  if (n > 0 && ((status = check_host_pointer(c, who, indices)) != PX_OK ||
+                (status = check_host_pointer(c, who, rows)) != PX_OK))
+    return status;
+  uint64_t index_bytes = n * sizeof(int64_t);
+  uint64_t row_bytes = n * var->dim * sizeof(float);
+  std::lock_guard<std::mutex> guard(c->mutex);
+  if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  uint64_t index_offset = 0, row_offset = 0;
+  bool index_in_arena = n == 0 || (arena_offset(c, indices, index_bytes, &index_offset) &&
+                                   index_offset % alignof(int64_t) == 0);
+  bool rows_in_arena =
+      n == 0 || (arena_offset(c, rows, row_bytes, &row_offset) && row_offset % alignof(float) == 0);
+  auto request = std::make_shared<Request>();
+  Request* r = request.get();
+  r->client = c;
+  r->id = c->next_request_id++;
+  r->daemon_writes_caller = rows_out && rows_in_arena && n > 0;
+  uint64_t staging_bytes =
+      (index_in_arena ? 0 : align_up(index_bytes, 64)) + (rows_in_arena ? 0 : row_bytes);
+  if (staging_bytes > 0) {
+    auto staging = c->allocator.allocate(staging_bytes);
+    if (!staging)
+      return fail(c, PX_ERR_NO_MEMORY,
+                  who + ": no room in the arena to stage " + std::to_string(staging_bytes) +
+                      " bytes of ordinary memory (largest free block " +
+                      std::to_string(c->allocator.largest_free_block()) +
+                      "); use px_alloc buffers or a larger arena");
+    r->has_staging = true;
+    r->staging_offset = *staging;
+    uint64_t at = *staging;
+    if (!index_in_arena) {
+      index_offset = at;
+      std::memcpy(c->arena.base() + at, indices, index_bytes);
+      at += align_up(index_bytes, 64);
+    }
+    if (!rows_in_arena) {
+      row_offset = at;
+      if (rows_in) {
+        std::memcpy(c->arena.base() + at, rows_in, row_bytes);
+      } else {
+        r->copy_out_to = rows_out;
+        r->copy_out_offset = at;
+        r->bytes = row_bytes;
+      }
+    }
+  }
+  SubmitEntry entry{};
+  entry.request_id = r->id;
+  entry.var_id = var->id;
+  entry.opcode = static_cast<uint16_t>(opcode);
+  entry.priority = op.priority;
+  switch (opcode) {
+    case Opcode::kPullRows:
+      entry.step = var->next_pull_step++;
+      r->what = "pull";
+      break;
+    case Opcode::kPushRows:
+      entry.step = var->next_push_step++;
+      r->what = "push";
+      break;
+    case Opcode::kLoadRows:
+      r->what = "load";
+      r->has_step = false;
+      break;
+    default:
+      r->what = "read";
+      r->has_step = false;
+      break;
+  }
+  entry.in = host_buffer(index_offset, index_bytes);
+  entry.out = host_buffer(row_offset, row_bytes);
+  r->var = var;
+  return submit_request(ref.client, entry, std::move(request), out_request);
+}
+
+}  // namespace
+}  // namespace px
+
+extern "C" {
+
+PX_API void px_op_options_init(px_op_options* options) {
+  if (!options) return;
+  std::memset(options, 0, sizeof *options);
+  options->struct_size = sizeof *options;
+  options->memory_kind = PX_MEMORY_HOST;
+  options->device = -1;
+}
+
+PX_API px_status px_allreduce_ex(px_var* handle, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request) {
+  using namespace px;
+  if (!out_request) return fail(PX_ERR_INVALID, "px_allreduce: out_request is NULL");
+  *out_request = nullptr;
+  VarRef ref;
+  if (!find_var(handle, &ref)) return stale_handle("px_allreduce", "variable", handle);
+  Client* c = ref.client.get();
+  Var* var = ref.var;
+  std::string who = "px_allreduce('" + var->name + "')";
+  if (!in || !out) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  if (var->sparse)
+    return fail(c, PX_ERR_INVALID, who + ": a sparse variable; use px_pull_rows and px_push_rows");
+  OpOptions op;
+  px_status status = resolve_options(c, who, options, &op);
+  if (status != PX_OK) return status;
+  if ((status = check_host_pointer(c, who, in)) != PX_OK ||
+      (status = check_host_pointer(c, who, out)) != PX_OK)
+    return status;
+  uint64_t bytes = var->bytes;
+  const char* ip = static_cast<const char*>(in);
+  const char* op_ = static_cast<const char*>(out);
+  if (ip != op_ && ip < op_ + bytes && op_ < ip + bytes)
+    return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
+  std::lock_guard<std::mutex> guard(c->mutex);
+  if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  auto request = std::make_shared<Request>();
+  Request* r = request.get();
+  r->client = c;
+  r->id = c->next_request_id++;
+  r->bytes = bytes;
+  uint64_t in_offset = 0, out_offset = 0;
+  bool in_arena = arena_offset(c, in, bytes, &in_offset);
+  bool out_arena = arena_offset(c, out, bytes, &out_offset);
+  r->daemon_writes_caller = out_arena;
+  if (!out_arena) {
+    auto staging = c->allocator.allocate(bytes);
+    if (!staging)
+      return fail(c, PX_ERR_NO_MEMORY,
+                  who + ": no room in the arena to stage " + std::to_string(bytes) +
+                      " bytes of ordinary memory (largest free block " +
+                      std::to_string(c->allocator.largest_free_block()) +
+                      "); use px_alloc buffers or a larger arena");
+    r->has_staging = true;
+    r->staging_offset = out_offset = *staging;
+    r->copy_out_offset = out_offset;
+    r->copy_out_to = out;
+  }
+  if (!in_arena) {
+    // Ordinary input: copy it straight into the (arena) output and reduce in place.
+    std::memcpy(c->arena.base() + out_offset, in, bytes);
+    in_offset = out_offset;
+  }
+  SubmitEntry entry{};
+  entry.request_id = r->id;
+  entry.step = var->next_step++;
+  entry.var_id = var->id;
+  entry.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
+  entry.priority = op.priority;
+  entry.in = host_buffer(in_offset, bytes);
+  entry.out = host_buffer(out_offset, bytes);
+  r->var = var;
+  return submit_request(ref.client, entry, std::move(request), out_request);
+}
+
+PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request) {
+  return px_allreduce_ex(var, in, out, nullptr, out_request);
+}
+
+#define PX_ROW_OP(fn, opcode, in_arg, out_arg, buffer_decl)                                 \
+  PX_API px_status fn##_ex(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,     \
+                           const px_op_options* options, px_request** out_request) {         \
+    return px::submit_rows(var, px::Opcode::opcode, #fn, indices, n, in_arg, out_arg, options, \
+                           out_request);                                                     \
+  }                                                                                          \
+  PX_API px_status fn(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,          \
+                      px_request** out_request) {                                            \
+    return fn##_ex(var, indices, n, buffer, nullptr, out_request);                           \
+  }
+
+PX_ROW_OP(px_pull_rows, kPullRows, nullptr, buffer, void* buffer)
+PX_ROW_OP(px_push_rows, kPushRows, buffer, nullptr, const void* buffer)
+PX_ROW_OP(px_load_rows, kLoadRows, buffer, nullptr, const void* buffer)
+PX_ROW_OP(px_read_rows, kReadRows, nullptr, buffer, void* buffer)
+#undef PX_ROW_OP
+
+}  // extern "C"
