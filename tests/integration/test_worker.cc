@@ -503,7 +503,11 @@ int main(int argc, char** argv) {
   std::string scenario = argv[1];
   if (const char* e = getenv("PX_TEST_EXACT")) exact_inputs() = std::string(e) == "1";
   if (scenario == "abi") return scenario_abi();
+  if (scenario == "abi13-connect") return run_connect_scenario();
   px_client* c = connect_default();
+  // These end their client themselves (one of them tests px_disconnect).
+  if (scenario == "abi13-lifetimes" || scenario == "abi13-abort")
+    return run_abi_scenario(c, scenario);
   int rc = 1;
   if (scenario == "allreduce" && argc >= 7)
     rc = scenario_allreduce(c, argv + 2);
@@ -527,6 +531,8 @@ int main(int argc, char** argv) {
     rc = scenario_until_lost(c, argc > 2 && std::string(argv[2]) == "sparse");
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
+  else if (scenario.rfind("abi13-", 0) == 0)
+    rc = run_abi_scenario(c, scenario);
   else if (scenario.rfind("sparse", 0) == 0)
     rc = run_sparse_scenario(c, scenario, argc - 2, argv + 2);
   else

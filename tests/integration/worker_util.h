@@ -54,5 +54,8 @@ inline int world_size(px_client* c) {
 
 // Runs a sparse-variable scenario (sparse_scenarios.cc); returns the exit code.
 int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, char** argv);
+// ABI 1.3 scenarios (abi_scenarios.cc): after connecting, and before (connect itself).
+int run_abi_scenario(px_client* c, const std::string& scenario);
+int run_connect_scenario();
 
 }  // namespace pxt

@@ -1,0 +1,64 @@
+// ABI 1.3 with real daemons and real worker processes: request errors, lifetimes across
+// threads and after px_disconnect, cancel, abort (one node and across nodes), the
+// completion fd, per-operation options, the daemon's stall deadline, timed-out barriers.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "tests/integration/harness.h"
+
+using namespace pxt;
+
+TEST_CASE("abi: a failed request keeps its whole message, whatever thread waited") {
+  DaemonProcess daemon("abi-errors");
+  CHECK(all_ok(run_workers(daemon, "errors", 1, {"abi13-errors"}, 60000)));
+}
+
+TEST_CASE("abi: handles freed or disconnected in any order fail cleanly, waits are woken") {
+  DaemonProcess daemon("abi-life");
+  CHECK(all_ok(run_workers(daemon, "life", 2, {"abi13-lifetimes"}, 60000)));
+  CHECK(daemon.alive());
+}
+
+TEST_CASE("abi: a px_checkpoint blocked on one thread does not hold up px_wait on another") {
+  ScratchDir scratch("abi-threads");
+  DaemonProcess daemon("abi-threads");
+  CHECK(all_ok(run_workers(daemon, "threads", 2, {"abi13-threads"}, 60000,
+                           {{"PX_TEST_SCRATCH", scratch.path()}})));
+}
+
+TEST_CASE("abi: px_request_cancel withdraws a step, peers fail naming it, later steps work") {
+  DaemonProcess daemon("abi-cancel");
+  CHECK(all_ok(run_workers(daemon, "cancel", 2, {"abi13-cancel"}, 60000)));
+}
+
+TEST_CASE("abi: a barrier that timed out on one worker does not release the other") {
+  DaemonProcess daemon("abi-barrier");
+  CHECK(all_ok(run_workers(daemon, "barrier", 2, {"abi13-barrier-timeout"}, 60000)));
+}
+
+TEST_CASE("abi: step_stall_ms fails a step a live worker never submits, naming it") {
+  DaemonProcess daemon("abi-stall", {"--step-stall-ms", "500"});
+  CHECK(all_ok(run_workers(daemon, "stall", 2, {"abi13-stall"}, 60000)));
+  CHECK(daemon.log().find("stalled") != std::string::npos);
+}
+
+TEST_CASE(
+    "abi: px_abort fails the job's operations with the reason, on one node and across nodes") {
+  {
+    DaemonProcess daemon("abi-abort");
+    CHECK(all_ok(run_workers(daemon, "abort", 2, {"abi13-abort"}, 60000)));
+  }
+  ClusterProcesses cluster("abi-abort-c", 2);
+  CHECK(all_ok(run_cluster_workers(cluster, "abort", 1, {"abi13-abort"}, 60000)));
+}
+
+TEST_CASE("abi: an event loop waits through px_client_fd and px_progress") {
+  DaemonProcess daemon("abi-loop");
+  CHECK(all_ok(run_workers(daemon, "loop", 2, {"abi13-event-loop"}, 60000)));
+}
+
+TEST_CASE("abi: per-operation options, and px_connect without a daemon fails at once") {
+  DaemonProcess daemon("abi-options");
+  CHECK(all_ok(run_workers(daemon, "options", 2, {"abi13-options"}, 60000)));
+  CHECK(all_ok(run_workers(daemon, "connect", 1, {"abi13-connect"}, 60000)));
+}
