@@ -34,6 +34,36 @@ inline double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// How every system in `px-bench allreduce` and `px-bench sparse` is timed (the JSON's
+// "timing"): a synchronous step ends when its slowest rank does, so each step's time is the
+// maximum over all ranks (every worker on every node) of that rank's time for the step;
+// reported are the median of those per-step maxima and their min and max.
+inline constexpr const char* kTimingMethod = "per-step max over ranks, median over steps";
+
+// Median, min and max of per-step times (here: per-step maxima over ranks).
+struct StepSummary {
+  double median = 0, min = 0, max = 0;
+};
+
+inline StepSummary summarize(const std::vector<double>& steps) {
+  if (steps.empty()) return {};
+  return {percentile(steps, 0.5), *std::min_element(steps.begin(), steps.end()),
+          *std::max_element(steps.begin(), steps.end())};
+}
+
+// Replaces each worker's per-step seconds by the maximum over every worker of the job (all
+// nodes) for that step: an f64 PX_MAX allreduce of a variable `name` of seconds.size()
+// elements, after the timed steps. Every worker must call it with the same name and count.
+inline void max_over_ranks(px_client* c, const std::string& name, std::vector<double>& seconds) {
+  px_var* var = nullptr;
+  check(px_register_dense(c, name.c_str(), PX_F64, seconds.size(), PX_MAX, &var),
+        "register timing");
+  px_request* r = nullptr;
+  check(px_allreduce(var, seconds.data(), seconds.data(), &r), "allreduce timing");
+  check(px_wait(r, 600000), "wait timing");
+  px_request_free(r);
+}
+
 // The folder of this executable (the build's tools/).
 inline std::string tools_dir() {
   char self[PATH_MAX];

@@ -10,12 +10,13 @@
 // pulls them, and pushes a gradient for each (uncoalesced, as a model would); the full step
 // also reduces `dense-bytes` of dense gradients (allreduce; through the parameter server
 // too under the ps route, as Parallax's PS mode). Runs on tools/px-cluster netns links.
-// Reported per route: the sparse part's step time (pull + push) and the full step's, the
+// Reported per route: the sparse part's step time (pull + push) and the full step's (each
+// step's time is its slowest worker's, over every node; median, min and max over steps), the
 // payload each node sent for the table (daemon counters), the bytes its network interface
 // sent (headers included), both divided by the route's theoretical volume computed from
 // the measured unique rows, and the full step against its busiest link's bytes / link rate.
 // Peer in the same run: PyTorch gloo's sparse all_reduce of the same uncoalesced
-// per-worker gradients (tools/bench/gloo_sparse.py).
+// per-worker gradients (tools/bench/gloo_sparse.py), timed the same way.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,7 +92,9 @@ px_route parse_route(const std::string& r) {
 }  // namespace
 
 // One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS].
-// Local rank 0 of every node prints "NODE {json}".
+// Local rank 0 of every node prints "NODE {json}": its node's counters, and the step times
+// (median, min, max over the steps of each step's slowest worker of the whole job, the same
+// on every node).
 int sparse_worker(int argc, char** argv) {
   if (argc < 6) die("usage: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS");
   std::string route = argv[0];
@@ -233,16 +236,25 @@ int sparse_worker(int argc, char** argv) {
   cur = 1 - cur;
   Phase sparse = run_phase(false);
   Phase full = run_phase(true);
+  // After the timed steps: each step's time becomes that of its slowest worker (every worker
+  // on every node), as a synchronous step ends when its slowest rank does.
+  std::vector<double> seconds = sparse.seconds;
+  seconds.insert(seconds.end(), full.seconds.begin(), full.seconds.end());
+  max_over_ranks(c, "timing", seconds);
+  StepSummary sparse_t = summarize({seconds.begin(), seconds.begin() + a.steps});
+  StepSummary full_t = summarize({seconds.begin() + a.steps, seconds.end()});
   if (w.local_rank == 0) {
     double n = a.steps;
     auto per_step = [n](uint64_t after, uint64_t before) { return double(after - before) / n; };
     printf(
-        "NODE {\"node\":%d,\"sparse_step_s\":%.6f,\"step_s\":%.6f,\"rows_pulled\":%.1f,"
+        "NODE {\"node\":%d,\"sparse_step_s\":%.6f,\"sparse_step_min_s\":%.6f,"
+        "\"sparse_step_max_s\":%.6f,\"step_s\":%.6f,\"step_min_s\":%.6f,\"step_max_s\":%.6f,"
+        "\"rows_pulled\":%.1f,"
         "\"rows_unique\":%.1f,\"rows_applied\":%.1f,\"payload_sent\":%.1f,"
         "\"payload_received\":%.1f,\"iface_tx_sparse\":%.1f,\"iface_rx_sparse\":%.1f,"
         "\"iface_tx_full\":%.1f,\"iface_rx_full\":%.1f,\"request_partitions\":%llu}\n",
-        w.node_index, percentile(sparse.seconds, 0.5), percentile(full.seconds, 0.5),
-        per_step(sparse.after.rows_pulled, sparse.before.rows_pulled),
+        w.node_index, sparse_t.median, sparse_t.min, sparse_t.max, full_t.median, full_t.min,
+        full_t.max, per_step(sparse.after.rows_pulled, sparse.before.rows_pulled),
         per_step(sparse.after.rows_unique, sparse.before.rows_unique),
         per_step(sparse.after.rows_applied, sparse.before.rows_applied),
         per_step(sparse.after.bytes_sent, sparse.before.bytes_sent),
@@ -341,10 +353,12 @@ int bench_sparse(int argc, char** argv) {
     printf(
         "{\"scenario\":\"sparse\",\"cores\":%u,\"link_gbit\":%s,\"rows\":%llu,\"dim\":%llu,"
         "\"lookups_per_worker\":%llu,\"dense_bytes\":%llu,\"workers_per_node\":%d,"
-        "\"steps\":%d,\"partitions\":%u,\"mtu\":%d,\"results\":[",
+        "\"steps\":%d,\"partitions\":%u,\"mtu\":%d,\"timing\":\"%s\",\"results\":[",
         std::thread::hardware_concurrency(), link_text, (unsigned long long)a.rows,
         (unsigned long long)a.dim, (unsigned long long)a.lookups, (unsigned long long)a.dense_bytes,
-        per_node, a.steps, a.partitions, mtu > 0 ? mtu : 1500);
+        per_node, a.steps, a.partitions, mtu > 0 ? mtu : 1500, kTimingMethod);
+  else
+    printf("timing: %s; seconds: median (min-max) over steps\n", kTimingMethod);
   bool first = true;
   for (const std::string& n_text : split(nodes_list)) {
     int n = std::stoi(n_text);
@@ -369,12 +383,19 @@ int bench_sparse(int argc, char** argv) {
                 route.c_str(), n);
         continue;
       }
-      double step = 0, sparse_step = 0, unique = 0, pulled = 0, sent = 0, tx_sparse = 0,
-             busiest = 0;
+      // Step times are already per-step maxima over every worker of the job (each node
+      // prints the same); the max over nodes only guards against a node disagreeing.
+      StepSummary step_t, sparse_t;
+      double unique = 0, pulled = 0, sent = 0, tx_sparse = 0, busiest = 0;
       std::vector<std::string> chosen;  // each node's request partitions
       for (const std::string& j : node_json) {
-        step = std::max(step, json_number(j, "step_s"));
-        sparse_step = std::max(sparse_step, json_number(j, "sparse_step_s"));
+        auto widen = [&j](StepSummary& t, const std::string& key) {
+          t.median = std::max(t.median, json_number(j, key + "_s"));
+          t.min = std::max(t.min, json_number(j, key + "_min_s"));
+          t.max = std::max(t.max, json_number(j, key + "_max_s"));
+        };
+        widen(step_t, "step");
+        widen(sparse_t, "sparse_step");
         unique += json_number(j, "rows_unique") / n;
         pulled += json_number(j, "rows_pulled") / n;
         sent += json_number(j, "payload_sent") / n;
@@ -391,25 +412,29 @@ int bench_sparse(int argc, char** argv) {
       double theory = theoretical_sent(route, n, unique, a.rows, a.dim);
       double alpha = pulled / per_node / double(a.rows);
       double link_bound = busiest / link_bytes_per_s;
+      double step = step_t.median, sparse_step = sparse_t.median;
       if (json) {
         printf(
             "%s{\"system\":\"parallax\",\"route\":\"%s\",\"nodes\":%d,\"step_s\":%.4f,"
-            "\"sparse_step_s\":%.4f,\"alpha\":%.6f,\"unique_rows_per_node\":%.0f,"
+            "\"step_min_s\":%.4f,\"step_max_s\":%.4f,\"sparse_step_s\":%.4f,"
+            "\"sparse_step_min_s\":%.4f,\"sparse_step_max_s\":%.4f,\"alpha\":%.6f,"
+            "\"unique_rows_per_node\":%.0f,"
             "\"payload_sent_per_node\":%.0f,\"wire_tx_sparse_per_node\":%.0f,"
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
             "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\"}",
-            first ? "" : ",", route.c_str(), n, step, sparse_step, alpha, unique, sent, tx_sparse,
-            theory, sent / theory, tx_sparse / theory, busiest, step / link_bound,
-            partitions.c_str());
+            first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
+            sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
+            tx_sparse / theory, busiest, step / link_bound, partitions.c_str());
         first = false;
       } else {
         printf(
-            "%-10s N=%d step %.3f s  sparse %.3f s  alpha %.5f  unique/node %.0f  "
-            "sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
+            "%-10s N=%d step %.3f s (%.3f-%.3f)  sparse %.3f s (%.3f-%.3f)  alpha %.5f  "
+            "unique/node %.0f  sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
             "step / link bound %.2f  P %s\n",
-            route.c_str(), n, step, sparse_step, alpha, unique, sent / 1e6, tx_sparse / 1e6,
-            theory / 1e6, sent / theory, tx_sparse / theory, step / link_bound, partitions.c_str());
+            route.c_str(), n, step, step_t.min, step_t.max, sparse_step, sparse_t.min, sparse_t.max,
+            alpha, unique, sent / 1e6, tx_sparse / 1e6, theory / 1e6, sent / theory,
+            tx_sparse / theory, step / link_bound, partitions.c_str());
       }
       fflush(stdout);
     }
@@ -418,19 +443,20 @@ int bench_sparse(int argc, char** argv) {
                             "/bench/gloo_sparse.py " + shape + " 2>/tmp/px-bench-last.err";
       FILE* p = popen(command.c_str(), "r");
       char line[512];
-      double seconds = 0;
-      while (p && fgets(line, sizeof line, p)) sscanf(line, "RESULT gloo-sparse %lf", &seconds);
+      StepSummary t;  // per-step maxima over every rank, computed by gloo_sparse.py's rank 0
+      while (p && fgets(line, sizeof line, p))
+        sscanf(line, "RESULT gloo-sparse %lf %lf %lf", &t.median, &t.min, &t.max);
       if (p) pclose(p);
-      if (seconds <= 0) {
+      if (t.median <= 0) {
         fprintf(stderr, "px-bench: gloo sparse on %d nodes failed\n", n);
       } else if (json) {
         printf(
             "%s{\"system\":\"gloo\",\"route\":\"sparse-allreduce\",\"nodes\":%d,"
-            "\"sparse_step_s\":%.4f}",
-            first ? "" : ",", n, seconds);
+            "\"sparse_step_s\":%.4f,\"sparse_step_min_s\":%.4f,\"sparse_step_max_s\":%.4f}",
+            first ? "" : ",", n, t.median, t.min, t.max);
         first = false;
       } else {
-        printf("gloo       N=%d sparse all_reduce %.3f s\n", n, seconds);
+        printf("gloo       N=%d sparse all_reduce %.3f s (%.3f-%.3f)\n", n, t.median, t.min, t.max);
       }
       fflush(stdout);
     }

@@ -11,7 +11,9 @@
 //     Bus bandwidth (algbw x 2(N-1)/N, N = nodes) of a dense f32 allreduce across N
 //     daemons with W workers each, through tools/px-cluster: netns links of X Gbit/s
 //     (0: unlimited) or plain loopback ("lo"). Open MPI and PyTorch gloo run on the same
-//     links with W ranks per node (N x W ranks in all).
+//     links with W ranks per node (N x W ranks in all). Every system is timed alike: an
+//     iteration's time is its slowest rank's, reported as the median (min, max) over
+//     iterations.
 //
 //   px-bench sparse ...   (bench_sparse.cc)
 //
@@ -281,8 +283,9 @@ int bench_local(bool json, const std::string& daemon_path, int iterations) {
   return 0;
 }
 
-// One worker of `px-bench allreduce`: f32 sum in the arena, in place; rank 0 prints the
-// median seconds per size.
+// One worker of `px-bench allreduce`: f32 sum in the arena, in place; rank 0 prints, per
+// size, the median, min and max over iterations of each iteration's slowest worker (every
+// worker on every node).
 int allreduce_worker(const std::string& sizes_text, int iterations) {
   px_connect_options o;
   px_connect_options_init(&o);
@@ -310,28 +313,33 @@ int allreduce_worker(const std::string& sizes_text, int iterations) {
     std::string name = "bench" + std::to_string(bytes);
     check(px_register_dense(c, name.c_str(), PX_F32, bytes / 4, PX_SUM, &var), "register");
     std::vector<double> seconds = timed_allreduces(c, var, buf, 1, iterations);
+    max_over_ranks(c, "timing" + std::to_string(bytes), seconds);
+    StepSummary t = summarize(seconds);
     if (w.rank == 0)
-      printf("RESULT parallax %llu %.9f\n", static_cast<unsigned long long>(bytes),
-             percentile(seconds, 0.5));
+      printf("RESULT parallax %llu %.9f %.9f %.9f\n", static_cast<unsigned long long>(bytes),
+             t.median, t.min, t.max);
     fflush(stdout);
   }
   px_disconnect(c);
   return 0;
 }
 
-// Runs a shell command and collects its "RESULT system bytes seconds" lines.
-std::vector<std::pair<uint64_t, double>> collect(const std::string& command,
-                                                 const std::string& system) {
-  std::vector<std::pair<uint64_t, double>> out;
+// Runs a shell command and collects its "RESULT system bytes median min max" lines (seconds
+// per step, each step's time being its slowest rank's).
+std::vector<std::pair<uint64_t, StepSummary>> collect(const std::string& command,
+                                                      const std::string& system) {
+  std::vector<std::pair<uint64_t, StepSummary>> out;
   FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
   if (!p) return out;
   char line[512];
   while (fgets(line, sizeof line, p)) {
     char name[64];
     unsigned long long bytes;
-    double seconds;
-    if (sscanf(line, "RESULT %63s %llu %lf", name, &bytes, &seconds) == 3 && system == name)
-      out.push_back({bytes, seconds});
+    StepSummary t;
+    if (sscanf(line, "RESULT %63s %llu %lf %lf %lf", name, &bytes, &t.median, &t.min, &t.max) ==
+            5 &&
+        system == name)
+      out.push_back({bytes, t});
   }
   int status = pclose(p);
   if (status != 0)
@@ -362,8 +370,10 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
     want_gloo = false;
   }
   if (json)
-    printf("{\"scenario\":\"allreduce\",\"cores\":%u,\"results\":[",
-           std::thread::hardware_concurrency());
+    printf("{\"scenario\":\"allreduce\",\"cores\":%u,\"timing\":\"%s\",\"results\":[",
+           std::thread::hardware_concurrency(), kTimingMethod);
+  else
+    printf("timing: %s; ms per allreduce: median (min, max) over iterations\n", kTimingMethod);
   bool first = true;
   for (const std::string& n_text : split(nodes_list)) {
     int n = std::stoi(n_text);
@@ -375,7 +385,7 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
       std::string base = cluster + " --nodes " + std::to_string(n) + " --workers-per-node " +
                          std::to_string(per_node) + " " + mode + " --timeout 1200";
       std::string it = std::to_string(iterations);
-      std::map<std::string, std::vector<std::pair<uint64_t, double>>> by_system;
+      std::map<std::string, std::vector<std::pair<uint64_t, StepSummary>>> by_system;
       by_system["parallax"] = collect(base + " --daemon " + daemon + " -- " + tools +
                                           "/px-bench allreduce-worker " + sizes + " " + it,
                                       "parallax");
@@ -389,24 +399,29 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
                                         "/bench/gloo_allreduce.py " + sizes + " " + it,
                                     "gloo");
       for (auto& [system_name, rows] : by_system) {
-        for (auto& [bytes, seconds] : rows) {
+        for (auto& [bytes, t] : rows) {
+          double seconds = t.median;
           double algbw = static_cast<double>(bytes) / seconds;
           double busbw_gbit = algbw * 2.0 * (n - 1) / n * 8 / 1e9;
           if (json) {
             printf(
                 "%s{\"system\":\"%s\",\"nodes\":%d,\"workers_per_node\":%d,\"link\":\"%s\","
-                "\"mtu\":%d,\"bytes\":%llu,\"seconds\":%.6f,\"busbw_gbit\":%.3f}",
+                "\"mtu\":%d,\"bytes\":%llu,\"seconds\":%.6f,\"seconds_min\":%.6f,"
+                "\"seconds_max\":%.6f,\"busbw_gbit\":%.3f}",
                 first ? "" : ",", system_name.c_str(), n, per_node,
                 link == "lo"
                     ? "loopback"
                     : (link == "0" ? "netns-unlimited" : ("netns-" + link + "gbit").c_str()),
                 link == "lo" ? 65536 : (mtu > 0 ? mtu : 1500),
-                static_cast<unsigned long long>(bytes), seconds, busbw_gbit);
+                static_cast<unsigned long long>(bytes), seconds, t.min, t.max, busbw_gbit);
             first = false;
           } else {
-            printf("%-9s N=%d W=%d link=%-5s %10llu B  %9.3f ms  bus %7.3f Gbit/s\n",
-                   system_name.c_str(), n, per_node, link.c_str(),
-                   static_cast<unsigned long long>(bytes), seconds * 1e3, busbw_gbit);
+            printf(
+                "%-9s N=%d W=%d link=%-5s %10llu B  %9.3f ms (min %.3f, max %.3f)  bus %7.3f "
+                "Gbit/s\n",
+                system_name.c_str(), n, per_node, link.c_str(),
+                static_cast<unsigned long long>(bytes), seconds * 1e3, t.min * 1e3, t.max * 1e3,
+                busbw_gbit);
           }
           fflush(stdout);
         }

@@ -2,11 +2,12 @@
 """PyTorch gloo all_reduce peer for px-bench allreduce: one process per worker.
 
 Run under tools/px-cluster --no-daemons (rank = node x workers-per-node + local rank,
-rendezvous on the first of PX_CLUSTER_HOSTS). Prints "RESULT gloo <bytes> <median seconds>" from rank 0.
+rendezvous on the first of PX_CLUSTER_HOSTS). Prints "RESULT gloo <bytes> <median> <min> <max>"
+from rank 0: seconds over the iterations of each iteration's slowest rank (every rank's times
+are max-reduced after the timed loop), as px-bench times every system.
 Needs Debian's python3-torch, importable only from /usr/bin/python3.
 """
 import os
-import statistics
 import sys
 import time
 
@@ -14,6 +15,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+
+
+def per_step_max(times):
+    """Each step's time over every rank's (a MAX all_reduce, outside the timed region), sorted."""
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return sorted(t.tolist())
 
 
 def main():
@@ -35,8 +43,10 @@ def main():
             start = time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - start)
+        slowest = per_step_max(times)
         if rank == 0:
-            print(f"RESULT gloo {size} {statistics.median(times):.9f}", flush=True)
+            print(f"RESULT gloo {size} {slowest[len(slowest) // 2]:.9f} {slowest[0]:.9f} "
+                  f"{slowest[-1]:.9f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -4,10 +4,11 @@
 Usage (under tools/px-cluster --no-daemons): gloo_sparse.py ROWS DIM LOOKUPS DENSE_BYTES STEPS
 Each rank builds the same LM1B-shaped gradient px-bench's workers push: LOOKUPS Zipf(1.0)
 rows of a ROWS x DIM table, uncoalesced, as a sparse COO tensor, and all_reduces it (what
-Horovod-style systems do with sparse gradients). Prints "RESULT gloo-sparse <median s>".
+Horovod-style systems do with sparse gradients). Prints "RESULT gloo-sparse <median> <min> <max>"
+from rank 0: seconds over the steps of each step's slowest rank (every rank's step times are
+max-reduced after the timed steps), as px-bench times every system.
 """
 import os
-import statistics
 import sys
 import time
 
@@ -41,8 +42,13 @@ def main():
         dist.all_reduce(grad)
         if step > 0:  # the first one sets up connections
             times.append(time.perf_counter() - start)
+    # Outside the timed region: each step's time is that of its slowest rank.
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    slowest = sorted(slowest.tolist())
     if rank == 0:
-        print(f"RESULT gloo-sparse {statistics.median(times):.6f}", flush=True)
+        print(f"RESULT gloo-sparse {slowest[len(slowest) // 2]:.6f} {slowest[0]:.6f} "
+              f"{slowest[-1]:.6f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -1,5 +1,6 @@
 /* Open MPI MPI_Allreduce peer for px-bench allreduce. Prints
- * "RESULT mpi <bytes> <median seconds>" from rank 0 for each size.
+ * "RESULT mpi <bytes> <median> <min> <max>" from rank 0 for each size: seconds over the
+ * iterations of each iteration's slowest rank (an MPI_MAX reduce after the timed loop).
  * usage: px-mpi-allreduce SIZES(comma-separated bytes) ITERATIONS */
 #include <mpi.h>
 #include <stdio.h>
@@ -20,7 +21,9 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   int iterations = atoi(argv[2]);
-  double* times = malloc(sizeof(double) * (size_t)(iterations > 0 ? iterations : 1));
+  if (iterations < 1) iterations = 1;
+  double* times = malloc(sizeof(double) * (size_t)iterations);
+  double* slowest = malloc(sizeof(double) * (size_t)iterations);
   char* list = strdup(argv[1]);
   for (char* item = strtok(list, ","); item; item = strtok(NULL, ",")) {
     long long bytes = atoll(item);
@@ -34,12 +37,19 @@ int main(int argc, char** argv) {
       MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       times[k] = MPI_Wtime() - start;
     }
-    qsort(times, (size_t)iterations, sizeof(double), compare);
-    if (rank == 0) printf("RESULT mpi %lld %.9f\n", bytes, times[iterations / 2]), fflush(stdout);
+    /* Outside the timed loop: each iteration's time is that of its slowest rank. */
+    MPI_Reduce(times, slowest, iterations, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      qsort(slowest, (size_t)iterations, sizeof(double), compare);
+      printf("RESULT mpi %lld %.9f %.9f %.9f\n", bytes, slowest[iterations / 2], slowest[0],
+             slowest[iterations - 1]);
+      fflush(stdout);
+    }
     free(buf);
   }
   free(list);
   free(times);
+  free(slowest);
   MPI_Finalize();
   return 0;
 }
