@@ -3,6 +3,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -117,6 +118,14 @@ bool read_shard_file(const std::string& path, ShardFileData* data, std::string* 
   ShardHeader h{};
   bool ok = read_all(fd, &h, sizeof h) && h.magic == kShardMagic && h.dim > 0 &&
             h.count < (1ull << 40) / h.dim && h.slots <= 8;
+  // The file must be exactly as long as its header says before anything is allocated: a
+  // corrupted count made the resizes below ask for up to terabytes (std::bad_alloc, the
+  // daemon gone), and bytes after the state went unnoticed (found by
+  // tests/unit/test_checkpoint.cc). count * dim < 2^40 and slots <= 8: no overflow.
+  struct stat st {};
+  ok = ok && ::fstat(fd, &st) == 0 &&
+       static_cast<uint64_t>(st.st_size) ==
+           sizeof h + h.count * sizeof(int64_t) + h.count * h.dim * (1 + h.slots) * sizeof(float);
   if (ok) {
     data->dim = h.dim;
     data->slots = h.slots;

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -55,7 +56,9 @@ const char kUsage[] =
 }
 
 bool parse_u64(const std::string& text, uint64_t* out) {
-  if (text.empty() || text[0] == '-') return false;
+  // Digits only: strtoull skips leading blanks and negates a '-' after them, so " -1" was
+  // taken as 18446744073709551615 (found by tests/unit/test_config.cc).
+  if (text.empty() || !isdigit(static_cast<unsigned char>(text[0]))) return false;
   char* end = nullptr;
   errno = 0;
   unsigned long long v = strtoull(text.c_str(), &end, 10);

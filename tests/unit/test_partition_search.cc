@@ -14,7 +14,7 @@ namespace px {
 namespace {
 
 TEST_CASE(
-    "request groups deal each node's partitions into K groups; rows go partition by partition") {
+    "request groups deal each node's partitions into K groups, rows go partition by partition") {
   PartitionMap map(1000, 16, 4);  // 4 partitions per node
   for (uint32_t k : {1u, 2u, 4u, 8u}) {
     CAPTURE(k);

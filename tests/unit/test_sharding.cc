@@ -137,7 +137,7 @@ void ref_apply(const SparseOptions& o, RefRow& r, const std::vector<double>& g, 
 }
 
 TEST_CASE(
-    "row plans and sorted merges give coalesce's sums, bit for bit; plans scatter rows back") {
+    "row plans and sorted merges give coalesce's sums, bit for bit, plans scatter rows back") {
   // Random batches with many duplicates; values whose sum depends on the order.
   std::mt19937_64 rng(7);
   const size_t dim = 3;

@@ -69,7 +69,7 @@ uint64_t request_tag(uint64_t seq, uint64_t part) {
 
 }  // namespace
 
-TEST_CASE("receives fail on a message of another length; recv_message reports the length") {
+TEST_CASE("receives fail on a message of another length, recv_message reports the length") {
   InProcGroup group(2);
   auto eps = open_endpoints(2);
   for (CollectiveTransport* pair : {&group.member(0), static_cast<CollectiveTransport*>(nullptr)}) {

@@ -78,6 +78,12 @@ int wait_fd(int fd, short events, int64_t deadline_ns) {
 }  // namespace
 
 ssize_t send_with_fds(int fd, const char* data, size_t n, const int* fds, int nfds) {
+  // More fds than `control` below holds would be copied past its end (found by
+  // tests/unit/test_control_channel.cc): refuse them.
+  if (nfds < 0 || nfds > kMaxFdsPerFrame) {
+    errno = EINVAL;
+    return -1;
+  }
   iovec iov{const_cast<char*>(data), n};
   msghdr msg{};
   msg.msg_iov = &iov;
