@@ -40,7 +40,8 @@ extern "C" {
  * higher minor. */
 #define PX_ABI_VERSION_MAJOR 1
 /* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
- * completion fd, per-operation options, fixed-width enums, connect without waiting */
+ * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
+ * connect without waiting */
 #define PX_ABI_VERSION_MINOR 3
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
@@ -303,6 +304,29 @@ PX_API void px_op_options_init(px_op_options* options);
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
 PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request);
+/* (1.3) Broadcast: the root worker's in buffer (count elements of the dense variable) into
+ * every worker's out, on every node. The root is px_op_options.root, a global rank (default
+ * 0); every worker must name the same root, else the step fails with PX_ERR_INVALID. in is
+ * read on the root only (NULL allowed elsewhere); in and out may be equal. Broadcast steps of
+ * a variable are numbered apart from its allreduce steps. (Horovod's broadcast_parameters:
+ * register each tensor once, broadcast it from rank 0 at start.) */
+PX_API px_status px_broadcast(px_var* var, const void* in, void* out, px_request** out_request);
+PX_API px_status px_broadcast_ex(px_var* var, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request);
+/* (1.3) Allgather: every worker's in (count elements of the dense variable) concatenated in
+ * global rank order into out, which holds world_size * count elements on every worker. */
+PX_API px_status px_allgather(px_var* var, const void* in, void* out, px_request** out_request);
+PX_API px_status px_allgather_ex(px_var* var, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request);
+/* (1.3) Allgather of blocks of given sizes (MPI_Allgatherv): counts holds world_size element
+ * counts, the same on every worker (else PX_ERR_INVALID); in holds counts[rank] elements of
+ * the variable's dtype and out their sum, concatenated in rank order. The variable's count
+ * is the most any worker may contribute. in is copied (with counts) into the arena, so in
+ * may be reused once the call returns. */
+PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* counts, void* out,
+                               px_request** out_request);
+PX_API px_status px_allgatherv_ex(px_var* var, const void* in, const uint64_t* counts, void* out,
+                                  const px_op_options* options, px_request** out_request);
 /* Writes every sparse variable of the job this worker registered to the directory path
  * (created if missing; on a cluster every node writes its own shards there, so use a path
  * every node shares, or the same local path on each and gather the files before a

@@ -78,12 +78,11 @@ px_status connect_socket(const std::string& path, bool wait, int64_t deadline_ns
     if (!retry || monotonic_ns() >= deadline_ns)
       return fail(err == EACCES ? PX_ERR_PERMISSION : PX_ERR_CONNECT,
                   "cannot connect to parallaxd at " + path + ": " + strerror(err) +
-                      (retry ? " (gave up at the connect deadline)"
-                       : absent
-                           ? " (is parallaxd running with this socket? To wait for it to "
-                             "appear, set px_connect_options.wait_for_daemon = 1 or "
-                             "PARALLAX_WAIT_FOR_DAEMON=1)"
-                           : ""));
+                      (retry    ? " (gave up at the connect deadline)"
+                       : absent ? " (is parallaxd running with this socket? To wait for it to "
+                                  "appear, set px_connect_options.wait_for_daemon = 1 or "
+                                  "PARALLAX_WAIT_FOR_DAEMON=1)"
+                                : ""));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -93,8 +92,7 @@ px_status connect_socket(const std::string& path, bool wait, int64_t deadline_ns
 void mark_lost(Client* c, const std::string& why);  // requests.cc
 
 px_status control_call(Client* c, const std::string& frame, control::Body expected,
-                       std::string* payload, const control::Message** reply,
-                       int64_t timeout_ms) {
+                       std::string* payload, const control::Message** reply, int64_t timeout_ms) {
   std::lock_guard<std::mutex> control(c->control_mutex);
   {
     std::lock_guard<std::mutex> lock(c->mutex);
@@ -106,9 +104,9 @@ px_status control_call(Client* c, const std::string& frame, control::Body expect
   bool timed_out = false;
   int64_t deadline =
       monotonic_ns() + (timeout_ms > 0 ? timeout_ms : c->control_timeout_ms) * 1000000;
-  bool ok = send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) &&
-            recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error,
-                                &timed_out);
+  bool ok =
+      send_frame_blocking(c->socket_fd, frame, deadline, &error, &timed_out) &&
+      recv_frame_blocking(c->socket_fd, c->decoder, payload, nullptr, deadline, &error, &timed_out);
   {
     std::lock_guard<std::mutex> lock(c->mutex);
     c->control_active = false;
@@ -122,10 +120,11 @@ px_status control_call(Client* c, const std::string& frame, control::Body expect
   }
   const control::Message* message = parse_frame(*payload, &error);
   if (!message || message->body_type() != expected)
-    return fail(c, PX_ERR_PROTOCOL,
-                "parallaxd sent an unexpected reply: " +
-                    (message ? std::string("wrong type ") + control::EnumNameBody(message->body_type())
-                             : error));
+    return fail(
+        c, PX_ERR_PROTOCOL,
+        "parallaxd sent an unexpected reply: " +
+            (message ? std::string("wrong type ") + control::EnumNameBody(message->body_type())
+                     : error));
   *reply = message;
   return PX_OK;
 }
@@ -222,8 +221,8 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
     arena_bytes = static_cast<uint64_t>(v);
   if (arena_bytes == 0) arena_bytes = kDefaultArenaBytes;
   int64_t timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : kDefaultTimeoutMs;
-  bool wait = o.wait_for_daemon < 0 ? env_flag_set("PARALLAX_WAIT_FOR_DAEMON")
-                                    : o.wait_for_daemon != 0;
+  bool wait =
+      o.wait_for_daemon < 0 ? env_flag_set("PARALLAX_WAIT_FOR_DAEMON") : o.wait_for_daemon != 0;
   if (local_size < 1) return fail(PX_ERR_INVALID, "px_connect: local_size must be at least 1");
   if (local_rank >= local_size)
     return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) +
@@ -361,13 +360,13 @@ PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype
   Client* c = ref.client.get();
   if (!name) return fail(c, PX_ERR_INVALID, "px_register_dense: name is NULL");
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(c, PX_ERR_INVALID,
-                std::string("px_register_dense('") + name + "'): unknown dtype " +
-                    std::to_string(dtype));
+    return fail(
+        c, PX_ERR_INVALID,
+        std::string("px_register_dense('") + name + "'): unknown dtype " + std::to_string(dtype));
   if (!valid_reduce_op(static_cast<uint32_t>(op)))
-    return fail(c, PX_ERR_INVALID,
-                std::string("px_register_dense('") + name + "'): unknown reduce op " +
-                    std::to_string(op));
+    return fail(
+        c, PX_ERR_INVALID,
+        std::string("px_register_dense('") + name + "'): unknown reduce op " + std::to_string(op));
   flatbuffers::FlatBufferBuilder b;
   auto name_offset = b.CreateString(name);
   auto request = control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
@@ -423,9 +422,9 @@ PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtyp
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
   }
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(c, PX_ERR_INVALID,
-                std::string("px_register_sparse('") + name + "'): unknown dtype " +
-                    std::to_string(dtype));
+    return fail(
+        c, PX_ERR_INVALID,
+        std::string("px_register_sparse('") + name + "'): unknown dtype " + std::to_string(dtype));
   flatbuffers::FlatBufferBuilder b;
   auto name_offset = b.CreateString(name);
   auto fb_options = control::CreateSparseOptions(
@@ -462,10 +461,9 @@ PX_API px_status px_checkpoint(px_client* handle, const char* path, int64_t time
   const control::Message* message = nullptr;
   // The daemon answers at its deadline; waiting a little longer keeps its answer from
   // arriving after this call gave up (it would then answer the next control call).
-  px_status status =
-      control_call(c, finish_frame(b, control::Body::Checkpoint, request.Union()),
-                   control::Body::CheckpointReply, &payload, &message,
-                   deadline_ms + kCheckpointReplyGraceMs);
+  px_status status = control_call(c, finish_frame(b, control::Body::Checkpoint, request.Union()),
+                                  control::Body::CheckpointReply, &payload, &message,
+                                  deadline_ms + kCheckpointReplyGraceMs);
   if (status != PX_OK) return status;
   const control::CheckpointReply* reply = message->body_as_CheckpointReply();
   if (reply->status() != PX_OK)

@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,7 +35,8 @@ struct Var {
   ReduceOp op = ReduceOp::kSum;
   uint64_t count = 0;
   uint64_t bytes = 0;
-  uint64_t next_step = 0;  // guarded by client->mutex
+  uint64_t next_step = 0;                 // allreduce steps; guarded by client->mutex
+  std::map<Opcode, uint64_t> next_steps;  // the other dense operations' steps
   bool sparse = false;
   uint64_t dim = 0;             // sparse: values per row (count holds the rows)
   uint64_t next_pull_step = 0;  // sparse, guarded by client->mutex
@@ -73,12 +75,12 @@ struct Request {
 struct Client {
   uint64_t handle = 0;
   // Lock order: control_mutex, then mutex; mutex is never held across a blocking call.
-  std::mutex mutex;                  // requests, variables, rings
-  std::mutex control_mutex;          // one control round trip on the socket at a time
-  std::condition_variable changed;   // completions drained, a request freed, disconnect
-  bool poller_active = false;        // a waiter sleeps in poll() on the doorbell
-  bool control_active = false;       // a control call owns the socket's incoming bytes
-  bool closed = false;               // px_disconnect was called
+  std::mutex mutex;                 // requests, variables, rings
+  std::mutex control_mutex;         // one control round trip on the socket at a time
+  std::condition_variable changed;  // completions drained, a request freed, disconnect
+  bool poller_active = false;       // a waiter sleeps in poll() on the doorbell
+  bool control_active = false;      // a control call owns the socket's incoming bytes
+  bool closed = false;              // px_disconnect was called
 
   int socket_fd = -1;
   std::string socket_path;
@@ -94,8 +96,8 @@ struct Client {
   std::string job;
 
   std::vector<std::unique_ptr<Var>> vars;
-  std::unordered_map<uint64_t, Request*> in_flight;                    // by request id
-  std::unordered_map<Request*, std::shared_ptr<Request>> requests;     // every live request
+  std::unordered_map<uint64_t, Request*> in_flight;                 // by request id
+  std::unordered_map<Request*, std::shared_ptr<Request>> requests;  // every live request
   uint64_t next_request_id = 1;
   uint64_t barrier_step = 0;
   // Set once the daemon connection is gone: every later wait fails with it.

@@ -53,7 +53,8 @@ PX_API const char* px_last_error(void) {
 PX_API px_status px_client_last_error(px_client* handle, char* buffer, uint64_t size,
                                       uint64_t* out_length) {
   px::ClientRef ref;
-  if (!px::find_client(handle, &ref)) return px::stale_handle("px_client_last_error", "client", handle);
+  if (!px::find_client(handle, &ref))
+    return px::stale_handle("px_client_last_error", "client", handle);
   if (size > 0 && !buffer) return px::fail(PX_ERR_INVALID, "px_client_last_error: NULL buffer");
   std::string copy;
   {

@@ -48,6 +48,7 @@ bool is_cuda_device_pointer(const void* p) {
 
 struct OpOptions {
   uint8_t priority = 0;
+  int32_t root = 0;
 };
 
 // Reads the caller's options (any size from struct_size up to ours; missing fields keep
@@ -64,16 +65,15 @@ px_status resolve_options(Client* c, const std::string& who, const px_op_options
   }
   if (o.memory_kind == PX_MEMORY_CUDA)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                who + ": CUDA device memory (PX_MEMORY_CUDA, device " +
-                    std::to_string(o.device) +
+                who + ": CUDA device memory (PX_MEMORY_CUDA, device " + std::to_string(o.device) +
                     ") is not implemented by this libparallax yet (README, Limits)");
   if (o.memory_kind != PX_MEMORY_HOST)
-    return fail(c, PX_ERR_INVALID,
-                who + ": unknown memory_kind " + std::to_string(o.memory_kind));
+    return fail(c, PX_ERR_INVALID, who + ": unknown memory_kind " + std::to_string(o.memory_kind));
   if (o.priority < 0 || o.priority > 255)
     return fail(c, PX_ERR_INVALID,
                 who + ": priority " + std::to_string(o.priority) + " is not in 0..255");
   out->priority = static_cast<uint8_t>(o.priority);
+  out->root = o.root;
   return PX_OK;
 }
 
@@ -105,8 +105,9 @@ px_status usable(Client* c) {
 
 px_status check_in_flight(Client* c, const std::string& who) {
   if (c->in_flight.size() < c->submit_ring.capacity()) return PX_OK;
-  return fail(c, PX_ERR_BUSY, who + ": " + std::to_string(c->in_flight.size()) +
-                                  " requests in flight, the most parallaxd allows; wait some first");
+  return fail(c, PX_ERR_BUSY,
+              who + ": " + std::to_string(c->in_flight.size()) +
+                  " requests in flight, the most parallaxd allows; wait some first");
 }
 
 }  // namespace
@@ -114,8 +115,9 @@ px_status check_in_flight(Client* c, const std::string& who) {
 px_status check_host_pointer(Client* c, const std::string& who, const void* p) {
   if (!is_cuda_device_pointer(p)) return PX_OK;
   return fail(c, PX_ERR_INVALID,
-              who + ": a CUDA device pointer where host memory is needed (pass a CPU "
-                    "tensor; PX_MEMORY_CUDA is not implemented yet)");
+              who +
+                  ": a CUDA device pointer where host memory is needed (pass a CPU "
+                  "tensor; PX_MEMORY_CUDA is not implemented yet)");
 }
 
 px_status submit(Client* c, const SubmitEntry& entry, Request* r) {
@@ -152,8 +154,8 @@ namespace {
 // Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
 // outside the arena, or misaligned, are staged through one arena block.
 px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64_t* indices,
-                      uint64_t n, const void* rows_in, void* rows_out,
-                      const px_op_options* options, px_request** out_request) {
+                      uint64_t n, const void* rows_in, void* rows_out, const px_op_options* options,
+                      px_request** out_request) {
   if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
   *out_request = nullptr;
   VarRef ref;
@@ -244,6 +246,123 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   return submit_request(ref.client, entry, std::move(request), out_request);
 }
 
+// The dense operations. Sizes: allreduce and broadcast read and write count elements;
+// allgather reads count and writes world_size * count; allgatherv reads counts[rank] and
+// writes their sum. Ordinary (non-arena) out memory is staged in the arena; ordinary input
+// is copied to where the daemon reads it: into the output's place (allreduce, broadcast; the
+// allgather's own slice), or (allgatherv) behind the counts it needs.
+px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void* in,
+                       const uint64_t* counts, void* out, const px_op_options* options,
+                       px_request** out_request) {
+  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
+  *out_request = nullptr;
+  VarRef ref;
+  if (!find_var(handle, &ref)) return stale_handle(fn, "variable", handle);
+  Client* c = ref.client.get();
+  Var* var = ref.var;
+  std::string who = std::string(fn) + "('" + var->name + "')";
+  if (var->sparse)
+    return fail(c, PX_ERR_INVALID, who + ": a sparse variable; use px_pull_rows and px_push_rows");
+  OpOptions op;
+  px_status status = resolve_options(c, who, options, &op);
+  if (status != PX_OK) return status;
+  const px_world_info& w = c->world;
+  bool root = opcode == Opcode::kBroadcast && op.root == w.rank;
+  if (opcode == Opcode::kBroadcast && (op.root < 0 || op.root >= w.world_size))
+    return fail(c, PX_ERR_INVALID,
+                who + ": root " + std::to_string(op.root) + " is not a rank of the job (0.." +
+                    std::to_string(w.world_size - 1) + ")");
+  bool reads_in = opcode != Opcode::kBroadcast || root;
+  if (!out || (reads_in && !in)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  uint64_t elem = dtype_size(var->dtype);
+  uint64_t in_bytes = var->bytes, out_bytes = var->bytes, header_bytes = 0;
+  uint64_t world = static_cast<uint64_t>(w.world_size);
+  if (opcode == Opcode::kAllgather) out_bytes = var->bytes * world;
+  if (opcode == Opcode::kAllgatherv) {
+    if (!counts) return fail(c, PX_ERR_INVALID, who + ": counts is NULL");
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < world; ++k) {
+      if (counts[k] > var->count)
+        return fail(c, PX_ERR_INVALID,
+                    who + ": counts[" + std::to_string(k) + "] = " + std::to_string(counts[k]) +
+                        " is above the variable's count " + std::to_string(var->count));
+      total += counts[k];
+    }
+    in_bytes = counts[w.rank] * elem;
+    out_bytes = total * elem;
+    header_bytes = world * sizeof(uint64_t);
+  }
+  if (reads_in && in_bytes > 0 && (status = check_host_pointer(c, who, in)) != PX_OK) return status;
+  if ((status = check_host_pointer(c, who, out)) != PX_OK) return status;
+  const char* ip = static_cast<const char*>(in);
+  const char* op_ = static_cast<const char*>(out);
+  bool same = ip == op_ && opcode != Opcode::kAllgather && opcode != Opcode::kAllgatherv;
+  if (reads_in && !same && ip < op_ + out_bytes && op_ < ip + in_bytes)
+    return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
+  std::lock_guard<std::mutex> guard(c->mutex);
+  if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  auto request = std::make_shared<Request>();
+  Request* r = request.get();
+  r->client = c;
+  r->id = c->next_request_id++;
+  r->bytes = out_bytes;
+  uint64_t in_offset = 0, out_offset = 0;
+  bool in_arena = reads_in && header_bytes == 0 && arena_offset(c, in, in_bytes, &in_offset);
+  bool out_arena = arena_offset(c, out, out_bytes, &out_offset);
+  r->daemon_writes_caller = out_arena;
+  uint64_t staged_in = header_bytes > 0 ? align_up(header_bytes + in_bytes, 64) : 0;
+  uint64_t staging_bytes = (out_arena ? 0 : out_bytes) + staged_in;
+  if (staging_bytes > 0) {
+    auto staging = c->allocator.allocate(staging_bytes);
+    if (!staging)
+      return fail(c, PX_ERR_NO_MEMORY,
+                  who + ": no room in the arena to stage " + std::to_string(staging_bytes) +
+                      " bytes of ordinary memory (largest free block " +
+                      std::to_string(c->allocator.largest_free_block()) +
+                      "); use px_alloc buffers or a larger arena");
+    r->has_staging = true;
+    r->staging_offset = *staging;
+    uint64_t at = *staging;
+    if (staged_in > 0) {  // allgatherv: counts, then this worker's block
+      std::memcpy(c->arena.base() + at, counts, header_bytes);
+      if (in_bytes > 0) std::memcpy(c->arena.base() + at + header_bytes, in, in_bytes);
+      in_offset = at;
+      in_arena = true;
+      in_bytes += header_bytes;
+      at += staged_in;
+    }
+    if (!out_arena) {
+      out_offset = at;
+      r->copy_out_offset = out_offset;
+      r->copy_out_to = out;
+    }
+  }
+  if (!reads_in) {
+    in_offset = out_offset;  // not read: name the output, which is in the arena
+    in_bytes = out_bytes;
+  } else if (!in_arena) {
+    // Ordinary input: copy it where the result goes and let the daemon work in place.
+    uint64_t at = out_offset + (opcode == Opcode::kAllgather ? in_bytes * w.rank : 0);
+    std::memcpy(c->arena.base() + at, in, in_bytes);
+    in_offset = at;
+  }
+  SubmitEntry entry{};
+  entry.request_id = r->id;
+  entry.step = opcode == Opcode::kAllreduce ? var->next_step++ : var->next_steps[opcode]++;
+  entry.var_id = var->id;
+  entry.opcode = static_cast<uint16_t>(opcode);
+  entry.priority = op.priority;
+  entry.root = static_cast<uint32_t>(op.root);
+  entry.in = host_buffer(in_offset, in_bytes);
+  entry.out = host_buffer(out_offset, out_bytes);
+  r->var = var;
+  r->what = opcode == Opcode::kAllreduce   ? "allreduce"
+            : opcode == Opcode::kBroadcast ? "broadcast"
+            : opcode == Opcode::kAllgather ? "allgather"
+                                           : "allgatherv";
+  return submit_request(ref.client, entry, std::move(request), out_request);
+}
+
 }  // namespace
 }  // namespace px
 
@@ -257,84 +376,56 @@ PX_API void px_op_options_init(px_op_options* options) {
   options->device = -1;
 }
 
-PX_API px_status px_allreduce_ex(px_var* handle, const void* in, void* out,
+PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request) {
-  using namespace px;
-  if (!out_request) return fail(PX_ERR_INVALID, "px_allreduce: out_request is NULL");
-  *out_request = nullptr;
-  VarRef ref;
-  if (!find_var(handle, &ref)) return stale_handle("px_allreduce", "variable", handle);
-  Client* c = ref.client.get();
-  Var* var = ref.var;
-  std::string who = "px_allreduce('" + var->name + "')";
-  if (!in || !out) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
-  if (var->sparse)
-    return fail(c, PX_ERR_INVALID, who + ": a sparse variable; use px_pull_rows and px_push_rows");
-  OpOptions op;
-  px_status status = resolve_options(c, who, options, &op);
-  if (status != PX_OK) return status;
-  if ((status = check_host_pointer(c, who, in)) != PX_OK ||
-      (status = check_host_pointer(c, who, out)) != PX_OK)
-    return status;
-  uint64_t bytes = var->bytes;
-  const char* ip = static_cast<const char*>(in);
-  const char* op_ = static_cast<const char*>(out);
-  if (ip != op_ && ip < op_ + bytes && op_ < ip + bytes)
-    return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
-  std::lock_guard<std::mutex> guard(c->mutex);
-  if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
-  auto request = std::make_shared<Request>();
-  Request* r = request.get();
-  r->client = c;
-  r->id = c->next_request_id++;
-  r->bytes = bytes;
-  uint64_t in_offset = 0, out_offset = 0;
-  bool in_arena = arena_offset(c, in, bytes, &in_offset);
-  bool out_arena = arena_offset(c, out, bytes, &out_offset);
-  r->daemon_writes_caller = out_arena;
-  if (!out_arena) {
-    auto staging = c->allocator.allocate(bytes);
-    if (!staging)
-      return fail(c, PX_ERR_NO_MEMORY,
-                  who + ": no room in the arena to stage " + std::to_string(bytes) +
-                      " bytes of ordinary memory (largest free block " +
-                      std::to_string(c->allocator.largest_free_block()) +
-                      "); use px_alloc buffers or a larger arena");
-    r->has_staging = true;
-    r->staging_offset = out_offset = *staging;
-    r->copy_out_offset = out_offset;
-    r->copy_out_to = out;
-  }
-  if (!in_arena) {
-    // Ordinary input: copy it straight into the (arena) output and reduce in place.
-    std::memcpy(c->arena.base() + out_offset, in, bytes);
-    in_offset = out_offset;
-  }
-  SubmitEntry entry{};
-  entry.request_id = r->id;
-  entry.step = var->next_step++;
-  entry.var_id = var->id;
-  entry.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
-  entry.priority = op.priority;
-  entry.in = host_buffer(in_offset, bytes);
-  entry.out = host_buffer(out_offset, bytes);
-  r->var = var;
-  return submit_request(ref.client, entry, std::move(request), out_request);
+  return px::submit_dense(var, px::Opcode::kAllreduce, "px_allreduce", in, nullptr, out, options,
+                          out_request);
+}
+
+PX_API px_status px_broadcast_ex(px_var* var, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kBroadcast, "px_broadcast", in, nullptr, out, options,
+                          out_request);
+}
+
+PX_API px_status px_broadcast(px_var* var, const void* in, void* out, px_request** out_request) {
+  return px_broadcast_ex(var, in, out, nullptr, out_request);
+}
+
+PX_API px_status px_allgather_ex(px_var* var, const void* in, void* out,
+                                 const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kAllgather, "px_allgather", in, nullptr, out, options,
+                          out_request);
+}
+
+PX_API px_status px_allgather(px_var* var, const void* in, void* out, px_request** out_request) {
+  return px_allgather_ex(var, in, out, nullptr, out_request);
+}
+
+PX_API px_status px_allgatherv_ex(px_var* var, const void* in, const uint64_t* counts, void* out,
+                                  const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kAllgatherv, "px_allgatherv", in, counts, out, options,
+                          out_request);
+}
+
+PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* counts, void* out,
+                               px_request** out_request) {
+  return px_allgatherv_ex(var, in, counts, out, nullptr, out_request);
 }
 
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request) {
   return px_allreduce_ex(var, in, out, nullptr, out_request);
 }
 
-#define PX_ROW_OP(fn, opcode, in_arg, out_arg, buffer_decl)                                 \
-  PX_API px_status fn##_ex(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,     \
-                           const px_op_options* options, px_request** out_request) {         \
+#define PX_ROW_OP(fn, opcode, in_arg, out_arg, buffer_decl)                                    \
+  PX_API px_status fn##_ex(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,       \
+                           const px_op_options* options, px_request** out_request) {           \
     return px::submit_rows(var, px::Opcode::opcode, #fn, indices, n, in_arg, out_arg, options, \
-                           out_request);                                                     \
-  }                                                                                          \
-  PX_API px_status fn(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,          \
-                      px_request** out_request) {                                            \
-    return fn##_ex(var, indices, n, buffer, nullptr, out_request);                           \
+                           out_request);                                                       \
+  }                                                                                            \
+  PX_API px_status fn(px_var* var, const int64_t* indices, uint64_t n, buffer_decl,            \
+                      px_request** out_request) {                                              \
+    return fn##_ex(var, indices, n, buffer, nullptr, out_request);                             \
   }
 
 PX_ROW_OP(px_pull_rows, kPullRows, nullptr, buffer, void* buffer)

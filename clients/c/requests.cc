@@ -122,8 +122,8 @@ bool wait_for_completions(Client* c, std::unique_lock<std::mutex>& lock, int64_t
     int64_t left_ms = deadline_ns < 0
                           ? -1
                           : std::max<int64_t>(0, (deadline_ns - monotonic_ns() + 999999) / 1000000);
-    int r = poll(fds, watch_socket ? 2 : 1,
-                 static_cast<int>(std::min<int64_t>(left_ms, 0x7fffffff)));
+    int r =
+        poll(fds, watch_socket ? 2 : 1, static_cast<int>(std::min<int64_t>(left_ms, 0x7fffffff)));
     lock.lock();
     if (r > 0 && (fds[0].revents & POLLIN)) c->completion_bell.drain();
     if (r > 0 && watch_socket && fds[1].revents) check_socket(c);
@@ -213,12 +213,13 @@ px_status wait_locked(Client* c, std::unique_lock<std::mutex>& lock, Request* r,
   px_status why = PX_OK;
   if (wait_done(c, lock, r, deadline_ns, &why)) return deliver(c, lock, r);
   if (why == PX_ERR_CANCELLED)
-    return fail(c, PX_ERR_CANCELLED,
-                r->describe() + (c->closed ? ": px_disconnect was called while it was waited on"
-                                           : ": px_request_free was called while it was waited on"));
-  return fail(c, PX_ERR_TIMEOUT, r->describe() + " did not complete within " +
-                                     std::to_string(timeout_ms) + " ms (" + c->worker_label() +
-                                     ")");
+    return fail(
+        c, PX_ERR_CANCELLED,
+        r->describe() + (c->closed ? ": px_disconnect was called while it was waited on"
+                                   : ": px_request_free was called while it was waited on"));
+  return fail(c, PX_ERR_TIMEOUT,
+              r->describe() + " did not complete within " + std::to_string(timeout_ms) + " ms (" +
+                  c->worker_label() + ")");
 }
 
 int64_t deadline_after(int64_t timeout_ms) {
@@ -300,7 +301,7 @@ PX_API px_status px_request_free(px_request* handle) {
   r->freed = true;
   // Else destroyed when its completion arrives, or when a copy-out in progress ends.
   if (r->done && !r->copying) destroy_request(c, r);
-  c->changed.notify_all();             // a wait on it returns PX_ERR_CANCELLED
+  c->changed.notify_all();  // a wait on it returns PX_ERR_CANCELLED
   if (c->poller_active) c->completion_bell.ring();
   return succeed();
 }
@@ -381,8 +382,7 @@ PX_API px_status px_barrier(px_client* handle, int64_t timeout_ms) {
   r->step = entry.step;
   c->requests[r] = request;
   px_status status = submit(c, entry, r);
-  if (status == PX_OK)
-    status = wait_locked(c, lock, r, deadline_after(timeout_ms), timeout_ms);
+  if (status == PX_OK) status = wait_locked(c, lock, r, deadline_after(timeout_ms), timeout_ms);
   std::string message = px_last_error();
   if (status == PX_ERR_TIMEOUT && !r->done) {
     // Withdrawn, it cannot count as entered: the others' barrier fails instead of passing.

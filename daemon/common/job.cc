@@ -40,6 +40,7 @@ std::string Fingerprint::describe_difference(const Fingerprint& other) const {
 Job::Job(std::string name, int local_size)
     : name_(std::move(name)), local_size_(local_size), members_(static_cast<size_t>(local_size)) {
   world_.world_size = local_size;
+  world_.node_sizes = {local_size};
   auto barrier = std::make_unique<Variable>();
   barrier->id = 0;
   barrier->name = "<barrier>";

@@ -42,6 +42,7 @@ struct Contribution {
   uint64_t request_id = 0;
   BufferRef in{};
   BufferRef out{};
+  uint32_t root = 0;  // broadcast: the root this worker named
 };
 
 // One step of one variable, collecting the local workers' submissions.
@@ -84,6 +85,15 @@ struct JobWorld {
   int node_count = 1;
   int rank_offset = 0;  // global rank of local rank 0 (ranks are node-major)
   int world_size = 0;
+  std::vector<int> node_sizes;  // workers of the job on each node, by node index
+
+  // The node of a global rank (ranks are node-major); -1 if out of range.
+  int node_of_rank(int rank) const {
+    for (size_t n = 0, first = 0; n < node_sizes.size(); first += node_sizes[n++])
+      if (rank >= static_cast<int>(first) && rank < static_cast<int>(first) + node_sizes[n])
+        return static_cast<int>(n);
+    return -1;
+  }
 };
 
 class Job {

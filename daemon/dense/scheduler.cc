@@ -6,6 +6,7 @@
 
 #include "daemon/common/log.h"
 #include "daemon/common/thread_pool.h"
+#include "daemon/dense/copy_step.h"
 #include "daemon/front/session.h"
 #include "transport/collectives/ring_allreduce.h"
 #include "transport/ipc/control_channel.h"
@@ -37,7 +38,11 @@ std::string step_suffix(const Variable& var, uint64_t step) {
 
 bool opcode_valid_for(const Variable& var, uint16_t opcode) {
   if (var.id == 0) return opcode == static_cast<uint16_t>(Opcode::kBarrier);
-  if (!var.sparse) return opcode == static_cast<uint16_t>(Opcode::kAllreduce);
+  if (!var.sparse)
+    return opcode == static_cast<uint16_t>(Opcode::kAllreduce) ||
+           opcode == static_cast<uint16_t>(Opcode::kBroadcast) ||
+           opcode == static_cast<uint16_t>(Opcode::kAllgather) ||
+           opcode == static_cast<uint16_t>(Opcode::kAllgatherv);
   return opcode >= static_cast<uint16_t>(Opcode::kPullRows) &&
          opcode <= static_cast<uint16_t>(Opcode::kReadRows);
 }
@@ -53,7 +58,8 @@ bool host_arena_refs(const SubmitEntry& entry) {
 }
 
 // Empty if the entry's buffers suit the variable; else what is wrong.
-std::string check_buffers(const Variable& var, const SharedArena& arena, const SubmitEntry& entry) {
+std::string check_buffers(const Variable& var, const JobWorld& world, const SharedArena& arena,
+                          const SubmitEntry& entry) {
   if (var.id == 0) return "";
   if (!host_arena_refs(entry)) return "device memory is not supported by this parallaxd build";
   if (var.sparse) {
@@ -73,6 +79,25 @@ std::string check_buffers(const Variable& var, const SharedArena& arena, const S
     return "";
   }
   uint64_t bytes = var.fingerprint.bytes();
+  auto opcode = static_cast<Opcode>(entry.opcode);
+  if (opcode == Opcode::kAllgather || opcode == Opcode::kAllgatherv) {
+    uint64_t world_size = static_cast<uint64_t>(world.world_size);
+    uint64_t most_in = opcode == Opcode::kAllgather ? bytes : world_size * 8 + bytes;
+    uint64_t most_out = world_size * bytes;
+    if ((opcode == Opcode::kAllgather &&
+         (entry.in.bytes != bytes || entry.out.bytes != most_out)) ||
+        entry.in.bytes > most_in || entry.out.bytes > most_out)
+      return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+             std::to_string(entry.out.bytes) + " bytes do not fit the variable (" +
+             std::to_string(bytes) + " bytes per worker, " + std::to_string(world_size) +
+             " workers)";
+    if ((entry.in.bytes > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
+        (entry.out.bytes > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
+      return "a buffer lies outside the shared arena";
+    return "";  // the input may lie in the output: the client puts ordinary input in its slice
+  }
+  if (opcode == Opcode::kBroadcast && entry.root >= static_cast<uint32_t>(world.world_size))
+    return "root " + std::to_string(entry.root) + " is not a rank of the job";
   if (entry.in.bytes != bytes || entry.out.bytes != bytes)
     return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
            std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
@@ -91,6 +116,12 @@ const char* op_name(uint16_t opcode) {
       return "pull";
     case Opcode::kPushRows:
       return "push";
+    case Opcode::kBroadcast:
+      return "broadcast";
+    case Opcode::kAllgather:
+      return "allgather";
+    case Opcode::kAllgatherv:
+      return "allgatherv";
     default:
       return "allreduce";
   }
@@ -163,7 +194,7 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + suffix);
     return;
   }
-  std::string invalid = check_buffers(*var, session->arena(), entry);
+  std::string invalid = check_buffers(*var, job.world(), session->arena(), entry);
   if (!step_op) {
     if (!invalid.empty()) {
       session->complete(entry.request_id, PX_ERR_INVALID,
@@ -192,7 +223,7 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     return;
   }
   pending.by_rank[static_cast<size_t>(rank)] =
-      Contribution{session, entry.request_id, entry.in, entry.out};
+      Contribution{session, entry.request_id, entry.in, entry.out, entry.root};
   if (!everyone_arrived) return;
   PendingStep complete_step = std::move(pending);
   var->pending.erase(key);
@@ -200,6 +231,12 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
     sparse_.run_step(session->job_ref(), *var, static_cast<Opcode>(entry.opcode), entry.step,
                      std::move(complete_step));
     return;
+  }
+  if (entry.opcode != static_cast<uint16_t>(Opcode::kAllreduce) &&
+      entry.opcode != static_cast<uint16_t>(Opcode::kBarrier)) {
+    CopyStepContext context{pool_, post_, fabric_, chunk_bytes_};
+    return run_copy_step(context, session->job_ref(), *var, entry.opcode, entry.step,
+                         std::move(complete_step));
   }
   launch(session->job_ref(), *var, entry.step, std::move(complete_step));
 }
@@ -229,10 +266,9 @@ bool Scheduler::withdraw(Session& session, uint64_t request_id, const std::strin
         continue;
       std::string suffix = var->id == 0 ? " (barrier " + std::to_string(key.second) + ")"
                                         : step_suffix(*var, key.first, key.second);
-      *message = session.label() + " withdrew from its " + op_name(key.first) + ": " + reason +
-                 suffix;
-      session.complete(request_id, PX_ERR_CANCELLED,
-                       std::string("withdrawn: ") + reason + suffix);
+      *message =
+          session.label() + " withdrew from its " + op_name(key.first) + ": " + reason + suffix;
+      session.complete(request_id, PX_ERR_CANCELLED, std::string("withdrawn: ") + reason + suffix);
       pending.by_rank[rank].reset();
       fail_pending(pending, PX_ERR_CANCELLED, *message);
       return true;

@@ -129,6 +129,7 @@ bool Server::start_cluster(std::string* error) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (static_cast<int>(i) < config_.node_index) world.rank_offset += static_cast<int>(sizes[i]);
       world.world_size += static_cast<int>(sizes[i]);
+      world.node_sizes.push_back(static_cast<int>(sizes[i]));
     }
     it->second->set_world(world);
     it->second->set_barrier_id(barrier_id);

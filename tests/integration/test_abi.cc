@@ -62,3 +62,23 @@ TEST_CASE("abi: per-operation options, and px_connect without a daemon fails at 
   CHECK(all_ok(run_workers(daemon, "options", 2, {"abi13-options"}, 60000)));
   CHECK(all_ok(run_workers(daemon, "connect", 1, {"abi13-connect"}, 60000)));
 }
+
+TEST_CASE("abi: broadcast, allgather and allgatherv on one node, 1 to 3 workers, every dtype") {
+  DaemonProcess daemon("abi-coll");
+  for (int workers = 1; workers <= 3; ++workers)
+    CHECK(all_ok(
+        run_workers(daemon, "coll" + std::to_string(workers), workers, {"collectives"}, 120000)));
+}
+
+TEST_CASE("abi: broadcast, allgather and allgatherv across 2 x 2, 3 x 1 and 4 x 3 workers") {
+  {
+    ClusterProcesses cluster("abi-coll2", 2);
+    CHECK(all_ok(run_cluster_workers(cluster, "coll", 2, {"collectives"}, 180000)));
+  }
+  {
+    ClusterProcesses cluster("abi-coll3", 3);
+    CHECK(all_ok(run_cluster_workers(cluster, "coll", 1, {"collectives"}, 180000)));
+  }
+  ClusterProcesses cluster("abi-coll4", 4);
+  CHECK(all_ok(run_cluster_workers(cluster, "coll", 3, {"collectives"}, 240000)));
+}

@@ -531,6 +531,8 @@ int main(int argc, char** argv) {
     rc = scenario_until_lost(c, argc > 2 && std::string(argv[2]) == "sparse");
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
+  else if (scenario == "collectives")
+    rc = run_collectives_scenario(c);
   else if (scenario.rfind("abi13-", 0) == 0)
     rc = run_abi_scenario(c, scenario);
   else if (scenario.rfind("sparse", 0) == 0)

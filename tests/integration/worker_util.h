@@ -57,5 +57,7 @@ int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, cha
 // ABI 1.3 scenarios (abi_scenarios.cc): after connecting, and before (connect itself).
 int run_abi_scenario(px_client* c, const std::string& scenario);
 int run_connect_scenario();
+// px_broadcast, px_allgather, px_allgatherv against a reference (collective_scenarios.cc).
+int run_collectives_scenario(px_client* c);
 
 }  // namespace pxt

@@ -42,6 +42,7 @@ enum class TagKind : uint64_t {
   kSparseRequest = 5,  // a node asks a shard owner (per-algorithm bits: 0 header, 1 payload)
   kSparseReply = 6,
   kSparseCounts = 7,  // replicated sparse routes: rows per node before the allgatherv
+  kAllgather = 8,     // dense px_allgather (its steps are numbered apart from allgatherv's)
 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {

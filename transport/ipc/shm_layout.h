@@ -38,6 +38,9 @@ enum class Opcode : uint16_t {
   kPushRows = 4,
   kLoadRows = 5,
   kReadRows = 6,
+  kBroadcast = 7,   // in: the root's data (root workers), out: every worker's result
+  kAllgather = 8,   // in: count elements, out: world_size * count
+  kAllgatherv = 9,  // in: uint64 counts[world_size] then this worker's block; out: the sum
 };
 
 // One submitted operation. The n-th operation a worker submits on a variable is its step n.
@@ -48,7 +51,7 @@ struct SubmitEntry {
   uint16_t opcode;   // Opcode
   uint8_t priority;  // larger goes first when transfers queue (used by the cluster routes)
   uint8_t reserved0;
-  uint32_t reserved1;
+  uint32_t root;  // kBroadcast: the root's global rank
   BufferRef in;
   BufferRef out;
 };

@@ -1,0 +1,232 @@
+#include "daemon/dense/copy_step.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/common/thread_pool.h"
+#include "daemon/front/session.h"
+#include "transport/collectives/chain_broadcast.h"
+#include "transport/collectives/ring_allgatherv.h"
+
+namespace px {
+namespace {
+
+// Copies of at most this many bytes in all run on the loop thread: a pool hop costs more.
+constexpr uint64_t kInlineCopyBytes = 64 * 1024;
+
+struct Copy {
+  char* to;
+  const char* from;
+  uint64_t bytes;
+};
+
+struct CopyRun {
+  explicit CopyRun(const CopyStepContext& c) : context(c) {}
+  CopyStepContext context;
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  Opcode opcode = Opcode::kBroadcast;
+  uint64_t step = 0;
+  std::vector<std::shared_ptr<Session>> sessions;  // by local rank
+  std::vector<uint64_t> request_ids;
+  std::vector<const char*> inputs;
+  std::vector<uint64_t> input_bytes;
+  std::vector<char*> outputs;
+  std::vector<uint64_t> output_bytes;
+  uint64_t out_bytes = 0;
+  int root = 0;                      // broadcast: global rank
+  std::vector<uint64_t> rank_bytes;  // allgather(v): each global rank's block
+
+  std::string what() const {
+    const char* name = opcode == Opcode::kBroadcast   ? "broadcast"
+                       : opcode == Opcode::kAllgather ? "allgather"
+                                                      : "allgatherv";
+    return std::string(name) + " of '" + var->name + "' step " + std::to_string(step);
+  }
+};
+
+void finish(CopyRun& run, px_status status, const std::string& message) {
+  if (status == PX_OK) {
+    run.var->stats.ops += 1;
+    run.var->stats.bytes += run.out_bytes * run.sessions.size();
+  }
+  for (size_t r = 0; r < run.sessions.size(); ++r)
+    run.sessions[r]->complete(run.request_ids[r], status, message);
+}
+
+// Runs the copies inline when small, else as one pool task, then `then` on the loop.
+void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
+                std::function<void()> then) {
+  uint64_t total = 0;
+  for (const Copy& c : copies) total += c.bytes;
+  auto work = [copies = std::move(copies)] {
+    for (const Copy& c : copies)
+      if (c.to != c.from && c.bytes > 0) std::memcpy(c.to, c.from, c.bytes);
+  };
+  if (total <= kInlineCopyBytes) {
+    work();
+    then();
+    return;
+  }
+  auto post = run->context.post;
+  run->context.pool.submit([work, post, then = std::move(then)]() mutable {
+    work();
+    post(std::move(then));
+  });
+}
+
+// Where each global rank's block starts in the output.
+uint64_t block_offset(const CopyRun& run, int rank) {
+  uint64_t at = 0;
+  for (int k = 0; k < rank; ++k) at += run.rank_bytes[static_cast<size_t>(k)];
+  return at;
+}
+
+// Every local worker's output gets the first's (which holds the whole result).
+void fan_out(const std::shared_ptr<CopyRun>& run) {
+  std::vector<Copy> copies;
+  for (size_t r = 1; r < run->outputs.size(); ++r)
+    copies.push_back({run->outputs[r], run->outputs[0], run->out_bytes});
+  run_copies(run, std::move(copies), [run] { finish(*run, PX_OK, ""); });
+}
+
+void across_nodes(const std::shared_ptr<CopyRun>& run) {
+  Job& job = *run->job;
+  Variable& var = *run->var;
+  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  if (!job.broken().empty())
+    return finish(*run, PX_ERR_PEER_LOST, job.broken() + " (" + run->what() + ")");
+  if (var.global_id == 0) {  // the nodes have not all registered the variable yet
+    var.awaiting_global_id.push_back([run] { across_nodes(run); });
+    return;
+  }
+  auto done = [run](bool ok, const std::string& error) {
+    run->context.post([run, ok, error] {
+      if (ok) return fan_out(run);
+      Job& job = *run->job;
+      std::string why = !job.broken().empty() ? job.broken() : "across nodes: " + error;
+      finish(*run, PX_ERR_PEER_LOST, why + " (" + run->what() + ")");
+    });
+  };
+  const JobWorld& world = job.world();
+  if (run->opcode == Opcode::kBroadcast) {
+    BroadcastSpec spec;
+    spec.buffer = run->outputs[0];
+    spec.bytes = run->out_bytes;
+    spec.root = world.node_of_rank(run->root);
+    spec.tag_base = make_tag(TagKind::kBroadcast, var.global_id, run->step);
+    spec.chunk_bytes = run->context.chunk_bytes;
+    return start_chain_broadcast(*run->context.fabric, spec, done);
+  }
+  AllgathervSpec spec;
+  spec.buffer = run->outputs[0];
+  int first = 0;
+  for (int size : world.node_sizes) {
+    uint64_t bytes = 0;
+    for (int k = first; k < first + size; ++k) bytes += run->rank_bytes[static_cast<size_t>(k)];
+    spec.block_bytes.push_back(bytes);
+    first += size;
+  }
+  // Allgather and allgatherv count their steps apart: their tags must differ.
+  spec.tag_base =
+      make_tag(run->opcode == Opcode::kAllgather ? TagKind::kAllgather : TagKind::kAllgatherv,
+               var.global_id, run->step);
+  spec.chunk_bytes = run->context.chunk_bytes;
+  start_ring_allgatherv(*run->context.fabric, spec, done);
+}
+
+// Reads and checks each local worker's counts header (allgatherv); empty if all agree.
+std::string read_counts(CopyRun& run, uint64_t elem) {
+  size_t world = static_cast<size_t>(run.job->world().world_size);
+  uint64_t header = world * sizeof(uint64_t);
+  for (size_t r = 0; r < run.inputs.size(); ++r) {
+    if (run.input_bytes[r] < header) return run.sessions[r]->label() + " sent no counts";
+    std::vector<uint64_t> counts(world);
+    std::memcpy(counts.data(), run.inputs[r], header);  // a copy: the client may scribble
+    if (r == 0) {
+      run.rank_bytes.resize(world);
+      for (size_t k = 0; k < world; ++k) {
+        if (counts[k] > run.var->fingerprint.count)
+          return run.sessions[r]->label() + " gave counts[" + std::to_string(k) +
+                 "] = " + std::to_string(counts[k]) + ", above the variable's count " +
+                 std::to_string(run.var->fingerprint.count);
+        run.rank_bytes[k] = counts[k] * elem;
+      }
+    } else {
+      for (size_t k = 0; k < world; ++k)
+        if (counts[k] * elem != run.rank_bytes[k])
+          return run.sessions[r]->label() + " gave other counts than " + run.sessions[0]->label() +
+                 " (counts[" + std::to_string(k) + "])";
+    }
+  }
+  int offset = run.job->world().rank_offset;
+  for (size_t r = 0; r < run.inputs.size(); ++r) {
+    if (run.input_bytes[r] != header + run.rank_bytes[static_cast<size_t>(offset) + r])
+      return run.sessions[r]->label() + " sent a block of another size than its count";
+    run.inputs[r] += header;
+    run.input_bytes[r] -= header;
+  }
+  uint64_t total = 0;
+  for (uint64_t b : run.rank_bytes) total += b;
+  for (size_t r = 0; r < run.outputs.size(); ++r)
+    if (run.output_bytes[r] != total)
+      return run.sessions[r]->label() + "'s output holds " + std::to_string(run.output_bytes[r]) +
+             " bytes, the blocks its counts name " + std::to_string(total);
+  return "";
+}
+
+}  // namespace
+
+void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Variable& var,
+                   uint16_t opcode, uint64_t step, PendingStep pending) {
+  auto run = std::make_shared<CopyRun>(context);
+  run->job = std::move(job);
+  run->var = &var;
+  run->opcode = static_cast<Opcode>(opcode);
+  run->step = step;
+  const JobWorld& world = run->job->world();
+  uint64_t elem = dtype_size(var.fingerprint.dtype);
+  std::string invalid;
+  for (auto& c : pending.by_rank) {
+    run->sessions.push_back(c->session);
+    run->request_ids.push_back(c->request_id);
+    run->inputs.push_back(c->session->arena().base() + c->in.offset);
+    run->input_bytes.push_back(c->in.bytes);
+    run->outputs.push_back(c->session->arena().base() + c->out.offset);
+    // (allgatherv: read_counts names the counts that differ first)
+    if (invalid.empty() && c->out.bytes != pending.by_rank[0]->out.bytes &&
+        run->opcode != Opcode::kAllgatherv)
+      invalid = c->session->label() + "'s output has another size than local rank 0's";
+    run->output_bytes.push_back(c->out.bytes);
+    if (invalid.empty() && run->opcode == Opcode::kBroadcast && c->root != pending.by_rank[0]->root)
+      invalid = c->session->label() + " named root " + std::to_string(c->root) +
+                ", local rank 0 root " + std::to_string(pending.by_rank[0]->root);
+  }
+  run->out_bytes = pending.by_rank[0]->out.bytes;
+  run->root = static_cast<int>(pending.by_rank[0]->root);
+  if (invalid.empty() && run->opcode == Opcode::kAllgatherv) invalid = read_counts(*run, elem);
+  if (run->opcode == Opcode::kAllgather)
+    run->rank_bytes.assign(static_cast<size_t>(world.world_size), var.fingerprint.bytes());
+  if (!invalid.empty()) return finish(*run, PX_ERR_INVALID, invalid + " (" + run->what() + ")");
+
+  std::vector<Copy> local;
+  if (run->opcode == Opcode::kBroadcast) {
+    int root_local = run->root - world.rank_offset;
+    if (root_local >= 0 && root_local < static_cast<int>(run->inputs.size()))
+      local.push_back(
+          {run->outputs[0], run->inputs[static_cast<size_t>(root_local)], run->out_bytes});
+  } else {
+    for (size_t r = 0; r < run->inputs.size(); ++r)
+      local.push_back(
+          {run->outputs[0] + block_offset(*run, world.rank_offset + static_cast<int>(r)),
+           run->inputs[r], run->input_bytes[r]});
+  }
+  bool cluster = context.fabric && world.node_count > 1;
+  run_copies(run, std::move(local), [run, cluster] {
+    if (cluster) return across_nodes(run);
+    fan_out(run);
+  });
+}
+
+}  // namespace px
