@@ -1,6 +1,9 @@
 // The daemons' control plane: rendezvous through the coordinator (node 0) over TCP (libuv),
 // cluster-wide agreement on jobs and variables, and news of lost nodes. Star topology: every
-// node keeps one connection to the coordinator, which relays what all must hear.
+// node keeps one connection to the coordinator, which relays what all must hear; heartbeats
+// on those connections tell a hung daemon from a quiet one. The code is in three files:
+// cluster.cc (both sides, the member side), cluster_coordinator.cc (joins, agreement,
+// relaying) and cluster_liveness.cc (heartbeats, silence, keep-alive).
 #pragma once
 
 #include <uv.h>
@@ -57,6 +60,7 @@ class Cluster {
 
  private:
   struct Connection;
+  struct WriteRequest;
   struct VarAgreement {
     std::vector<std::optional<Fingerprint>> by_node;
     bool decided = false;
@@ -73,6 +77,9 @@ class Cluster {
   void coordinator_receive(Connection& from, Envelope::Reader envelope);
   void coordinator_handle(int node, Envelope::Reader envelope);
   void handle_join(Connection& from, Join::Reader join);
+  // Refuses one connection that has not joined (`claim`: what it said it is): logs it with
+  // its address, sends it a Reject with `why`, closes it. The cluster is not disturbed.
+  void refuse(Connection& c, const std::string& claim, const std::string& why);
   void send_to_node(int node, const std::string& frame);
   void broadcast(const std::string& frame);
   void abort_rendezvous(const std::string& why);
@@ -85,12 +92,25 @@ class Cluster {
 
   // Both.
   void send_to_coordinator(const std::string& frame);
-  void write(Connection& c, const std::string& frame);
+  // close_after: close the connection once the frame is handed to the kernel.
+  void write(Connection& c, const std::string& frame, bool close_after = false);
+  // Stops reading c and closes it after this last frame (bounded by peer_silence_ms).
+  void finish(Connection& c, const std::string& frame);
   void start_reading(Connection& c);
-  void watch_silence(Connection& c);
-  void lost_connection(Connection& c, const std::string& why);
+  // tell_it: the coordinator also sends the lost node the news (it may only be stopped,
+  // and would read it when it runs again).
+  void lost_connection(Connection& c, const std::string& why, bool tell_it = false);
   void close_connection(Connection& c);
   static void on_startup_deadline(uv_timer_t* timer);
+
+  // Liveness (cluster_liveness.cc).
+  void start_heartbeats();
+  static void on_heartbeat_timer(uv_timer_t* timer);
+  void heartbeat_tick();
+  void connected(Connection& c);  // accepted or connected: keep-alive, clock starts
+  void set_keepalive(Connection& c);
+  std::string silence_reason() const;
+  std::string timeout_reason() const;  // the kernel's TCP timeout (ETIMEDOUT)
 
   uv_loop_t* loop_;
   DaemonConfig config_;
@@ -99,11 +119,15 @@ class Cluster {
   bool coordinator_ = false;
   bool ready_ = false;
   bool stopped_ = false;
+  bool rejected_ = false;           // member: the coordinator refused us; no more attempts
   std::vector<std::string> hosts_;  // by node, for messages
   uv_tcp_t listener_{};
   bool listening_ = false;
   uv_timer_t startup_timer_{};
   uv_timer_t retry_timer_{};
+  uv_timer_t heartbeat_timer_{};
+  uint64_t heartbeat_interval_ms_ = 0;
+  uint64_t last_tick_ms_ = 0;  // loop time of the previous heartbeat tick
   std::vector<std::unique_ptr<Connection>> connections_;
   Connection* coordinator_link_ = nullptr;  // member side
   uv_connect_t connect_request_{};

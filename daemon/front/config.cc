@@ -134,7 +134,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "cluster")
     c->cluster = value;
   else if (key == "node_index") {
-    if (!number(0, 1023)) return false;
+    if (!number(0, kMaxNodeIndex)) return false;
     c->node_index = static_cast<int>(n);
   } else if (key == "node_count") {
     if (!number(1, 128)) return false;

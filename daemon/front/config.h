@@ -9,6 +9,9 @@
 
 namespace px {
 
+// The highest node_index a configuration may give (a Join claiming more is malformed).
+constexpr int kMaxNodeIndex = 1023;
+
 struct DaemonConfig {
   std::string socket_path = "/run/parallax/parallaxd.sock";
   std::string group;  // members of this group may connect, besides the daemon's own user
@@ -33,8 +36,9 @@ struct DaemonConfig {
   int fabric_port = 0;         // the fabric endpoint's port; 0: one the provider picks
   uint64_t chunk_bytes = 256ull << 10;
   int64_t startup_timeout_ms = 60000;
-  // A node whose control connection stays silent this long (no TCP acknowledgement of
-  // keep-alive probes or data) is lost: a machine that vanished without closing it.
+  // A node from which nothing (not even a heartbeat, sent every quarter of this) arrived
+  // on its control connection this long is lost: a daemon stopped or hung, or a machine or
+  // link that vanished without closing the connection.
   int64_t peer_silence_ms = 10000;
   // A step that some local workers submitted and another has not within this long fails
   // for them with PX_ERR_TIMEOUT naming the missing worker (on a cluster the job fails on

@@ -286,10 +286,10 @@ std::vector<std::string> ClusterProcesses::node_args(const std::string& cluster,
 }
 
 ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes,
-                                   const std::vector<std::string>& extra_args) {
-  auto endpoints = free_endpoints(nodes);
+                                   const std::vector<std::string>& extra_args)
+    : endpoints_(free_endpoints(nodes)) {
   for (int i = 0; i < nodes; ++i) {
-    auto args = node_args(tag, endpoints, i);
+    auto args = node_args(tag, endpoints_, i);
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args));
   }

@@ -47,6 +47,8 @@ class ClusterProcesses {
                    const std::vector<std::string>& extra_args = {});
   DaemonProcess& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   int size() const { return static_cast<int>(nodes_.size()); }
+  // The nodes' control endpoints, by index ("127.0.0.1:PORT"; node 0's is the coordinator's).
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
   // The flags a daemon needs to be node `index` of this cluster.
   static std::vector<std::string> node_args(const std::string& cluster,
                                             const std::vector<std::string>& endpoints, int index);
@@ -54,6 +56,7 @@ class ClusterProcesses {
 
  private:
   std::vector<std::unique_ptr<DaemonProcess>> nodes_;
+  std::vector<std::string> endpoints_;
 };
 
 struct WorkerResult {

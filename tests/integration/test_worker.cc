@@ -422,6 +422,7 @@ int scenario_until_lost(px_client* c, bool sparse) {
     }
     px_request* req = nullptr;
     px_status s = PX_OK;
+    auto t0 = std::chrono::steady_clock::now();  // how long the failing step waited
     if (sparse) {
       s = px_pull_rows(var, rows.data(), rows.size(), buf.data(), &req);
       if (s == PX_OK) s = px_wait(req, 30000);
@@ -451,7 +452,10 @@ int scenario_until_lost(px_client* c, bool sparse) {
       continue;
     }
     expect_status(s, PX_ERR_PEER_LOST, "a step while a node dies");
-    printf("LOST at step %d: %s\n", step, message.c_str());
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    printf("LOST at step %d after %lld ms: %s\n", step, static_cast<long long>(waited.count()),
+           message.c_str());
     if (sparse) {
       // A checkpoint needs every node's shards: it must fail (not hang) and say which.
       std::string dir = "/tmp/pxt-lost-ckpt-" + std::to_string(getpid());
@@ -467,6 +471,49 @@ int scenario_until_lost(px_client* c, bool sparse) {
     return 0;
   }
   die("no failure after 1000000 steps");
+}
+
+// steady DIR: exact f32 sum allreduces until a file DIR/stop appears; after every step the
+// number of steps done is in DIR/steps-RANK (global rank; replaced whole), so a test can
+// watch the job go on while it does other things to the cluster. Whether to stop is itself
+// agreed (a MAX allreduce of "I saw the file"), so every worker runs the same steps. Every
+// wait has a 30 s deadline, the whole run 300 s.
+int scenario_steady(px_client* c, const std::string& dir) {
+  const uint64_t count = 4096;
+  int world = world_size(c);
+  px_var* var = nullptr;
+  px_var* stop_var = nullptr;
+  check(px_register_dense(c, "steady", PX_F32, count, PX_SUM, &var), "px_register_dense");
+  check(px_register_dense(c, "stop", PX_I32, 1, PX_MAX, &stop_var), "px_register_dense");
+  std::vector<unsigned char> in(count * sizeof(float)), out(in.size());
+  auto start = std::chrono::steady_clock::now();
+  std::string mine = dir + "/steps-" + std::to_string(g_rank);
+  for (uint64_t step = 0;; ++step) {
+    int32_t stop = access((dir + "/stop").c_str(), F_OK) == 0 ? 1 : 0;
+    px_request* req = nullptr;
+    std::string what = "stop flag before step " + std::to_string(step);
+    check(px_allreduce(stop_var, &stop, &stop, &req), what.c_str());
+    check(px_wait(req, 30000), what.c_str());
+    px_request_free(req);
+    if (stop) {
+      printf("OK steady: %llu steps\n", static_cast<unsigned long long>(step));
+      return 0;
+    }
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(300))
+      die("no " + dir + "/stop after 300 s (step " + std::to_string(step) + ")");
+    fill_input(PX_F32, g_rank, step, 1, count, in.data());
+    what = "variable 'steady' step " + std::to_string(step);
+    check(px_allreduce(var, in.data(), out.data(), &req), what.c_str());
+    check(px_wait(req, 30000), what.c_str());
+    px_request_free(req);
+    verify(out.data(), expected_result(PX_F32, PX_SUM, world, step, 1, count), what);
+    std::string tmp = mine + ".tmp";
+    if (FILE* f = fopen(tmp.c_str(), "w")) {
+      fprintf(f, "%llu\n", static_cast<unsigned long long>(step + 1));
+      fclose(f);
+      rename(tmp.c_str(), mine.c_str());
+    }
+  }
 }
 
 // cluster-mismatch: node i registers 100 + i elements; every worker must get
@@ -529,6 +576,8 @@ int main(int argc, char** argv) {
     rc = scenario_world(c);
   else if (scenario == "until-lost")
     rc = scenario_until_lost(c, argc > 2 && std::string(argv[2]) == "sparse");
+  else if (scenario == "steady" && argc >= 3)
+    rc = scenario_steady(c, argv[2]);
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
   else if (scenario == "collectives")

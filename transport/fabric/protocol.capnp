@@ -19,6 +19,7 @@ struct Envelope {
     varMismatch @10 :VarMismatch;
     nodeLost @11 :NodeLost;
     jobBroken @12 :JobBroken;
+    heartbeat @13 :Heartbeat;
   }
 }
 
@@ -31,7 +32,10 @@ struct Join {
   host @4 :Text;                # for messages only
 }
 
-# coordinator -> node: the rendezvous failed; the node exits with this reason.
+# coordinator -> node: this node may not join (a malformed Join, another cluster, or, once
+# the cluster has formed, any Join: a taken or lost index, another node count), or, before
+# the cluster formed, a configuration conflict that stops every node. The node exits with
+# this reason; a refused newcomer alone does not disturb a formed cluster.
 struct Reject {
   reason @0 :Text;
 }
@@ -97,4 +101,13 @@ struct JobBroken {
   barrierId @1 :UInt32;         # tells this run of the job from a later one of the same name
   nodeIndex @2 :UInt32;
   reason @3 :Text;
+}
+
+# Both ways on every joined control connection, every peer_silence_ms / 4, sent by the
+# event loop's timer: proof that the sending daemon runs, not only its kernel (which keeps
+# answering TCP, keep-alive probes included, for a process that is stopped or hung). A
+# peer from which nothing at all (heartbeat or other message) arrived for peer_silence_ms
+# is lost.
+struct Heartbeat {
+  nodeIndex @0 :UInt32;         # the sender's
 }

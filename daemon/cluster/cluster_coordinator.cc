@@ -1,0 +1,292 @@
+// The coordinator's side of the control plane: joins (and refusals), agreement on jobs and
+// variables, relaying what every node must hear.
+#include <algorithm>
+
+#include "daemon/cluster/cluster_internal.h"
+#include "daemon/common/log.h"
+
+namespace px {
+
+using cluster_detail::build;
+
+namespace {
+
+Fingerprint read_fingerprint(RegisterVar::Reader r) {
+  Fingerprint f;
+  f.dtype = static_cast<DType>(r.getDtype());
+  f.count = r.getCount();
+  f.op = static_cast<ReduceOp>(r.getOp());
+  f.sparse = r.getSparse();
+  f.dim = r.getDim();
+  f.options = r.getOptions();
+  return f;
+}
+
+}  // namespace
+
+bool Cluster::listen(std::string* error) {
+  sockaddr_storage addr{};
+  std::string endpoint = config_.listen.empty() ? hosts_[0] : config_.listen;
+  if (!cluster_detail::resolve(endpoint, &addr, error)) return false;
+  uv_tcp_init(loop_, &listener_);
+  listener_.data = this;
+  listening_ = true;
+  int rc = uv_tcp_bind(&listener_, reinterpret_cast<sockaddr*>(&addr), 0);
+  if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 128, on_connection);
+  if (rc != 0) {
+    *error = "cannot listen for nodes on " + endpoint + ": " + uv_strerror(rc);
+    return false;
+  }
+  return true;
+}
+
+void Cluster::on_connection(uv_stream_t* server, int status) {
+  auto* self = static_cast<Cluster*>(server->data);
+  if (status < 0) return;
+  self->connections_.push_back(std::make_unique<Connection>(self, self->config_.cluster));
+  Connection& c = *self->connections_.back();
+  uv_tcp_init(self->loop_, &c.tcp);
+  c.tcp.data = &c;
+  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0)
+    return self->close_connection(c);
+  uv_tcp_nodelay(&c.tcp, 1);
+  self->connected(c);
+  self->start_reading(c);
+}
+
+void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
+  auto which = envelope.getBody().which();
+  if (which == Envelope::Body::JOIN) return handle_join(from, envelope.getBody().getJoin());
+  if (from.node < 0) return refuse(from, "no Join", "it sent a message before its Join");
+  if (which == Envelope::Body::HEARTBEAT) return;  // it arrived: that was its whole point
+  coordinator_handle(from.node, envelope);
+}
+
+void Cluster::handle_join(Connection& from, Join::Reader join) {
+  if (from.node >= 0) {  // no daemon sends two; a node that did is still the node it was
+    PX_LOG_WARN("cluster: %s sent a second Join; ignored", node_label(from.node).c_str());
+    return;
+  }
+  uint32_t index = join.getNodeIndex(), count = join.getNodeCount();
+  std::string host = join.getHost();
+  std::string claim = "node " + std::to_string(index) + " of " + std::to_string(count) +
+                      (host.empty() ? "" : ", host " + host);
+  std::string name = "cluster '" + config_.cluster + "'";
+  // No daemon's configuration yields these (index 0 is the coordinator, which does not
+  // join, and a daemon checks its index against its own count and kMaxNodeIndex): a garbled
+  // or forged Join. The joiner alone is at fault, whenever it comes.
+  if (index == 0 || index >= count || index > static_cast<uint32_t>(kMaxNodeIndex))
+    return refuse(
+        from, claim,
+        "node index " + std::to_string(index) + " is outside 1.." +
+            std::to_string(std::min<int64_t>(static_cast<int64_t>(count) - 1, kMaxNodeIndex)) +
+            " (a malformed Join)");
+  int node = static_cast<int>(index);
+  if (ready_) {
+    // The cluster formed: its nodes agreed on one configuration and jobs run on them, so a
+    // daemon that disagrees now is the one at fault (or was restarted, and a lost node
+    // cannot come back). Refuse it alone; the cluster goes on.
+    if (static_cast<int>(count) != config_.node_count)
+      return refuse(from, claim,
+                    "this daemon expects " + std::to_string(count) + " nodes; " + name + " has " +
+                        std::to_string(config_.node_count) + " and has formed");
+    if (Connection* holder = node_links_[static_cast<size_t>(node)])
+      return refuse(from, claim,
+                    "node index " + std::to_string(node) + " is taken by " + node_label(node) +
+                        " of the running " + name + " (connected from " + holder->peer +
+                        "); start this daemon with a free index, or stop the other and restart "
+                        "the cluster");
+    return refuse(from, claim,
+                  node_label(node) + " was lost after " + name +
+                      " formed and cannot rejoin it (elastic membership is not built): restart "
+                      "the whole cluster");
+  }
+  // Before the cluster formed, a node count that differs from the coordinator's or an index
+  // claimed twice is a conflict between two configurations, and either may be the wrong
+  // one: the coordinator's count is no more authoritative than the member's (were the
+  // coordinator wrong, it would refuse every member in turn), and the daemon that connected
+  // first for an index is not more right than the second (forming with it would run jobs
+  // on whichever machine won the race). Stop every daemon, naming both sides, so that the
+  // configuration gets fixed.
+  if (static_cast<int>(count) != config_.node_count)
+    return abort_rendezvous("node " + std::to_string(node) + " (" + host + ", connected from " +
+                            from.peer + ") expects " + std::to_string(count) +
+                            " nodes; the coordinator has " + std::to_string(config_.node_count) +
+                            " (index must be 1.." + std::to_string(config_.node_count - 1) + ")");
+  if (Connection* holder = node_links_[static_cast<size_t>(node)])
+    return abort_rendezvous("two daemons claim node index " + std::to_string(node) + " (" +
+                            hosts_[static_cast<size_t>(node)] + ", connected from " + holder->peer +
+                            ", and " + host + ", connected from " + from.peer + ")");
+  from.node = node;
+  node_links_[static_cast<size_t>(node)] = &from;
+  auto address = join.getFabricAddress();
+  fabric_addresses_[static_cast<size_t>(node)].assign(
+      reinterpret_cast<const char*>(address.begin()), address.size());
+  if (hosts_[static_cast<size_t>(node)].empty()) hosts_[static_cast<size_t>(node)] = host;
+  ++joined_;
+  PX_LOG_INFO("cluster: %s joined from %s (%d of %d)", node_label(node).c_str(), from.peer.c_str(),
+              joined_, config_.node_count);
+  if (joined_ < config_.node_count) return;
+  auto message = build(config_.cluster, [&](Envelope::Body::Builder body) {
+    auto table = body.initAddressTable();
+    auto addresses = table.initFabricAddresses(static_cast<unsigned>(config_.node_count));
+    auto hosts = table.initHosts(static_cast<unsigned>(config_.node_count));
+    for (int i = 0; i < config_.node_count; ++i) {
+      const std::string& a = fabric_addresses_[static_cast<size_t>(i)];
+      addresses.set(static_cast<unsigned>(i),
+                    kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
+      hosts.set(static_cast<unsigned>(i), hosts_[static_cast<size_t>(i)]);
+    }
+  });
+  broadcast(frame_envelope(*message));
+  member_handle(message->getRoot<Envelope>().asReader());
+}
+
+void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
+  auto body = envelope.getBody();
+  switch (body.which()) {
+    case Envelope::Body::JOB_JOIN: {
+      auto j = body.getJobJoin();
+      auto& sizes = job_sizes_[j.getJob()];
+      sizes.resize(static_cast<size_t>(config_.node_count));
+      sizes[static_cast<size_t>(node)] = j.getLocalSize();
+      for (auto& s : sizes)
+        if (!s) return;
+      auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+        auto world = b.initJobWorld();
+        world.setJob(j.getJob());
+        auto list = world.initLocalSizes(static_cast<unsigned>(sizes.size()));
+        for (size_t i = 0; i < sizes.size(); ++i) list.set(static_cast<unsigned>(i), *sizes[i]);
+        world.setBarrierId(next_global_id_++);
+      });
+      job_sizes_.erase(std::string(j.getJob()));
+      // A new run of the job (every node's workers joined afresh): its variables are
+      // agreed on afresh, under new ids.
+      std::string job(j.getJob());
+      for (auto it = vars_.lower_bound({job, ""}); it != vars_.end() && it->first.first == job;)
+        it = vars_.erase(it);
+      broadcast(frame_envelope(*message));
+      member_handle(message->getRoot<Envelope>().asReader());
+      return;
+    }
+    case Envelope::Body::REGISTER_VAR: {
+      auto r = body.getRegisterVar();
+      auto key = std::make_pair(std::string(r.getJob()), std::string(r.getName()));
+      VarAgreement& agreement = vars_[key];
+      agreement.by_node.resize(static_cast<size_t>(config_.node_count));
+      Fingerprint fingerprint = read_fingerprint(r);
+      auto& mine = agreement.by_node[static_cast<size_t>(node)];
+      if (mine && !(*mine == fingerprint)) {
+        // The node's own workers disagree: the variable is poisoned there, so everywhere.
+        std::string message = "variable '" + key.second + "' of job '" + key.first +
+                              "' is registered on " + node_label(node) + " as " +
+                              mine->describe_difference(fingerprint) + " and as " +
+                              fingerprint.describe_difference(*mine);
+        agreement.decided = true;
+        announce(agreement, build(config_.cluster, [&](Envelope::Body::Builder b) {
+                   auto mismatch = b.initVarMismatch();
+                   mismatch.setJob(key.first);
+                   mismatch.setName(key.second);
+                   mismatch.setMessage(message);
+                 }));
+        return;
+      }
+      if (agreement.decided) {
+        if (!mine && agreement.verdict) {  // decided before this node registered: tell it
+          mine = fingerprint;
+          if (node == 0) {
+            member_handle(agreement.verdict->getRoot<Envelope>().asReader());
+          } else {
+            send_to_node(node, frame_envelope(*agreement.verdict));
+          }
+        }
+        return;
+      }
+      mine = fingerprint;
+      for (auto& f : agreement.by_node)
+        if (!f) return;
+      agreement.decided = true;
+      bool same = true;
+      std::string shapes;
+      for (size_t i = 0; i < agreement.by_node.size(); ++i) {
+        same = same && *agreement.by_node[i] == *agreement.by_node[0];
+        const Fingerprint& first = *agreement.by_node[0];
+        const Fingerprint& f = *agreement.by_node[i];
+        shapes +=
+            (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " +
+            (i == 0 ? f.describe_difference(*agreement.by_node[1]) : f.describe_difference(first));
+      }
+      auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+        if (same) {
+          auto ready = b.initVarReady();
+          ready.setJob(key.first);
+          ready.setName(key.second);
+          ready.setGlobalId(next_global_id_++);
+        } else {
+          auto mismatch = b.initVarMismatch();
+          mismatch.setJob(key.first);
+          mismatch.setName(key.second);
+          mismatch.setMessage("variable '" + key.second + "' of job '" + key.first +
+                              "' differs across nodes: " + shapes);
+        }
+      });
+      announce(agreement, std::move(message));
+      return;
+    }
+    case Envelope::Body::JOB_BROKEN: {
+      if (body.getJobBroken().getNodeIndex() != static_cast<uint32_t>(node)) {
+        PX_LOG_WARN("cluster: %s reported a broken job for another node; ignored",
+                    node_label(node).c_str());
+        return;
+      }
+      // Relayed as received, to every node but the one it came from.
+      capnp::MallocMessageBuilder copy;
+      copy.setRoot(envelope);
+      std::string frame = frame_envelope(copy);
+      for (int other = 1; other < config_.node_count; ++other)
+        if (other != node) send_to_node(other, frame);
+      if (node != 0) member_handle(envelope);
+      return;
+    }
+    default:
+      PX_LOG_WARN("cluster: unexpected message from %s", node_label(node).c_str());
+  }
+}
+
+void Cluster::announce(VarAgreement& agreement,
+                       std::unique_ptr<capnp::MallocMessageBuilder> verdict) {
+  agreement.verdict = std::move(verdict);
+  broadcast(frame_envelope(*agreement.verdict));
+  member_handle(agreement.verdict->getRoot<Envelope>().asReader());
+}
+
+void Cluster::send_to_node(int node, const std::string& frame) {
+  Connection* c = node_links_[static_cast<size_t>(node)];
+  if (c) write(*c, frame);
+}
+
+void Cluster::broadcast(const std::string& frame) {
+  for (int node = 1; node < config_.node_count; ++node) send_to_node(node, frame);
+}
+
+void Cluster::abort_rendezvous(const std::string& why) {
+  PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
+  auto message =
+      build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
+  std::string frame = frame_envelope(*message);
+  for (auto& c : connections_)
+    if (c->connected && !c->closing && !c->finishing) write(*c, frame);
+  events_.fatal(why);
+}
+
+void Cluster::refuse(Connection& c, const std::string& claim, const std::string& why) {
+  if (c.closing || c.finishing) return;
+  PX_LOG_WARN("cluster '%s': refused a join from %s (%s): %s; %s", config_.cluster.c_str(),
+              c.peer.c_str(), claim.c_str(), why.c_str(),
+              ready_ ? "the running cluster goes on" : "still waiting for the nodes");
+  auto message =
+      build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
+  finish(c, frame_envelope(*message));
+}
+
+}  // namespace px
