@@ -24,13 +24,6 @@ int64_t ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
-px_world_info world_of(px_client* c) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
-  return w;
-}
-
 px_var* dense(px_client* c, const char* name, uint64_t count = 4) {
   px_var* v = nullptr;
   check(px_register_dense(c, name, PX_F32, count, PX_SUM, &v), "px_register_dense");

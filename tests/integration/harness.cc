@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -35,13 +36,9 @@ int64_t now_ms() {
 }
 
 bool can_connect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
+  int fd = connect_unix(path);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
 }
 
 pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
@@ -93,6 +90,23 @@ std::string slurp(const std::string& path) {
 std::string unique_path(const std::string& tag, const char* suffix) {
   return "/tmp/pxt-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) +
          suffix;
+}
+
+// Starts one px_test_worker ARGS... as local rank `rank` of local_size on the daemon at
+// socket; its output goes to a new file named after tag, added to outputs.
+pid_t spawn_worker(const std::string& socket, const std::string& job, int rank, int local_size,
+                   const std::vector<std::string>& args,
+                   const std::map<std::string, std::string>& env, const std::string& tag,
+                   std::vector<std::string>& outputs) {
+  std::map<std::string, std::string> e = env;
+  e["PARALLAX_SOCKET"] = socket;
+  e["PARALLAX_JOB"] = job;
+  e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
+  e["PARALLAX_LOCAL_SIZE"] = std::to_string(local_size);
+  std::vector<std::string> argv = {PX_WORKER_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  outputs.push_back(unique_path(tag, ".out"));
+  return spawn(argv, e, outputs.back());
 }
 
 // Waits for every worker (killing those past the deadline) and reads their output.
@@ -211,18 +225,42 @@ std::vector<WorkerResult> run_workers(const DaemonProcess& daemon, const std::st
                                       const std::map<std::string, std::string>& env) {
   std::vector<pid_t> pids;
   std::vector<std::string> outputs;
-  for (int rank = 0; rank < local_size; ++rank) {
-    std::map<std::string, std::string> e = env;
-    e["PARALLAX_SOCKET"] = daemon.socket();
-    e["PARALLAX_JOB"] = job;
-    e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
-    e["PARALLAX_LOCAL_SIZE"] = std::to_string(local_size);
-    std::vector<std::string> argv = {PX_WORKER_PATH};
-    argv.insert(argv.end(), args.begin(), args.end());
-    outputs.push_back(unique_path(job + "-w" + std::to_string(rank), ".out"));
-    pids.push_back(spawn(argv, e, outputs.back()));
-  }
+  for (int rank = 0; rank < local_size; ++rank)
+    pids.push_back(spawn_worker(daemon.socket(), job, rank, local_size, args, env,
+                                job + "-w" + std::to_string(rank), outputs));
   return collect_workers(pids, outputs, now_ms() + timeout_ms);
+}
+
+int connect_unix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+sockaddr_in loopback_address(int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return addr;
+}
+
+bool same_field(const std::vector<WorkerResult>& results, const std::string& key) {
+  std::set<std::string> values;
+  for (auto& r : results) values.insert(field(r.output, key));
+  bool same = values.size() == 1 && !values.begin()->empty();
+  if (!same) {
+    std::string seen;
+    for (auto& v : values) seen += " '" + v + "'";
+    fprintf(stderr, "workers printed %zu different %s=:%s\n", values.size(), key.c_str(),
+            seen.c_str());
+  }
+  return same;
 }
 
 bool all_ok(const std::vector<WorkerResult>& results) {
@@ -253,10 +291,7 @@ std::vector<std::string> ClusterProcesses::free_endpoints(int n) {
   while (static_cast<int>(endpoints.size()) < n) {
     int port = 20000 + static_cast<int>(rng() % 12000);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = loopback_address(port);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       close(fd);
       continue;
@@ -302,18 +337,10 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
   std::vector<pid_t> pids;
   std::vector<std::string> outputs;
   for (int node = 0; node < cluster.size(); ++node) {
-    for (int rank = 0; rank < per_node; ++rank) {
-      std::map<std::string, std::string> e = env;
-      e["PARALLAX_SOCKET"] = cluster.node(node).socket();
-      e["PARALLAX_JOB"] = job;
-      e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
-      e["PARALLAX_LOCAL_SIZE"] = std::to_string(per_node);
-      std::vector<std::string> argv = {PX_WORKER_PATH};
-      argv.insert(argv.end(), args.begin(), args.end());
-      outputs.push_back(
-          unique_path(job + "-n" + std::to_string(node) + "w" + std::to_string(rank), ".out"));
-      pids.push_back(spawn(argv, e, outputs.back()));
-    }
+    for (int rank = 0; rank < per_node; ++rank)
+      pids.push_back(spawn_worker(cluster.node(node).socket(), job, rank, per_node, args, env,
+                                  job + "-n" + std::to_string(node) + "w" + std::to_string(rank),
+                                  outputs));
   }
   return collect_workers(pids, outputs, now_ms() + timeout_ms);
 }
@@ -327,6 +354,23 @@ ScratchDir::ScratchDir(const std::string& name)
 ScratchDir::~ScratchDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+}
+
+KilledNodeRun run_cluster_workers_killing_node(ClusterProcesses& cluster, const std::string& job,
+                                               int per_node, const std::vector<std::string>& args,
+                                               int victim, int timeout_ms) {
+  KilledNodeRun run;
+  ScratchDir ready("ready-" + job);
+  std::thread workers([&] {
+    run.results = run_cluster_workers(cluster, job, per_node, args, timeout_ms,
+                                      {{"PX_TEST_READY_DIR", ready.path()}});
+  });
+  // The loss comes mid-run: once every node's worker has completed a step.
+  run.ready_nodes = wait_for_ready_files(ready.path(), cluster.size(), 60000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  cluster.node(victim).kill_and_reap(SIGKILL);
+  workers.join();
+  return run;
 }
 
 int wait_for_ready_files(const std::string& dir, int n, int timeout_ms) {

@@ -2,12 +2,15 @@
 // its own socket path and log file, so tests run in parallel.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "tests/integration/text_util.h"  // contains, field
 
 namespace pxt {
 
@@ -95,5 +98,26 @@ int wait_for_ready_files(const std::string& dir, int n, int timeout_ms);
 
 // Every worker exited 0 (prints the outputs otherwise, for the test log).
 bool all_ok(const std::vector<WorkerResult>& results);
+
+// Every worker printed the same, non-empty key=VALUE (field()): e.g. a hash of its result.
+bool same_field(const std::vector<WorkerResult>& results, const std::string& key);
+
+struct KilledNodeRun {
+  std::vector<WorkerResult> results;  // node-major, as run_cluster_workers gives them
+  int ready_nodes = 0;                // nodes that reported a first step before the kill
+};
+
+// Runs per_node workers of job on every node of the cluster with a scenario that reports
+// its first completed step in PX_TEST_READY_DIR (until-lost); once every node did (up to
+// 60 s) and 200 ms more, SIGKILLs node `victim` and reaps it, then waits for the workers.
+KilledNodeRun run_cluster_workers_killing_node(ClusterProcesses& cluster, const std::string& job,
+                                               int per_node, const std::vector<std::string>& args,
+                                               int victim, int timeout_ms = 90000);
+
+// A connected AF_UNIX stream socket to path, or -1 (nothing listens there).
+int connect_unix(const std::string& path);
+
+// 127.0.0.1:port.
+sockaddr_in loopback_address(int port);
 
 }  // namespace pxt

@@ -43,27 +43,41 @@ double gradient(int rank, uint64_t step, uint64_t j, uint64_t c, double w) {
   return 0.5 * w + 0.01 * std::sin(double(rank + 3 * step + 7 * j + c));
 }
 
-px_sparse_options parse_options(const std::string& opt, const std::string& agg) {
+enum class Optimizer { kSgd, kAdagrad, kAdam };
+
+px_sparse_options training_options(Optimizer opt, bool mean) {
   px_sparse_options o;
   px_sparse_options_init(&o);
   o.initializer = PX_INIT_UNIFORM;
   o.init_seed = 11;
   o.init_low = -0.1;
   o.init_high = 0.1;
-  o.aggregation = agg == "mean" ? PX_MEAN : PX_SUM;
-  if (opt == "sgd") {
-    o.optimizer = PX_OPT_SGD;
-    o.learning_rate = 0.1;
-  } else if (opt == "adagrad") {
-    o.optimizer = PX_OPT_ADAGRAD;
-    o.learning_rate = 0.05;
-  } else if (opt == "adam") {
-    o.optimizer = PX_OPT_ADAM;
-    o.learning_rate = 0.01;
-  } else {
-    die("unknown optimizer " + opt);
+  o.aggregation = mean ? PX_MEAN : PX_SUM;
+  switch (opt) {
+    case Optimizer::kSgd:
+      o.optimizer = PX_OPT_SGD;
+      o.learning_rate = 0.1;
+      break;
+    case Optimizer::kAdagrad:
+      o.optimizer = PX_OPT_ADAGRAD;
+      o.learning_rate = 0.05;
+      break;
+    case Optimizer::kAdam:
+      o.optimizer = PX_OPT_ADAM;
+      o.learning_rate = 0.01;
+      break;
   }
   return o;
+}
+
+// --route: the choices in px_route order.
+const char* const kRouteFlag = "route?:hybrid|ps|allgatherv|allreduce";
+static_assert(PX_ROUTE_HYBRID == 0 && PX_ROUTE_PS == 1 && PX_ROUTE_ALLGATHERV == 2 &&
+              PX_ROUTE_ALLREDUCE == 3);
+
+// --route when given, else the options' default.
+int32_t route_flag(const Flags& f, int32_t fallback) {
+  return f.has("route") ? f.choice("route") : fallback;
 }
 
 // The reference table: every row's value and optimizer state, in double.
@@ -143,22 +157,19 @@ std::vector<int64_t> all_rows() {
   return idx;
 }
 
-// sparse-train OPT AGG STEPS [PARTITIONS [ROUTE [BAD]]]: STEPS synchronous steps of
+// sparse-train --optimizer sgd|adagrad|adam --aggregation sum|mean --steps N
+// [--partitions N] [--route R] [--bad-pushes]: STEPS synchronous steps of
 // pull -> gradient -> push; every pull checked against the reference, then the whole table.
-// BAD=1: the last rank pushes an out-of-range index at step 2 and rank 0 a NaN at step 4;
-// both pushes must fail and leave no trace.
-int scenario_train(px_client* c, int argc, char** argv) {
-  px_sparse_options o = parse_options(argv[0], argv[1]);
-  uint64_t steps = strtoull(argv[2], nullptr, 10);
-  if (argc > 3) o.partitions = uint32_t(atoi(argv[3]));
-  if (argc > 4) {
-    std::string route = argv[4];
-    o.route = route == "ps"           ? PX_ROUTE_PS
-              : route == "allgatherv" ? PX_ROUTE_ALLGATHERV
-              : route == "allreduce"  ? PX_ROUTE_ALLREDUCE
-                                      : PX_ROUTE_HYBRID;
-  }
-  bool bad = argc > 5 && std::string(argv[5]) == "1";
+// --partitions 0 (or none) lets the daemon choose. --bad-pushes: the last rank pushes an
+// out-of-range index at step 2 and rank 0 a NaN at step 4; both pushes must fail and leave
+// no trace.
+int scenario_train(px_client* c, const Flags& f) {
+  px_sparse_options o =
+      training_options(static_cast<Optimizer>(f.choice("optimizer")), f.choice("aggregation") == 1);
+  uint64_t steps = f.u64("steps");
+  o.partitions = uint32_t(f.u64("partitions", o.partitions));
+  o.route = route_flag(f, o.route);
+  bool bad = f.on("bad-pushes");
   int world = world_size(c);
   px_var* var = nullptr;
   check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
@@ -168,10 +179,7 @@ int scenario_train(px_client* c, int argc, char** argv) {
   auto daemon_step = [&](uint64_t k) {
     std::vector<int64_t> idx = lookups(g_rank, k);
     std::vector<float> rows(idx.size() * kDim);
-    px_request* r = nullptr;
-    check(px_pull_rows(var, idx.data(), idx.size(), rows.data(), &r), "px_pull_rows");
-    check(px_wait(r, 30000), "pull");
-    px_request_free(r);
+    pull_rows_ok(var, idx.data(), idx.size(), rows.data(), "pull");
     expect_rows(idx, rows, ref.w, "pull step " + std::to_string(k));
 
     std::vector<float> grads(idx.size() * kDim);
@@ -184,6 +192,7 @@ int scenario_train(px_client* c, int argc, char** argv) {
       grads.resize(push_idx.size() * kDim, 1.0f);
     }
     if (nan_step(g_rank, k)) grads[3] = NAN;
+    px_request* r = nullptr;
     check(px_push_rows(var, push_idx.data(), push_idx.size(), grads.data(), &r), "px_push_rows");
     px_status s = px_wait(r, 30000);
     std::string message = px_last_error();
@@ -227,17 +236,12 @@ int scenario_train(px_client* c, int argc, char** argv) {
   // The next pull step sees every push: the whole table.
   std::vector<int64_t> idx = all_rows();
   std::vector<float> table(kRows * kDim);
-  px_request* r = nullptr;
-  check(px_pull_rows(var, idx.data(), idx.size(), table.data(), &r), "px_pull_rows(all)");
-  check(px_wait(r, 30000), "pull all");
-  px_request_free(r);
+  pull_rows_ok(var, idx.data(), idx.size(), table.data(), "pull all");
   expect_rows(idx, table, ref.w, "final table");
   // The requests a step makes: one per partition when the count was given; with automatic
   // partitions 1, 2, 4 or 8 per node (a trial's, or the choice after 23 push steps); none on
   // the replicated routes.
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
+  px_world_info w = world_of(c);
   px_var_stats stats;
   stats.struct_size = sizeof stats;
   check(px_var_stats_get(var, &stats), "px_var_stats_get");
@@ -261,17 +265,17 @@ int scenario_train(px_client* c, int argc, char** argv) {
   return 0;
 }
 
-// sparse-bounded CONSISTENCY STALENESS STEPS: SGD with positive, value-independent
-// gradients, so every value only falls; a pull's values must lie between the reference
-// after the steps it must see and the reference after every step that can exist by then.
-// Rank 0 is slow, so others run ahead as far as the staleness lets them.
-int scenario_bounded(px_client* c, int argc, char** argv) {
-  (void)argc;
-  std::string mode = argv[0];
-  uint32_t staleness = uint32_t(atoi(argv[1]));
-  uint64_t steps = strtoull(argv[2], nullptr, 10);
-  px_sparse_options o = parse_options("sgd", "sum");
-  o.consistency = mode == "async" ? PX_ASYNC : mode == "bounded" ? PX_BOUNDED : PX_SYNC;
+// sparse-bounded --consistency sync|bounded|async --staleness N --steps N: SGD with
+// positive, value-independent gradients, so every value only falls; a pull's values must lie
+// between the reference after the steps it must see and the reference after every step that can
+// exist by then. Rank 0 is slow, so others run ahead as far as the staleness lets them.
+int scenario_bounded(px_client* c, const Flags& f) {
+  std::string mode = f.str("consistency");
+  int consistency = f.choice("consistency");
+  uint32_t staleness = uint32_t(f.u64("staleness"));
+  uint64_t steps = f.u64("steps");
+  px_sparse_options o = training_options(Optimizer::kSgd, false);
+  o.consistency = consistency == 2 ? PX_ASYNC : consistency == 1 ? PX_BOUNDED : PX_SYNC;
   if (o.consistency == PX_BOUNDED) o.staleness = staleness;
   int world = world_size(c);
   px_var* var = nullptr;
@@ -296,10 +300,7 @@ int scenario_bounded(px_client* c, int argc, char** argv) {
     if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
     std::vector<int64_t> idx = lookups(g_rank, k);
     std::vector<float> rows(idx.size() * kDim);
-    px_request* r = nullptr;
-    check(px_pull_rows(var, idx.data(), idx.size(), rows.data(), &r), "px_pull_rows");
-    check(px_wait(r, 30000), "pull");
-    px_request_free(r);
+    pull_rows_ok(var, idx.data(), idx.size(), rows.data(), "pull");
     const std::vector<double>& upper = after[async || k < staleness ? 0 : k - staleness];
     const std::vector<double>& lower = after[std::min<uint64_t>(steps, k + staleness + 1)];
     for (size_t j = 0; j < idx.size(); ++j) {
@@ -314,19 +315,14 @@ int scenario_bounded(px_client* c, int argc, char** argv) {
     std::vector<float> grads(idx.size() * kDim);
     for (size_t j = 0; j < idx.size(); ++j)
       for (uint64_t col = 0; col < kDim; ++col) grads[j * kDim + col] = float(grad(g_rank, k, j));
-    check(px_push_rows(var, idx.data(), idx.size(), grads.data(), &r), "px_push_rows");
-    check(px_wait(r, 30000), "push");
-    px_request_free(r);
+    push_rows_ok(var, idx.data(), idx.size(), grads.data(), "push");
   }
   std::vector<int64_t> idx = all_rows();
   std::vector<float> table(kRows * kDim);
-  px_request* r = nullptr;
   if (async) {
     // Eventually every push is applied.
     for (int attempt = 0;; ++attempt) {
-      check(px_read_rows(var, idx.data(), idx.size(), table.data(), &r), "px_read_rows");
-      check(px_wait(r, 30000), "read");
-      px_request_free(r);
+      read_rows_ok(var, idx.data(), idx.size(), table.data(), "read");
       bool equal = true;
       for (size_t i = 0; i < table.size() && equal; ++i)
         equal = std::fabs(table[i] - after[steps][i]) <= 1e-5 * std::fabs(after[steps][i]) + 1e-7;
@@ -337,16 +333,10 @@ int scenario_bounded(px_client* c, int argc, char** argv) {
   } else {
     // Empty push steps carry the pull past the staleness window: it sees every real push.
     for (uint32_t e = 0; e < staleness; ++e) {
-      check(px_push_rows(var, nullptr, 0, nullptr, &r), "empty px_push_rows");
-      check(px_wait(r, 30000), "empty push");
-      px_request_free(r);
-      check(px_pull_rows(var, nullptr, 0, nullptr, &r), "empty px_pull_rows");
-      check(px_wait(r, 30000), "empty pull");
-      px_request_free(r);
+      push_rows_ok(var, nullptr, 0, nullptr, "empty push");
+      pull_rows_ok(var, nullptr, 0, nullptr, "empty pull");
     }
-    check(px_pull_rows(var, idx.data(), idx.size(), table.data(), &r), "px_pull_rows(all)");
-    check(px_wait(r, 30000), "pull all");
-    px_request_free(r);
+    pull_rows_ok(var, idx.data(), idx.size(), table.data(), "pull all");
   }
   expect_rows(idx, table, after[steps], "final table");
   printf("ok rank %d %s\n", g_rank, mode.c_str());
@@ -356,21 +346,6 @@ int scenario_bounded(px_client* c, int argc, char** argv) {
 px_status register_with(px_client* c, const char* name, px_dtype dtype, uint64_t rows,
                         const px_sparse_options& o, px_var** var) {
   return px_register_sparse(c, name, dtype, rows, 4, &o, var);
-}
-
-std::string g_wait_message;  // px_last_error() of wait_free's px_wait
-
-px_status wait_free(px_request* r) {
-  px_status s = px_wait(r, 30000);
-  g_wait_message = px_last_error();
-  px_request_free(r);
-  return s;
-}
-
-// The message of the last failure: of a px_wait inside wait_free, or of a direct call.
-std::string last_message() {
-  std::string direct = px_last_error();
-  return direct.empty() ? g_wait_message : direct;
 }
 
 // sparse-errors: every refusal the ABI promises, with what the message must name.
@@ -448,8 +423,7 @@ int scenario_errors(px_client* c) {
   check(px_load_rows(e, two, 2, nan_rows, &r), "px_load_rows");
   expect_status(wait_free(r), PX_ERR_INVALID, "load with NaN");
   expect_contains(last_message(), "row 4");
-  check(px_read_rows(e, two, 2, buffer, &r), "px_read_rows");
-  check(wait_free(r), "read after the refused load");
+  read_rows_ok(e, two, 2, buffer, "read after the refused load");
   for (int i = 0; i < 8; ++i)
     if (buffer[i] != 0.0f) die("the refused load left a trace");
 
@@ -463,15 +437,12 @@ int scenario_errors(px_client* c) {
   float grads0[8] = {NAN, 1, 1, 1, 2, 2, 2, 2};
   int64_t rows1[1] = {1};
   float grads1[4] = {3, 3, 3, 3};
-  check(px_pull_rows(sk, nullptr, 0, nullptr, &r), "pull step 0");
-  check(wait_free(r), "pull step 0 (skip)");
+  pull_rows_ok(sk, nullptr, 0, nullptr, "pull step 0 (skip)");
   if (g_rank == 0)
-    check(px_push_rows(sk, rows0, 2, grads0, &r), "push with NaN (skip)");
+    push_rows_ok(sk, rows0, 2, grads0, "push with NaN (skip)");
   else
-    check(px_push_rows(sk, rows1, g_rank == 1 ? 1 : 0, grads1, &r), "push");
-  check(wait_free(r), "push (skip)");
-  check(px_pull_rows(sk, rows0, 2, buffer, &r), "pull");
-  check(wait_free(r), "pull step 1 (skip)");
+    push_rows_ok(sk, rows1, g_rank == 1 ? 1 : 0, grads1, "push (skip)");
+  pull_rows_ok(sk, rows0, 2, buffer, "pull step 1 (skip)");
   if (buffer[0] != -3.0f || buffer[4] != -2.0f)
     die("NaN-skipped push gave " + std::to_string(buffer[0]) + ", " + std::to_string(buffer[4]));
   printf("ok rank %d errors\n", g_rank);
@@ -494,14 +465,12 @@ void check_large_requests(px_client* c, px_route route) {
   std::vector<float> values(rows * dim);
   for (uint64_t i = 0; i < rows * dim; ++i) values[i] = float(i);
   for (uint64_t r = 0; r < rows; ++r) idx[r] = int64_t(rows - 1 - r);  // not in row order
-  px_request* r = nullptr;
   auto value = [&](uint64_t j, uint64_t col) { return float((rows - 1 - j) * dim + col); };
   if (g_rank == 0) {
     std::vector<float> by_index(rows * dim);
     for (uint64_t j = 0; j < rows; ++j)
       for (uint64_t col = 0; col < dim; ++col) by_index[j * dim + col] = value(j, col);
-    check(px_load_rows(var, idx.data(), rows, by_index.data(), &r), "load large");
-    check(wait_free(r), "load large");
+    load_rows_ok(var, idx.data(), rows, by_index.data(), "load large");
   }
   check(px_barrier(c, 30000), "px_barrier");
   std::vector<float> got(rows * dim, -1.0f);
@@ -512,43 +481,34 @@ void check_large_requests(px_client* c, px_route route) {
           die(std::string(what) + ": row " + std::to_string(idx[j]) + " column " +
               std::to_string(col) + " is " + std::to_string(got[j * dim + col]));
   };
-  check(px_read_rows(var, idx.data(), rows, got.data(), &r), "read large");
-  check(wait_free(r), "read large");
+  read_rows_ok(var, idx.data(), rows, got.data(), "read large");
   expect("read large", 0);
-  check(px_pull_rows(var, idx.data(), rows, got.data(), &r), "pull large");
-  check(wait_free(r), "pull large 0");
+  pull_rows_ok(var, idx.data(), rows, got.data(), "pull large 0");
   expect("pull large 0", 0);
   std::vector<float> ones(rows * dim, 1.0f);
-  check(px_push_rows(var, idx.data(), rows, ones.data(), &r), "push large");
-  check(wait_free(r), "push large 0");
-  check(px_pull_rows(var, idx.data(), rows, got.data(), &r), "pull large");
-  check(wait_free(r), "pull large 1");
+  push_rows_ok(var, idx.data(), rows, ones.data(), "push large 0");
+  pull_rows_ok(var, idx.data(), rows, got.data(), "pull large 1");
   expect("pull large 1", float(world_size(c)));
 }
 
-// sparse-load: rank 0 loads a table (ordinary memory), everyone reads it back (arena
-// memory, duplicates), then a training step starts from the loaded values; then the same
-// for requests too large for one message.
-int scenario_load(px_client* c, int argc, char** argv) {
+// sparse-load [--route ps|allgatherv|allreduce]: rank 0 loads a table (ordinary memory), everyone
+// reads it back (arena memory, duplicates), then a training step starts from the loaded values;
+// then the same for requests too large for one message.
+int scenario_load(px_client* c, const Flags& f) {
   px_sparse_options o;
   px_sparse_options_init(&o);
   o.learning_rate = 0.5;
-  if (argc > 0)
-    o.route = std::string(argv[0]) == "allgatherv"  ? PX_ROUTE_ALLGATHERV
-              : std::string(argv[0]) == "allreduce" ? PX_ROUTE_ALLREDUCE
-                                                    : PX_ROUTE_PS;
+  o.route = route_flag(f, o.route);
   px_var* var = nullptr;
   check(px_register_sparse(c, "tbl", PX_F32, kRows, kDim, &o, &var), "register");
   auto value = [](int64_t row, uint64_t col) { return float(row) + float(col) / 10.0f; };
-  px_request* r = nullptr;
   if (g_rank == 0) {
     std::vector<int64_t> idx = all_rows();
     std::vector<float> rows(kRows * kDim);
     for (uint64_t i = 0; i < kRows * kDim; ++i) rows[i] = value(int64_t(i / kDim), i % kDim);
     idx.push_back(5);  // duplicates: the last one wins
     rows.resize(rows.size() + kDim, -1.0f);
-    check(px_load_rows(var, idx.data(), idx.size(), rows.data(), &r), "px_load_rows");
-    check(wait_free(r), "load");
+    load_rows_ok(var, idx.data(), idx.size(), rows.data(), "load");
   }
   check(px_barrier(c, 30000), "px_barrier");
   void* arena_idx = nullptr;
@@ -558,8 +518,7 @@ int scenario_load(px_client* c, int argc, char** argv) {
   auto* idx = static_cast<int64_t*>(arena_idx);
   auto* rows = static_cast<float*>(arena_rows);
   for (int j = 0; j < 64; ++j) idx[j] = int64_t(mix(uint64_t(g_rank * 100 + j)) % 50) * 20;
-  check(px_read_rows(var, idx, 64, rows, &r), "px_read_rows");
-  check(wait_free(r), "read");
+  read_rows_ok(var, idx, 64, rows, "read");
   for (int j = 0; j < 64; ++j)
     for (uint64_t col = 0; col < kDim; ++col) {
       float want = idx[j] == 5 ? -1.0f : value(idx[j], col);
@@ -568,14 +527,11 @@ int scenario_load(px_client* c, int argc, char** argv) {
     }
   int64_t row = 7;
   float got[kDim];
-  check(px_pull_rows(var, &row, 1, got, &r), "pull");
-  check(wait_free(r), "pull 0");
+  pull_rows_ok(var, &row, 1, got, "pull 0");
   float grad[kDim];
   for (uint64_t col = 0; col < kDim; ++col) grad[col] = 1.0f;
-  check(px_push_rows(var, &row, 1, grad, &r), "push");
-  check(wait_free(r), "push 0");
-  check(px_pull_rows(var, &row, 1, got, &r), "pull");
-  check(wait_free(r), "pull 1");
+  push_rows_ok(var, &row, 1, grad, "push 0");
+  pull_rows_ok(var, &row, 1, got, "pull 1");
   int world = world_size(c);
   for (uint64_t col = 0; col < kDim; ++col)
     if (got[col] != value(7, col) - 0.5f * float(world))
@@ -601,9 +557,7 @@ int scenario_restore_mismatch(px_client* c) {
 
 // sparse-node-mismatch: the learning rate differs by node: PX_ERR_MISMATCH everywhere.
 int scenario_node_mismatch(px_client* c) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
+  px_world_info w = world_of(c);
   px_sparse_options o;
   px_sparse_options_init(&o);
   o.learning_rate = w.node_index == 1 ? 0.5 : 0.25;
@@ -624,23 +578,17 @@ int scenario_node_mismatch(px_client* c) {
   return 0;
 }
 
-// sparse-checkpoint-timeout DIR (2 nodes x 1 worker): node 1 pushes its second step late,
+// sparse-checkpoint-timeout --dir DIR (2 nodes x 1 worker): node 1 pushes its second step late,
 // so node 0's checkpoint after its own second push cannot complete in time:
 // PX_ERR_TIMEOUT at its deadline, and the connection still answers the next control call
 // correctly. Once both pushed, a checkpoint succeeds and its manifest is there.
 int scenario_checkpoint_timeout(px_client* c, const char* dir) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
+  px_world_info w = world_of(c);
   px_var* var = nullptr;
   check(px_register_sparse(c, "emb", PX_F32, 100, 4, nullptr, &var), "register");
   int64_t row = 1;
   float grad[4] = {1, 1, 1, 1};
-  auto push = [&] {
-    px_request* r = nullptr;
-    check(px_push_rows(var, &row, 1, grad, &r), "push");
-    check(wait_free(r), "push wait");
-  };
+  auto push = [&] { push_rows_ok(var, &row, 1, grad, "push"); };
   push();
   if (w.node_index == 0) {
     push();
@@ -671,16 +619,37 @@ int scenario_checkpoint_timeout(px_client* c, const char* dir) {
 
 }  // namespace
 
-int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, char** argv) {
-  if (scenario == "sparse-train" && argc >= 3) return scenario_train(c, argc, argv);
-  if (scenario == "sparse-bounded" && argc >= 3) return scenario_bounded(c, argc, argv);
+const std::vector<ScenarioSpec>& sparse_scenario_specs() {
+  static const std::vector<ScenarioSpec> specs = {
+      // --optimizer in Optimizer order.
+      {"sparse-train",
+       {"optimizer:sgd|adagrad|adam", "aggregation:sum|mean", "steps:n", "partitions?:n",
+        kRouteFlag},
+       {"bad-pushes"},
+       "training checked against a reference optimizer (--partitions 0: the daemon chooses)"},
+      {"sparse-bounded",
+       {"consistency:sync|bounded|async", "staleness:n", "steps:n"},
+       {},
+       "every pull within what the consistency and staleness allow"},
+      {"sparse-errors", {}, {}, "every refusal the ABI promises"},
+      {"sparse-load", {kRouteFlag}, {}, "load, read back, train from loaded values"},
+      {"sparse-node-mismatch", {}, {}, "options that differ by node"},
+      {"sparse-checkpoint-timeout", {"dir"}, {}, "a checkpoint past its deadline (2 nodes)"},
+      {"sparse-restore-mismatch", {}, {}, "a registration against a checkpoint of another shape"},
+  };
+  return specs;
+}
+
+int run_sparse_scenario(px_client* c, const std::string& scenario, const Flags& flags) {
+  if (scenario == "sparse-train") return scenario_train(c, flags);
+  if (scenario == "sparse-bounded") return scenario_bounded(c, flags);
   if (scenario == "sparse-errors") return scenario_errors(c);
-  if (scenario == "sparse-load") return scenario_load(c, argc, argv);
+  if (scenario == "sparse-load") return scenario_load(c, flags);
   if (scenario == "sparse-node-mismatch") return scenario_node_mismatch(c);
-  if (scenario == "sparse-checkpoint-timeout" && argc >= 1)
-    return scenario_checkpoint_timeout(c, argv[0]);
+  if (scenario == "sparse-checkpoint-timeout")
+    return scenario_checkpoint_timeout(c, flags.str("dir").c_str());
   if (scenario == "sparse-restore-mismatch") return scenario_restore_mismatch(c);
-  die("unknown sparse scenario or missing arguments: " + scenario);
+  die("unknown sparse scenario " + scenario);
 }
 
 }  // namespace pxt

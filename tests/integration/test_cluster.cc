@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -19,18 +18,7 @@ using namespace pxt;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
-
-std::string field(const std::string& output, const std::string& key) {
-  size_t at = output.find(key + "=");
-  if (at == std::string::npos) return "";
-  size_t end = output.find_first_of(" \n", at);
-  return output.substr(at + key.size() + 1, end - at - key.size() - 1);
-}
 
 // A TCP socket of this machine listens on port (any address).
 bool tcp_listening_on(int port) {
@@ -55,46 +43,51 @@ int port_of(const std::string& endpoint) {
 
 TEST_CASE("cluster: 2 nodes x 2 workers, every dtype, op and memory mode") {
   ClusterProcesses cluster("c2x2", 2);
-  CHECK(all_ok(run_cluster_workers(cluster, "sweep", 2, {"sweep", "1", "7", "1000", "65537"},
+  CHECK(all_ok(run_cluster_workers(cluster, "sweep", 2, {"sweep", "--counts", "1,7,1000,65537"},
                                    180000, kExact)));
 }
 
 TEST_CASE("cluster: 3 nodes x 1 worker and 4 nodes x 2 workers, every dtype and op") {
   {
     ClusterProcesses cluster("c3x1", 3);
-    CHECK(all_ok(run_cluster_workers(cluster, "sweep3", 1, {"sweep", "1", "4099", "300000"}, 180000,
-                                     kExact)));
+    CHECK(all_ok(run_cluster_workers(cluster, "sweep3", 1, {"sweep", "--counts", "1,4099,300000"},
+                                     180000, kExact)));
   }
   ClusterProcesses cluster("c4x2", 4);
-  CHECK(all_ok(run_cluster_workers(cluster, "sweep4", 2, {"sweep", "3", "20000"}, 180000, kExact)));
+  CHECK(all_ok(
+      run_cluster_workers(cluster, "sweep4", 2, {"sweep", "--counts", "3,20000"}, 180000, kExact)));
 }
 
 TEST_CASE("cluster: 64 MiB across 2 and 3 nodes") {
   std::map<std::string, std::string> env = kExact;
   env["PX_TEST_ARENA_BYTES"] = std::to_string(160ull << 20);
   ClusterProcesses cluster("cbig", 3);
-  CHECK(all_ok(run_cluster_workers(
-      cluster, "big", 1, {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
+  CHECK(all_ok(run_cluster_workers(cluster, "big", 1,
+                                   {"allreduce", "--dtype", "f32", "--op", "sum", "--count",
+                                    "16777216", "--memory", "arena", "--steps", "2"},
+                                   240000, env)));
   ClusterProcesses pair("cbig2", 2);
-  CHECK(all_ok(run_cluster_workers(
-      pair, "big2", 2, {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
+  CHECK(all_ok(run_cluster_workers(pair, "big2", 2,
+                                   {"allreduce", "--dtype", "bf16", "--op", "mean", "--count",
+                                    "33554432", "--memory", "ordinary", "--steps", "1"},
+                                   240000, env)));
 }
 
 TEST_CASE("cluster: results are bitwise equal on every worker of every node") {
   ClusterProcesses cluster("chash", 3);
   std::map<std::string, std::string> env = {{"PX_TEST_NO_REFERENCE", "1"}};
-  auto results = run_cluster_workers(
-      cluster, "hash", 2, {"allreduce", "f32", "mean", "1000003", "arena", "3"}, 120000, env);
+  auto results = run_cluster_workers(cluster, "hash", 2,
+                                     {"allreduce", "--dtype", "f32", "--op", "mean", "--count",
+                                      "1000003", "--memory", "arena", "--steps", "3"},
+                                     120000, env);
   REQUIRE(all_ok(results));
-  std::set<std::string> hashes;
-  for (auto& r : results) hashes.insert(field(r.output, "hash"));
-  CHECK(hashes.size() == 1);
-  CHECK(!hashes.begin()->empty());
+  CHECK(same_field(results, "hash"));
 }
 
 TEST_CASE("cluster: submission orders differ across workers and nodes without deadlock") {
   ClusterProcesses cluster("cshuf", 3);
-  CHECK(all_ok(run_cluster_workers(cluster, "shuffle", 2, {"shuffle", "30", "4"}, 180000, kExact)));
+  CHECK(all_ok(run_cluster_workers(cluster, "shuffle", 2,
+                                   {"shuffle", "--vars", "30", "--steps", "4"}, 180000, kExact)));
 }
 
 TEST_CASE("cluster: global ranks are node-major and barriers span nodes") {
@@ -108,7 +101,7 @@ TEST_CASE("cluster: global ranks are node-major and barriers span nodes") {
                            "/6 local=" + std::to_string(local) + "/2";
     CHECK_MESSAGE(contains(results[i].output, expected), results[i].output);
   }
-  CHECK(all_ok(run_cluster_workers(cluster, "barriers", 2, {"barriers", "100"})));
+  CHECK(all_ok(run_cluster_workers(cluster, "barriers", 2, {"barriers", "--count", "100"})));
 }
 
 TEST_CASE(
@@ -123,18 +116,10 @@ TEST_CASE(
 TEST_CASE(
     "cluster: a daemon killed mid-allreduce gives PX_ERR_PEER_LOST naming it on every survivor") {
   ClusterProcesses cluster("ckill", 3);
-  std::vector<WorkerResult> results;
-  ScratchDir ready("ready");
-  const std::string& ready_dir = ready.path();
-  std::thread workers([&] {
-    results = run_cluster_workers(cluster, "steady", 1, {"until-lost"}, 90000,
-                                  {{"PX_TEST_READY_DIR", ready_dir}});
-  });
-  // Kill node 2 once every worker has completed a step, so the loss comes mid-run.
-  CHECK(wait_for_ready_files(ready_dir, 3, 60000) == 3);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  cluster.node(2).kill_and_reap(SIGKILL);
-  workers.join();
+  // Node 2 is killed once every worker has completed a step, so the loss comes mid-run.
+  KilledNodeRun run = run_cluster_workers_killing_node(cluster, "steady", 1, {"until-lost"}, 2);
+  CHECK(run.ready_nodes == 3);
+  const std::vector<WorkerResult>& results = run.results;
   REQUIRE(results.size() == 3);
   for (int node = 0; node < 2; ++node) {
     CHECK_MESSAGE(results[static_cast<size_t>(node)].exit_code == 0,
@@ -158,7 +143,7 @@ TEST_CASE(
     // Global rank 3 is node 1's local rank 1. Without the news from node 1, node 0's
     // workers would wait for its part of the step until their 30 s deadline (PX_ERR_TIMEOUT).
     std::vector<std::string> args{"until-lost"};
-    if (sparse) args.push_back("sparse");
+    if (sparse) args.push_back("--sparse");
     auto t0 = std::chrono::steady_clock::now();
     auto results = run_cluster_workers(cluster, "wkill", 2, args, 90000,
                                        {{"PX_TEST_KILL_RANK", "3"}, {"PX_TEST_KILL_STEP", "5"}});
@@ -181,14 +166,15 @@ TEST_CASE(
 
 TEST_CASE("cluster: a job runs again under the same name after a clean end and after a crash") {
   ClusterProcesses cluster("crerun", 2);
-  std::vector<std::string> dense{"allreduce", "f32", "sum", "1000", "arena", "2"};
+  std::vector<std::string> dense{"allreduce", "--dtype",  "f32",   "--op",    "sum", "--count",
+                                 "1000",      "--memory", "arena", "--steps", "2"};
   CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
   CHECK(all_ok(run_cluster_workers(cluster, "again", 2, dense, 60000, kExact)));
   // Each run's variables get new cluster-wide ids: a run that crashed leaves nothing behind
   // that fails or hangs the next one, sparse tables included.
   for (int run = 0; run < 2; ++run) {
     CAPTURE(run);
-    auto results = run_cluster_workers(cluster, "again", 2, {"until-lost", "sparse"}, 60000,
+    auto results = run_cluster_workers(cluster, "again", 2, {"until-lost", "--sparse"}, 60000,
                                        {{"PX_TEST_KILL_RANK", "3"}, {"PX_TEST_KILL_STEP", "3"}});
     REQUIRE(results.size() == 4);
     for (int rank = 0; rank < 3; ++rank) {
@@ -215,10 +201,14 @@ TEST_CASE("cluster: --fabric-port pins each daemon's fabric endpoint, and a take
   std::vector<WorkerResult> results[2];
   std::thread other([&] {
     results[1] = run_workers(*nodes[1], "fport", 1,
-                             {"allreduce", "f32", "sum", "100000", "arena", "2"}, 60000, kExact);
+                             {"allreduce", "--dtype", "f32", "--op", "sum", "--count", "100000",
+                              "--memory", "arena", "--steps", "2"},
+                             60000, kExact);
   });
   results[0] = run_workers(*nodes[0], "fport", 1,
-                           {"allreduce", "f32", "sum", "100000", "arena", "2"}, 60000, kExact);
+                           {"allreduce", "--dtype", "f32", "--op", "sum", "--count", "100000",
+                            "--memory", "arena", "--steps", "2"},
+                           60000, kExact);
   other.join();
   CHECK(all_ok(results[0]));
   CHECK(all_ok(results[1]));
@@ -274,13 +264,10 @@ TEST_CASE(
     "cluster: malformed protocol messages are refused and logged and the cluster still forms") {
   auto endpoints = ClusterProcesses::free_endpoints(2);
   DaemonProcess n0("garb-n0", ClusterProcesses::node_args("garb", endpoints, 0));
-  int port = std::stoi(endpoints[0].substr(endpoints[0].rfind(':') + 1));
+  int port = port_of(endpoints[0]);
   for (int attempt = 0; attempt < 2; ++attempt) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = loopback_address(port);
     // The control port opens after the Unix socket the harness waited for, once the fabric
     // endpoint is open (seconds under ASan with other tests running: rxm preallocates its
     // buffers).

@@ -27,10 +27,6 @@ namespace {
 
 const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -167,7 +163,7 @@ class SteadyJob {
  public:
   SteadyJob(ClusterProcesses& cluster, const std::string& dir) : dir_(dir) {
     thread_ = std::thread([this, &cluster] {
-      results_ = run_cluster_workers(cluster, "steady", 1, {"steady", dir_}, 300000, kExact);
+      results_ = run_cluster_workers(cluster, "steady", 1, {"steady", "--dir", dir_}, 300000, kExact);
     });
   }
   ~SteadyJob() { finish(); }

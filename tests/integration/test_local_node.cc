@@ -3,10 +3,8 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <string>
 
 #include "tests/integration/harness.h"
@@ -15,16 +13,9 @@ using namespace pxt;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 int raw_connect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  int fd = connect_unix(path);
+  REQUIRE(fd >= 0);
   return fd;
 }
 
@@ -40,41 +31,45 @@ bool closed_by_peer(int fd, int timeout_ms) {
 
 TEST_CASE("allreduce: every dtype, op and memory mode at small sizes, 2 workers") {
   DaemonProcess daemon("sweep2");
-  CHECK(all_ok(run_workers(daemon, "sweep2", 2, {"sweep", "1", "7", "1000", "65537"})));
+  CHECK(all_ok(run_workers(daemon, "sweep2", 2, {"sweep", "--counts", "1,7,1000,65537"})));
 }
 
 TEST_CASE("allreduce: every dtype, op and memory mode, 3 workers") {
   DaemonProcess daemon("sweep3");
-  CHECK(all_ok(run_workers(daemon, "sweep3", 3, {"sweep", "1", "4099", "300000"})));
+  CHECK(all_ok(run_workers(daemon, "sweep3", 3, {"sweep", "--counts", "1,4099,300000"})));
 }
 
 TEST_CASE("allreduce: every dtype, op and memory mode, 4 workers") {
   DaemonProcess daemon("sweep4");
-  CHECK(all_ok(run_workers(daemon, "sweep4", 4, {"sweep", "3", "20000"})));
+  CHECK(all_ok(run_workers(daemon, "sweep4", 4, {"sweep", "--counts", "3,20000"})));
 }
 
 TEST_CASE("allreduce: 64 MiB across 2 and 4 workers, arena and ordinary memory") {
   DaemonProcess daemon("big");
   std::map<std::string, std::string> env = {{"PX_TEST_ARENA_BYTES", std::to_string(160ull << 20)}};
   CHECK(all_ok(run_workers(daemon, "big-f32", 2,
-                           {"allreduce", "f32", "sum", "16777216", "arena", "2"}, 240000, env)));
-  CHECK(
-      all_ok(run_workers(daemon, "big-bf16", 4,
-                         {"allreduce", "bf16", "mean", "33554432", "ordinary", "1"}, 240000, env)));
+                           {"allreduce", "--dtype", "f32", "--op", "sum", "--count", "16777216",
+                            "--memory", "arena", "--steps", "2"},
+                           240000, env)));
+  CHECK(all_ok(run_workers(daemon, "big-bf16", 4,
+                           {"allreduce", "--dtype", "bf16", "--op", "mean", "--count", "33554432",
+                            "--memory", "ordinary", "--steps", "1"},
+                           240000, env)));
   CHECK(all_ok(run_workers(daemon, "big-i64", 2,
-                           {"allreduce", "i64", "max", "8388608", "inplace-arena", "1"}, 240000,
-                           env)));
+                           {"allreduce", "--dtype", "i64", "--op", "max", "--count", "8388608",
+                            "--memory", "inplace-arena", "--steps", "1"},
+                           240000, env)));
 }
 
 TEST_CASE("allreduce: many variables submitted in different orders, several steps in flight") {
   DaemonProcess daemon("shuffle");
-  CHECK(all_ok(run_workers(daemon, "shuffle4", 4, {"shuffle", "24", "4"})));
-  CHECK(all_ok(run_workers(daemon, "shuffle2", 2, {"shuffle", "60", "8"})));
+  CHECK(all_ok(run_workers(daemon, "shuffle4", 4, {"shuffle", "--vars", "24", "--steps", "4"})));
+  CHECK(all_ok(run_workers(daemon, "shuffle2", 2, {"shuffle", "--vars", "60", "--steps", "8"})));
 }
 
 TEST_CASE("barrier: repeated barriers across 4 workers") {
   DaemonProcess daemon("barrier");
-  CHECK(all_ok(run_workers(daemon, "barrier", 4, {"barriers", "200"})));
+  CHECK(all_ok(run_workers(daemon, "barrier", 4, {"barriers", "--count", "200"})));
 }
 
 TEST_CASE(
@@ -91,8 +86,9 @@ TEST_CASE(
   CHECK(daemon.settles_to(base_fds, 0, 5000));
   CHECK(contains(daemon.log(), "lost its connection"));
   // The daemon still serves new jobs.
-  CHECK(all_ok(
-      run_workers(daemon, "after-crash", 2, {"allreduce", "f32", "sum", "1000", "arena", "3"})));
+  CHECK(all_ok(run_workers(daemon, "after-crash", 2,
+                           {"allreduce", "--dtype", "f32", "--op", "sum", "--count", "1000",
+                            "--memory", "arena", "--steps", "3"})));
   CHECK(daemon.settles_to(base_fds, 0, 5000));
 }
 
@@ -149,7 +145,8 @@ TEST_CASE("failure: garbage and truncated bytes on the socket drop that connecti
   CHECK(contains(log, "malformed control stream"));
   CHECK(contains(log, "malformed control message"));
   CHECK(all_ok(run_workers(daemon, "after-garbage", 2,
-                           {"allreduce", "i32", "sum", "100", "ordinary", "2"})));
+                           {"allreduce", "--dtype", "i32", "--op", "sum", "--count", "100",
+                            "--memory", "ordinary", "--steps", "2"})));
 }
 
 TEST_CASE("daemon: a second parallaxd on the same socket is refused") {
@@ -164,5 +161,7 @@ TEST_CASE("daemon: a second parallaxd on the same socket is refused") {
   // it must refuse instead of stealing it, and ours must keep serving.
   CHECK(threw);
   CHECK(daemon.alive());
-  CHECK(all_ok(run_workers(daemon, "twice", 1, {"allreduce", "f64", "min", "10", "arena", "1"})));
+  CHECK(all_ok(run_workers(daemon, "twice", 1,
+                           {"allreduce", "--dtype", "f64", "--op", "min", "--count", "10",
+                            "--memory", "arena", "--steps", "1"})));
 }

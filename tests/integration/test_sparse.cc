@@ -3,14 +3,12 @@
 // against a reference optimizer (sparse_scenarios.cc).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <map>
-#include <set>
 #include <string>
-#include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/integration/harness.h"
 
@@ -18,34 +16,37 @@ using namespace pxt;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string field(const std::string& output, const std::string& key) {
-  size_t at = output.find(key + "=");
-  if (at == std::string::npos) return "";
-  size_t end = output.find_first_of(" \n", at);
-  return output.substr(at + key.size() + 1, end - at - key.size() - 1);
-}
-
 // Every worker pulled the same final table.
 bool same_table(const std::vector<WorkerResult>& results) {
-  std::set<std::string> hashes;
-  for (auto& r : results) hashes.insert(field(r.output, "table_hash"));
-  return hashes.size() == 1 && !hashes.begin()->empty();
+  return same_field(results, "table_hash");
+}
+
+// sparse-train's flags: OPTIMIZER AGGREGATION STEPS, then optional extras.
+std::vector<std::string> train(const std::string& optimizer, const std::string& aggregation,
+                               int steps, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"sparse-train",       "--optimizer", optimizer,
+                                   "--aggregation",      aggregation,   "--steps",
+                                   std::to_string(steps)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// sparse-bounded's flags, 30 steps.
+std::vector<std::string> bounded(const std::string& consistency, int staleness) {
+  return {"sparse-bounded",          "--consistency", consistency, "--staleness",
+          std::to_string(staleness), "--steps",       "30"};
 }
 
 }  // namespace
 
 TEST_CASE("sparse: one node, every optimizer, duplicates within and across workers") {
   DaemonProcess daemon("sp-opt");
-  for (auto args : std::vector<std::vector<std::string>>{
-           {"sparse-train", "sgd", "sum", "50"},
-           {"sparse-train", "adagrad", "mean", "50", "3", "ps"},
-           {"sparse-train", "adam", "sum", "50", "2", "hybrid"}}) {
-    CAPTURE(args[1]);
-    auto results = run_workers(daemon, "opt-" + args[1], 3, args);
+  for (auto& [optimizer, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"sgd", train("sgd", "sum", 50)},
+           {"adagrad", train("adagrad", "mean", 50, {"--partitions", "3", "--route", "ps"})},
+           {"adam", train("adam", "sum", 50, {"--partitions", "2", "--route", "hybrid"})}}) {
+    CAPTURE(optimizer);
+    auto results = run_workers(daemon, "opt-" + optimizer, 3, args);
     CHECK(all_ok(results));
     CHECK(same_table(results));
   }
@@ -53,8 +54,9 @@ TEST_CASE("sparse: one node, every optimizer, duplicates within and across worke
 
 TEST_CASE("sparse: a bad index or a NaN fails that push alone and leaves no trace") {
   DaemonProcess daemon("sp-bad");
-  CHECK(all_ok(
-      run_workers(daemon, "bad", 2, {"sparse-train", "adam", "mean", "10", "0", "ps", "1"})));
+  CHECK(all_ok(run_workers(
+      daemon, "bad", 2,
+      train("adam", "mean", 10, {"--partitions", "0", "--route", "ps", "--bad-pushes"}))));
 }
 
 TEST_CASE("sparse: bad registrations, wrong operations and refused loads are clear errors") {
@@ -77,8 +79,10 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
     DaemonProcess daemon("sp-eq1");
     for (auto& route : routes) {
       CAPTURE(route[0]);
-      auto results = run_workers(daemon, std::string("eq-") + route[0], 6,
-                                 {"sparse-train", "adam", "mean", "50", route[1], route[0], "1"});
+      auto results =
+          run_workers(daemon, std::string("eq-") + route[0], 6,
+                      train("adam", "mean", 50,
+                            {"--partitions", route[1], "--route", route[0], "--bad-pushes"}));
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
@@ -88,9 +92,10 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
     ClusterProcesses cluster("sp-eq" + std::to_string(nodes), nodes);
     for (auto& route : routes) {
       CAPTURE(route[0]);
-      auto results =
-          run_cluster_workers(cluster, std::string("eq-") + route[0], 6 / nodes,
-                              {"sparse-train", "adam", "mean", "50", route[1], route[0], "1"});
+      auto results = run_cluster_workers(
+          cluster, std::string("eq-") + route[0], 6 / nodes,
+          train("adam", "mean", 50,
+                {"--partitions", route[1], "--route", route[0], "--bad-pushes"}));
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
@@ -111,8 +116,9 @@ TEST_CASE("sparse: payloads cut into many chunks arrive whole") {
   ClusterProcesses cluster("sp-chunk", 2, {"--chunk-bytes", "4096"});
   for (auto route : {"hybrid", "allgatherv"}) {
     CAPTURE(route);
-    auto results = run_cluster_workers(cluster, std::string("chunk-") + route, 2,
-                                       {"sparse-train", "adagrad", "sum", "20", "0", route, "1"});
+    auto results = run_cluster_workers(
+        cluster, std::string("chunk-") + route, 2,
+        train("adagrad", "sum", 20, {"--partitions", "0", "--route", route, "--bad-pushes"}));
     CHECK(all_ok(results));
     CHECK(same_table(results));
   }
@@ -129,7 +135,8 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
   {
     ClusterProcesses cluster("sp-ck2", 2);
     CHECK(all_ok(run_cluster_workers(
-        cluster, "ck", 3, {"sparse-train", "adam", "mean", "10", "0", "hybrid"}, 120000, save)));
+        cluster, "ck", 3, train("adam", "mean", 10, {"--partitions", "0", "--route", "hybrid"}),
+        120000, save)));
     CHECK(contains(cluster.node(0).log(), "checkpoint of variable 'emb'"));
   }
   CHECK(access((dir + "/ck.emb.manifest").c_str(), F_OK) == 0);
@@ -137,15 +144,15 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
   {
     ClusterProcesses cluster("sp-ck3", 3, {"--restore", dir});
     auto results = run_cluster_workers(
-        cluster, "ck", 2, {"sparse-train", "adam", "mean", "15", "5", "ps"}, 120000, resume);
+        cluster, "ck", 2, train("adam", "mean", 15, {"--partitions", "5", "--route", "ps"}), 120000,
+        resume);
     CHECK(all_ok(results));
     CHECK(same_table(results));
     CHECK(contains(cluster.node(2).log(), "restored from"));
   }
   {
     DaemonProcess daemon("sp-ck1", {"--restore", dir});
-    CHECK(all_ok(
-        run_workers(daemon, "ck", 6, {"sparse-train", "adam", "mean", "15"}, 120000, resume)));
+    CHECK(all_ok(run_workers(daemon, "ck", 6, train("adam", "mean", 15), 120000, resume)));
     // Another shape under the same name cannot take the checkpoint.
     auto results = run_workers(daemon, "ck", 1, {"sparse-restore-mismatch"}, 60000);
     CHECK(all_ok(results));
@@ -154,10 +161,9 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
 
 TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
   ClusterProcesses cluster("sp-cons", 3);
-  CHECK(all_ok(run_cluster_workers(cluster, "sync", 1, {"sparse-bounded", "sync", "0", "30"})));
-  CHECK(
-      all_ok(run_cluster_workers(cluster, "bounded", 1, {"sparse-bounded", "bounded", "2", "30"})));
-  CHECK(all_ok(run_cluster_workers(cluster, "async", 1, {"sparse-bounded", "async", "0", "30"})));
+  CHECK(all_ok(run_cluster_workers(cluster, "sync", 1, bounded("sync", 0))));
+  CHECK(all_ok(run_cluster_workers(cluster, "bounded", 1, bounded("bounded", 2))));
+  CHECK(all_ok(run_cluster_workers(cluster, "async", 1, bounded("async", 0))));
 }
 
 TEST_CASE(
@@ -166,16 +172,16 @@ TEST_CASE(
   CHECK(all_ok(run_cluster_workers(cluster, "errors", 2, {"sparse-errors"})));
   for (auto route : {"ps", "allgatherv", "allreduce"}) {
     CAPTURE(route);
-    CHECK(all_ok(
-        run_cluster_workers(cluster, std::string("load-") + route, 2, {"sparse-load", route})));
+    CHECK(all_ok(run_cluster_workers(cluster, std::string("load-") + route, 2,
+                                     {"sparse-load", "--route", route})));
   }
   auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "node-mismatch"));
   ScratchDir scratch("sp-ckpt-timeout");
   const std::string& dir = scratch.path();
-  results =
-      run_cluster_workers(cluster, "checkpoint-timeout", 1, {"sparse-checkpoint-timeout", dir});
+  results = run_cluster_workers(cluster, "checkpoint-timeout", 1,
+                                {"sparse-checkpoint-timeout", "--dir", dir});
   CHECK(all_ok(results));
   CHECK(contains(results[0].output, "checkpoint-timeout"));
 }
@@ -183,17 +189,10 @@ TEST_CASE(
 TEST_CASE(
     "sparse: a daemon killed mid-training gives PX_ERR_PEER_LOST naming it, checkpoints too") {
   ClusterProcesses cluster("sp-kill", 3);
-  std::vector<WorkerResult> results;
-  ScratchDir ready("sp-ready");
-  const std::string& ready_dir = ready.path();
-  std::thread workers([&] {
-    results = run_cluster_workers(cluster, "steady", 1, {"until-lost", "sparse"}, 90000,
-                                  {{"PX_TEST_READY_DIR", ready_dir}});
-  });
-  CHECK(wait_for_ready_files(ready_dir, 3, 60000) == 3);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  cluster.node(1).kill_and_reap(SIGKILL);
-  workers.join();
+  KilledNodeRun run =
+      run_cluster_workers_killing_node(cluster, "steady", 1, {"until-lost", "--sparse"}, 1);
+  CHECK(run.ready_nodes == 3);
+  const std::vector<WorkerResult>& results = run.results;
   REQUIRE(results.size() == 3);
   for (int node : {0, 2}) {
     const WorkerResult& r = results[static_cast<size_t>(node)];

@@ -1,6 +1,8 @@
 // A real worker process for the integration tests: talks to parallaxd only through the C ABI.
-// Usage: px_test_worker SCENARIO [ARGS...]; the socket, job, rank and size come from the
-// PARALLAX_* environment. Prints "FAIL: ..." and exits 1 on any wrong result.
+// Usage: px_test_worker SCENARIO [--flag VALUE | --switch]... (px_test_worker --help lists
+// every scenario and its flags, kScenarios below); the socket, job, rank and size come from
+// the PARALLAX_* environment. Prints "FAIL: ..." and exits 1 on any wrong result; a command
+// line it does not understand prints "USAGE ..." and exits 2 before connecting.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,19 +25,9 @@ using namespace pxt;
 
 namespace {
 
-px_dtype parse_dtype(const std::string& s) {
-  const char* names[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
-  for (int i = 0; i < 6; ++i)
-    if (s == names[i]) return static_cast<px_dtype>(i);
-  die("unknown dtype " + s);
-}
-
-px_reduce_op parse_op(const std::string& s) {
-  const char* names[] = {"sum", "mean", "min", "max"};
-  for (int i = 0; i < 4; ++i)
-    if (s == names[i]) return static_cast<px_reduce_op>(i);
-  die("unknown op " + s);
-}
+// The memory modes of an allreduce's buffers (Buffers), in --memory's order.
+const std::vector<std::string> kMemoryModes = {
+    "arena", "ordinary", "inplace-arena", "inplace-ordinary", "arena-in", "arena-out"};
 
 // Buffers for one allreduce in one of the memory modes the ABI allows.
 struct Buffers {
@@ -82,25 +74,23 @@ void verify(const void* got, const std::vector<unsigned char>& want, const std::
   }
 }
 
-// allreduce DTYPE OP COUNT MODE STEPS
-int scenario_allreduce(px_client* c, char** args) {
-  px_dtype t = parse_dtype(args[0]);
-  px_reduce_op op = parse_op(args[1]);
-  uint64_t count = strtoull(args[2], nullptr, 10);
-  std::string mode = args[3];
-  int steps = atoi(args[4]);
+// allreduce --dtype DTYPE --op OP --count N --memory MODE --steps N
+int scenario_allreduce(px_client* c, const Flags& f) {
+  px_dtype t = static_cast<px_dtype>(f.choice("dtype"));
+  px_reduce_op op = static_cast<px_reduce_op>(f.choice("op"));
+  uint64_t count = f.u64("count");
+  std::string mode = kMemoryModes[static_cast<size_t>(f.choice("memory"))];
+  int steps = f.i32("steps");
   int world = world_size(c);
-  std::string name = std::string("v_") + args[0] + "_" + args[1] + "_" + args[2];
+  std::string what = f.str("dtype") + " " + f.str("op") + " " + std::to_string(count);
+  std::string name = "v_" + f.str("dtype") + "_" + f.str("op") + "_" + std::to_string(count);
   px_var* var = nullptr;
   check(px_register_dense(c, name.c_str(), t, count, op, &var), "px_register_dense");
   size_t bytes = count * element_size(t);
   Buffers b(c, mode, bytes);
   for (int step = 0; step < steps; ++step) {
     fill_input(t, g_rank, static_cast<uint64_t>(step), 1, count, b.in);
-    px_request* req = nullptr;
-    check(px_allreduce(var, b.in, b.out, &req), "px_allreduce");
-    check(px_wait(req, 60000), "px_wait");
-    check(px_request_free(req), "px_request_free");
+    allreduce_ok(var, b.in, b.out, "step " + std::to_string(step), 60000);
     if (!getenv("PX_TEST_NO_REFERENCE"))
       verify(b.out, expected_result(t, op, world, static_cast<uint64_t>(step), 1, count),
              name + " " + mode + " step " + std::to_string(step));
@@ -113,19 +103,16 @@ int scenario_allreduce(px_client* c, char** args) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a of the last result: equal on every worker
   for (size_t i = 0; i < bytes; ++i)
     hash = (hash ^ static_cast<const unsigned char*>(b.out)[i]) * 1099511628211ull;
-  printf("OK allreduce %s %s %s %s hash=%016llx\n", args[0], args[1], args[2], mode.c_str(),
+  printf("OK allreduce %s %s hash=%016llx\n", what.c_str(), mode.c_str(),
          static_cast<unsigned long long>(hash));
   return 0;
 }
 
-// sweep COUNT... : every dtype x op x memory mode at each count, 2 steps each.
-int scenario_sweep(px_client* c, int nargs, char** args) {
-  const char* modes[] = {"arena",    "ordinary", "inplace-arena", "inplace-ordinary",
-                         "arena-in", "arena-out"};
+// sweep --counts N,N,... : every dtype x op x memory mode at each count.
+int scenario_sweep(px_client* c, const Flags& f) {
   int world = world_size(c);
   int checked = 0;
-  for (int a = 0; a < nargs; ++a) {
-    uint64_t count = strtoull(args[a], nullptr, 10);
+  for (uint64_t count : f.u64_list("counts")) {
     for (int t = 0; t < 6; ++t) {
       for (int op = 0; op < 4; ++op) {
         std::string name =
@@ -135,16 +122,14 @@ int scenario_sweep(px_client* c, int nargs, char** args) {
                                 static_cast<px_reduce_op>(op), &var),
               "px_register_dense");
         for (int m = 0; m < 6; ++m) {
-          Buffers b(c, modes[m], count * element_size(static_cast<px_dtype>(t)));
+          const std::string& mode = kMemoryModes[static_cast<size_t>(m)];
+          Buffers b(c, mode, count * element_size(static_cast<px_dtype>(t)));
           fill_input(static_cast<px_dtype>(t), g_rank, static_cast<uint64_t>(m), 3, count, b.in);
-          px_request* req = nullptr;
-          check(px_allreduce(var, b.in, b.out, &req), "px_allreduce");
-          check(px_wait(req, 60000), "px_wait");
-          px_request_free(req);
+          allreduce_ok(var, b.in, b.out, name + " " + mode, 60000);
           verify(b.out,
                  expected_result(static_cast<px_dtype>(t), static_cast<px_reduce_op>(op), world,
                                  static_cast<uint64_t>(m), 3, count),
-                 name + " " + modes[m]);
+                 name + " " + mode);
           ++checked;
         }
       }
@@ -154,11 +139,11 @@ int scenario_sweep(px_client* c, int nargs, char** args) {
   return 0;
 }
 
-// shuffle NVARS STEPS: every rank submits all (variable, step) pairs in its own random
+// shuffle --vars N --steps N: every rank submits all (variable, step) pairs in its own random
 // order (steps of one variable stay in order, as the ABI defines), all in flight at once.
-int scenario_shuffle(px_client* c, char** args) {
-  int nvars = atoi(args[0]);
-  int steps = atoi(args[1]);
+int scenario_shuffle(px_client* c, const Flags& f) {
+  int nvars = f.i32("vars");
+  int steps = f.i32("steps");
   int world = world_size(c);
   struct Slot {
     px_var* var;
@@ -218,16 +203,14 @@ int scenario_crash(px_client* c) {
   px_var* var = nullptr;
   check(px_register_dense(c, "grad", PX_F32, 1 << 20, PX_SUM, &var), "px_register_dense");
   std::vector<float> buf(1 << 20, 1.0f);
-  px_request* req = nullptr;
-  check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
-  check(px_wait(req, 20000), "px_wait step 0");
-  px_request_free(req);
+  allreduce_ok(var, buf.data(), buf.data(), "step 0", 20000);
   if (g_rank == 1) {
     printf("rank 1 killing itself\n");
     fflush(stdout);
     usleep(100000);
     raise(SIGKILL);
   }
+  px_request* req = nullptr;
   check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce step 1");
   px_status s = px_wait(req, 10000);
   std::string message = px_last_error();
@@ -292,14 +275,10 @@ int scenario_timeout(px_client* c) {
     check(px_barrier(c, 20000), "px_barrier");
   } else {
     check(px_barrier(c, 20000), "px_barrier");  // rank 0 arrives only after its timeout
-    check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
-    check(px_wait(req, 20000), "px_wait");
-    px_request_free(req);
+    allreduce_ok(var, buf.data(), buf.data(), "step 0", 20000);
   }
   std::vector<float> again(4096, 2.0f);
-  check(px_allreduce(var, again.data(), again.data(), &req), "px_allreduce step 1");
-  check(px_wait(req, 20000), "px_wait step 1");
-  px_request_free(req);
+  allreduce_ok(var, again.data(), again.data(), "step 1", 20000);
   for (float v : again)
     if (v != 4.0f) die("step 1 after the timeout gave " + std::to_string(v));
   printf("OK timeout\n");
@@ -369,9 +348,9 @@ int scenario_errors(px_client* c) {
   return 0;
 }
 
-// barrier-loop N: N barriers in a row.
-int scenario_barriers(px_client* c, char** args) {
-  int n = atoi(args[0]);
+// barriers --count N: N barriers in a row.
+int scenario_barriers(px_client* c, const Flags& f) {
+  int n = f.i32("count");
   for (int i = 0; i < n; ++i) check(px_barrier(c, 20000), "px_barrier");
   printf("OK %d barriers\n", n);
   return 0;
@@ -379,18 +358,16 @@ int scenario_barriers(px_client* c, char** args) {
 
 // world: prints where this worker sits, for the harness to check node-major ranks.
 int scenario_world(px_client* c) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
+  px_world_info w = world_of(c);
   printf("WORLD node=%d/%d rank=%d/%d local=%d/%d\n", w.node_index, w.node_count, w.rank,
          w.world_size, w.local_rank, w.local_size);
   check(px_barrier(c, 20000), "px_barrier");
   return 0;
 }
 
-// until-lost: allreduces until an operation fails; it must fail with PX_ERR_PEER_LOST
-// (a daemon of the cluster is killed meanwhile by the harness).
-// until-lost [sparse]: steps (allreduces, or pull + push of a sparse table) until one fails.
+// until-lost [--sparse]: steps (allreduces, or pull + push of a sparse table) until one
+// fails; it must fail with PX_ERR_PEER_LOST (a daemon of the cluster is killed meanwhile by
+// the harness).
 // With PX_TEST_KILL_RANK=r and PX_TEST_KILL_STEP=s, the worker of global rank r kills
 // itself (SIGKILL, no goodbye) at step s instead: the others must then fail. With
 // PX_TEST_VANISH_NODE=k (netns clusters), node k's link goes down at step s instead.
@@ -398,9 +375,7 @@ int scenario_until_lost(px_client* c, bool sparse) {
   int kill_rank = getenv("PX_TEST_KILL_RANK") ? atoi(getenv("PX_TEST_KILL_RANK")) : -1;
   int kill_step = getenv("PX_TEST_KILL_STEP") ? atoi(getenv("PX_TEST_KILL_STEP")) : -1;
   int vanish_node = getenv("PX_TEST_VANISH_NODE") ? atoi(getenv("PX_TEST_VANISH_NODE")) : -1;
-  px_world_info world;
-  world.struct_size = sizeof world;
-  check(px_world(c, &world), "px_world");
+  px_world_info world = world_of(c);
   px_var* var = nullptr;
   if (sparse) {
     check(px_register_sparse(c, "steady", PX_F32, 100000, 16, nullptr, &var), "px_register_sparse");
@@ -441,10 +416,7 @@ int scenario_until_lost(px_client* c, bool sparse) {
       if (step == 0) {
         printf("first step done\n");
         if (const char* dir = getenv("PX_TEST_READY_DIR")) {
-          px_world_info w;
-          w.struct_size = sizeof w;
-          px_world(c, &w);
-          std::string path = std::string(dir) + "/" + std::to_string(w.node_index);
+          std::string path = std::string(dir) + "/" + std::to_string(world.node_index);
           if (FILE* f = fopen(path.c_str(), "w")) fclose(f);
         }
       }
@@ -520,9 +492,7 @@ int scenario_steady(px_client* c, const std::string& dir) {
 // PX_ERR_MISMATCH naming the nodes' shapes: from the registration itself if the nodes'
 // verdict arrived first, else from its next operation.
 int scenario_cluster_mismatch(px_client* c) {
-  px_world_info w;
-  w.struct_size = sizeof w;
-  check(px_world(c, &w), "px_world");
+  px_world_info w = world_of(c);
   px_var* var = nullptr;
   uint64_t count = 100 + static_cast<uint64_t>(w.node_index);
   px_status s = px_register_dense(c, "table", PX_F32, count, PX_SUM, &var);
@@ -542,13 +512,70 @@ int scenario_cluster_mismatch(px_client* c) {
   return 0;
 }
 
+// Every scenario and its flags (the sparse ones in sparse_scenarios.cc). The abi13-*
+// scenarios take no flags.
+const std::vector<ScenarioSpec> kScenarios = {
+    // --dtype in px_dtype order, --op in px_reduce_op order, --memory in kMemoryModes order.
+    {"allreduce",
+     {"dtype:f32|f64|f16|bf16|i32|i64", "op:sum|mean|min|max", "count:n",
+      "memory:arena|ordinary|inplace-arena|inplace-ordinary|arena-in|arena-out", "steps:n"},
+     {},
+     "allreduces of one variable, every step checked against the reference"},
+    {"sweep", {"counts:n,n"}, {}, "every dtype x op x memory mode at each count"},
+    {"shuffle", {"vars:n", "steps:n"}, {}, "vars x steps allreduces in a random order per rank"},
+    {"barriers", {"count:n"}, {}, "barriers in a row"},
+    {"until-lost", {}, {"sparse"}, "steps until a node is lost (PX_TEST_KILL_*, _VANISH_NODE)"},
+    {"crash", {}, {}, "rank 1 kills itself mid-step; rank 0 sees PX_ERR_PEER_LOST"},
+    {"mismatch", {}, {}, "one variable registered with two dtypes"},
+    {"timeout", {}, {}, "a wait past its deadline, then normal steps"},
+    {"errors", {}, {}, "argument checks of the C ABI"},
+    {"abi", {}, {}, "a client of ABI 2.0 is refused"},
+    {"world", {}, {}, "prints WORLD node=.. rank=.. local=.."},
+    {"cluster-mismatch", {}, {}, "shapes that differ across nodes"},
+    {"steady", {"dir"}, {}, "allreduces until a stop file appears in --dir (cluster faults)"},
+    {"collectives", {}, {}, "px_broadcast, px_allgather, px_allgatherv against a reference"},
+};
+
+const ScenarioSpec* find_spec(const std::string& name) {
+  for (auto* table : {&kScenarios, &sparse_scenario_specs()})
+    for (auto& spec : *table)
+      if (spec.name == name) return &spec;
+  return nullptr;
+}
+
+void print_help() {
+  printf("usage: px_test_worker SCENARIO [--flag VALUE | --switch]...\n");
+  for (auto* table : {&kScenarios, &sparse_scenario_specs()})
+    for (auto& spec : *table)
+      printf("  %s %s\n      %s\n", spec.name.c_str(), describe_flags(spec).c_str(),
+             spec.about.c_str());
+  printf("  abi13-* (no flags): the ABI 1.3 scenarios of abi_scenarios.cc\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 2) die("usage: px_test_worker SCENARIO [ARGS...]");
+  if (argc < 2) {
+    print_help();
+    return 2;
+  }
   std::string scenario = argv[1];
+  if (scenario == "--help" || scenario == "-h") {
+    print_help();
+    return 0;
+  }
   if (const char* e = getenv("PX_TEST_EXACT")) exact_inputs() = std::string(e) == "1";
+  const ScenarioSpec* spec = find_spec(scenario);
+  bool abi13 = scenario.rfind("abi13-", 0) == 0;
+  if (!spec && !abi13) {
+    printf("USAGE px_test_worker: unknown scenario '%s' (px_test_worker --help lists them)\n",
+           scenario.c_str());
+    return 2;
+  }
+  // Checked before connecting: a bad command line fails at once, naming what is wrong.
+  const ScenarioSpec no_flags{scenario, {}, {}, ""};
+  Flags flags(spec ? *spec : no_flags, argc - 2, argv + 2);
   if (scenario == "abi") return scenario_abi();
   if (scenario == "abi13-connect") return run_connect_scenario();
   px_client* c = connect_default();
@@ -556,12 +583,12 @@ int main(int argc, char** argv) {
   if (scenario == "abi13-lifetimes" || scenario == "abi13-abort")
     return run_abi_scenario(c, scenario);
   int rc = 1;
-  if (scenario == "allreduce" && argc >= 7)
-    rc = scenario_allreduce(c, argv + 2);
-  else if (scenario == "sweep" && argc >= 3)
-    rc = scenario_sweep(c, argc - 2, argv + 2);
-  else if (scenario == "shuffle" && argc >= 4)
-    rc = scenario_shuffle(c, argv + 2);
+  if (scenario == "allreduce")
+    rc = scenario_allreduce(c, flags);
+  else if (scenario == "sweep")
+    rc = scenario_sweep(c, flags);
+  else if (scenario == "shuffle")
+    rc = scenario_shuffle(c, flags);
   else if (scenario == "crash")
     rc = scenario_crash(c);
   else if (scenario == "mismatch")
@@ -570,24 +597,22 @@ int main(int argc, char** argv) {
     rc = scenario_timeout(c);
   else if (scenario == "errors")
     rc = scenario_errors(c);
-  else if (scenario == "barriers" && argc >= 3)
-    rc = scenario_barriers(c, argv + 2);
+  else if (scenario == "barriers")
+    rc = scenario_barriers(c, flags);
   else if (scenario == "world")
     rc = scenario_world(c);
   else if (scenario == "until-lost")
-    rc = scenario_until_lost(c, argc > 2 && std::string(argv[2]) == "sparse");
-  else if (scenario == "steady" && argc >= 3)
-    rc = scenario_steady(c, argv[2]);
+    rc = scenario_until_lost(c, flags.on("sparse"));
+  else if (scenario == "steady")
+    rc = scenario_steady(c, flags.str("dir"));
   else if (scenario == "cluster-mismatch")
     rc = scenario_cluster_mismatch(c);
   else if (scenario == "collectives")
     rc = run_collectives_scenario(c);
-  else if (scenario.rfind("abi13-", 0) == 0)
+  else if (abi13)
     rc = run_abi_scenario(c, scenario);
-  else if (scenario.rfind("sparse", 0) == 0)
-    rc = run_sparse_scenario(c, scenario, argc - 2, argv + 2);
   else
-    die("unknown scenario or missing arguments: " + scenario);
+    rc = run_sparse_scenario(c, scenario, flags);
   check(px_disconnect(c), "px_disconnect");
   return rc;
 }

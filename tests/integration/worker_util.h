@@ -4,8 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "parallax_c.h"
+#include "tests/integration/text_util.h"
+#include "tests/integration/worker_flags.h"
 
 namespace pxt {
 inline int g_rank = -1;
@@ -27,8 +30,7 @@ inline void expect_status(px_status got, px_status want, const char* what) {
 }
 
 inline void expect_contains(const std::string& text, const std::string& part) {
-  if (text.find(part) == std::string::npos)
-    die("message '" + text + "' does not contain '" + part + "'");
+  if (!contains(text, part)) die("message '" + text + "' does not contain '" + part + "'");
 }
 
 inline px_client* connect_default() {
@@ -45,15 +47,82 @@ inline px_client* connect_default() {
   return client;
 }
 
-inline int world_size(px_client* c) {
+inline px_world_info world_of(px_client* c) {
   px_world_info w;
   w.struct_size = sizeof w;
   check(px_world(c, &w), "px_world");
-  return w.world_size;
+  return w;
 }
 
-// Runs a sparse-variable scenario (sparse_scenarios.cc); returns the exit code.
-int run_sparse_scenario(px_client* c, const std::string& scenario, int argc, char** argv);
+inline int world_size(px_client* c) {
+  return world_of(c).world_size;
+}
+
+// px_last_error() of the px_wait in the last wait_free or check_wait: px_request_free,
+// a successful call, clears the thread's own message.
+inline std::string g_wait_message;
+
+// Waits up to timeout_ms for r and frees it; returns the wait's status.
+inline px_status wait_free(px_request* r, int timeout_ms = 30000) {
+  px_status s = px_wait(r, timeout_ms);
+  g_wait_message = px_last_error();
+  px_request_free(r);
+  return s;
+}
+
+// A wait that must succeed, then px_request_free (that must too): fails the worker with
+// the wait's message otherwise.
+inline void check_wait(px_request* r, const std::string& what, int timeout_ms = 30000) {
+  px_status s = px_wait(r, timeout_ms);
+  g_wait_message = px_last_error();
+  if (s != PX_OK) die(what + ": " + px_strerror(s) + ": " + g_wait_message);
+  check(px_request_free(r), ("px_request_free " + what).c_str());
+}
+
+// The message of the last failure: of a px_wait inside wait_free, or of a direct call.
+inline std::string last_message() {
+  std::string direct = px_last_error();
+  return direct.empty() ? g_wait_message : direct;
+}
+
+// One operation that must succeed, submitted, waited for (up to timeout_ms) and freed.
+inline void allreduce_ok(px_var* v, const void* in, void* out, const std::string& what,
+                         int timeout_ms = 30000) {
+  px_request* r = nullptr;
+  check(px_allreduce(v, in, out, &r), ("px_allreduce " + what).c_str());
+  check_wait(r, what, timeout_ms);
+}
+// A rows operation (px_pull_rows, px_push_rows, px_read_rows, px_load_rows) that must
+// succeed: submitted, waited for and freed.
+template <typename Rows>
+inline void rows_ok(px_status (*op)(px_var*, const int64_t*, uint64_t, Rows, px_request**),
+                    const char* name, px_var* v, const int64_t* idx, size_t n, Rows rows,
+                    const std::string& what) {
+  px_request* r = nullptr;
+  check(op(v, idx, n, rows, &r), (name + (" " + what)).c_str());
+  check_wait(r, what);
+}
+inline void pull_rows_ok(px_var* v, const int64_t* idx, size_t n, void* rows,
+                         const std::string& what) {
+  rows_ok(px_pull_rows, "px_pull_rows", v, idx, n, rows, what);
+}
+inline void push_rows_ok(px_var* v, const int64_t* idx, size_t n, const void* grads,
+                         const std::string& what) {
+  rows_ok(px_push_rows, "px_push_rows", v, idx, n, grads, what);
+}
+inline void read_rows_ok(px_var* v, const int64_t* idx, size_t n, void* rows,
+                         const std::string& what) {
+  rows_ok(px_read_rows, "px_read_rows", v, idx, n, rows, what);
+}
+inline void load_rows_ok(px_var* v, const int64_t* idx, size_t n, const void* rows,
+                         const std::string& what) {
+  rows_ok(px_load_rows, "px_load_rows", v, idx, n, rows, what);
+}
+
+// The sparse-variable scenarios (sparse_scenarios.cc): their flags, and running one
+// (returns the exit code).
+const std::vector<ScenarioSpec>& sparse_scenario_specs();
+int run_sparse_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 // ABI 1.3 scenarios (abi_scenarios.cc): after connecting, and before (connect itself).
 int run_abi_scenario(px_client* c, const std::string& scenario);
 int run_connect_scenario();

@@ -21,6 +21,7 @@
 
 #include "checkpoint.capnp.h"
 #include "sharding/checkpoint.h"
+#include "tests/integration/text_util.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace px;
@@ -61,9 +62,7 @@ ManifestData sample_manifest() {
   return m;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using pxt::contains;
 
 void expect_no_temp_files(const TempDir& dir) {
   for (const std::string& name : dir.list()) {

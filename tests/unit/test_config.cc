@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/front/config.h"
+#include "tests/integration/text_util.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace px;
@@ -109,9 +110,7 @@ Outcome parse_in_child(std::vector<std::string> args) {
   return o;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using pxt::contains;
 
 }  // namespace
 
