@@ -182,28 +182,37 @@ typedef struct px_var_stats {
 typedef enum px_optimizer {
   PX_OPT_SGD = 0,     /* w -= lr * g */
   PX_OPT_ADAGRAD = 1, /* a += g*g; w -= lr * g / (sqrt(a) + epsilon) */
-  PX_OPT_ADAM = 2     /* lazy Adam: moments of touched rows only; bias correction uses the
+  PX_OPT_ADAM = 2,    /* lazy Adam: moments of touched rows only; bias correction uses the
                          number of applied push steps of the variable, as TF's LazyAdam */
+  PX_OPTIMIZER_FORCE_32BIT = 0x7fffffff
 } px_optimizer;
 
 typedef enum px_initializer {
   PX_INIT_ZEROS = 0,
   PX_INIT_UNIFORM = 1, /* uniform in [init_low, init_high) from init_seed */
-  PX_INIT_NORMAL = 2   /* normal(0, init_std) from init_seed */
-} px_initializer;      /* values depend only on (seed, row, column), not on the partitioning */
+  PX_INIT_NORMAL = 2,  /* normal(0, init_std) from init_seed */
+  PX_INITIALIZER_FORCE_32BIT = 0x7fffffff
+} px_initializer; /* values depend only on (seed, row, column), not on the partitioning */
 
-typedef enum px_consistency { PX_SYNC = 0, PX_ASYNC = 1, PX_BOUNDED = 2 } px_consistency;
+typedef enum px_consistency {
+  PX_SYNC = 0,
+  PX_ASYNC = 1,
+  PX_BOUNDED = 2,
+  PX_CONSISTENCY_FORCE_32BIT = 0x7fffffff
+} px_consistency;
 
 typedef enum px_route {
   PX_ROUTE_HYBRID = 0,     /* sparse -> sharded parameter server (the default) */
   PX_ROUTE_PS = 1,         /* sharded parameter server */
   PX_ROUTE_ALLGATHERV = 2, /* a replica per node, coalesced gradients all-gathered */
-  PX_ROUTE_ALLREDUCE = 3   /* densified gradients allreduced (the sparse_as_dense baseline) */
+  PX_ROUTE_ALLREDUCE = 3,  /* densified gradients allreduced (the sparse_as_dense baseline) */
+  PX_ROUTE_FORCE_32BIT = 0x7fffffff
 } px_route;
 
 typedef enum px_nonfinite {
   PX_NONFINITE_REJECT = 0, /* a push with a NaN/Inf gradient fails with PX_ERR_INVALID */
-  PX_NONFINITE_SKIP = 1    /* rows with a NaN/Inf gradient are dropped from the push */
+  PX_NONFINITE_SKIP = 1,   /* rows with a NaN/Inf gradient are dropped from the push */
+  PX_NONFINITE_FORCE_32BIT = 0x7fffffff
 } px_nonfinite;
 
 typedef struct px_sparse_options {

@@ -75,8 +75,13 @@ size_t drain_completions(Client* c, bool from_progress) {
     if (it == c->in_flight.end()) continue;  // not ours: ignore rather than trust it
     entry.message[kCompletionMessageBytes - 1] = '\0';
     bool failed = entry.status != PX_OK;
-    finish_request(c, it->second, static_cast<px_status>(entry.status),
-                   failed ? std::string(entry.message) : std::string(),
+    std::string message = failed ? std::string(entry.message) : std::string();
+    if (failed && message.empty())  // parallaxd always names what failed
+      message = it->second->describe() + " failed with " +
+                px_status_name(static_cast<px_status>(entry.status)) +
+                " and no message: this process may have overwritten its shared arena's "
+                "completion ring";
+    finish_request(c, it->second, static_cast<px_status>(entry.status), std::move(message),
                    failed && (entry.flags & kCompletionMessageOnDaemon) != 0);
     ++completed;
   }
