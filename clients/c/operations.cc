@@ -110,6 +110,27 @@ px_status check_in_flight(Client* c, const std::string& who) {
                   " requests in flight, the most parallaxd allows; wait some first");
 }
 
+// A new request with staging_bytes of arena room for ordinary memory (none if 0).
+px_status new_request(Client* c, const std::string& who, uint64_t staging_bytes,
+                      std::shared_ptr<Request>* out) {
+  auto request = std::make_shared<Request>();
+  if (staging_bytes > 0) {
+    auto staging = c->allocator.allocate(staging_bytes);
+    if (!staging)
+      return fail(c, PX_ERR_NO_MEMORY,
+                  who + ": no room in the arena to stage " + std::to_string(staging_bytes) +
+                      " bytes of ordinary memory (largest free block " +
+                      std::to_string(c->allocator.largest_free_block()) +
+                      "); use px_alloc buffers or a larger arena");
+    request->has_staging = true;
+    request->staging_offset = *staging;
+  }
+  request->client = c;
+  request->id = c->next_request_id++;
+  *out = std::move(request);
+  return PX_OK;
+}
+
 }  // namespace
 
 px_status check_host_pointer(Client* c, const std::string& who, const void* p) {
@@ -183,24 +204,14 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
                                    index_offset % alignof(int64_t) == 0);
   bool rows_in_arena =
       n == 0 || (arena_offset(c, rows, row_bytes, &row_offset) && row_offset % alignof(float) == 0);
-  auto request = std::make_shared<Request>();
-  Request* r = request.get();
-  r->client = c;
-  r->id = c->next_request_id++;
-  r->daemon_writes_caller = rows_out && rows_in_arena && n > 0;
   uint64_t staging_bytes =
       (index_in_arena ? 0 : align_up(index_bytes, 64)) + (rows_in_arena ? 0 : row_bytes);
+  std::shared_ptr<Request> request;
+  if ((status = new_request(c, who, staging_bytes, &request)) != PX_OK) return status;
+  Request* r = request.get();
+  r->daemon_writes_caller = rows_out && rows_in_arena && n > 0;
   if (staging_bytes > 0) {
-    auto staging = c->allocator.allocate(staging_bytes);
-    if (!staging)
-      return fail(c, PX_ERR_NO_MEMORY,
-                  who + ": no room in the arena to stage " + std::to_string(staging_bytes) +
-                      " bytes of ordinary memory (largest free block " +
-                      std::to_string(c->allocator.largest_free_block()) +
-                      "); use px_alloc buffers or a larger arena");
-    r->has_staging = true;
-    r->staging_offset = *staging;
-    uint64_t at = *staging;
+    uint64_t at = r->staging_offset;
     if (!index_in_arena) {
       index_offset = at;
       std::memcpy(c->arena.base() + at, indices, index_bytes);
@@ -301,28 +312,18 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
     return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
   std::lock_guard<std::mutex> guard(c->mutex);
   if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
-  auto request = std::make_shared<Request>();
-  Request* r = request.get();
-  r->client = c;
-  r->id = c->next_request_id++;
-  r->bytes = out_bytes;
   uint64_t in_offset = 0, out_offset = 0;
   bool in_arena = reads_in && header_bytes == 0 && arena_offset(c, in, in_bytes, &in_offset);
   bool out_arena = arena_offset(c, out, out_bytes, &out_offset);
-  r->daemon_writes_caller = out_arena;
   uint64_t staged_in = header_bytes > 0 ? align_up(header_bytes + in_bytes, 64) : 0;
   uint64_t staging_bytes = (out_arena ? 0 : out_bytes) + staged_in;
+  std::shared_ptr<Request> request;
+  if ((status = new_request(c, who, staging_bytes, &request)) != PX_OK) return status;
+  Request* r = request.get();
+  r->bytes = out_bytes;
+  r->daemon_writes_caller = out_arena;
   if (staging_bytes > 0) {
-    auto staging = c->allocator.allocate(staging_bytes);
-    if (!staging)
-      return fail(c, PX_ERR_NO_MEMORY,
-                  who + ": no room in the arena to stage " + std::to_string(staging_bytes) +
-                      " bytes of ordinary memory (largest free block " +
-                      std::to_string(c->allocator.largest_free_block()) +
-                      "); use px_alloc buffers or a larger arena");
-    r->has_staging = true;
-    r->staging_offset = *staging;
-    uint64_t at = *staging;
+    uint64_t at = r->staging_offset;
     if (staged_in > 0) {  // allgatherv: counts, then this worker's block
       std::memcpy(c->arena.base() + at, counts, header_bytes);
       if (in_bytes > 0) std::memcpy(c->arena.base() + at + header_bytes, in, in_bytes);
