@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "daemon/sparse/sparse_router.h"
 #include "transport/collectives/collective_transport.h"
@@ -16,7 +17,6 @@
 
 namespace px {
 
-class Session;
 class ThreadPool;
 
 class Scheduler {
@@ -33,8 +33,10 @@ class Scheduler {
   }
   SparseRouter& sparse() { return sparse_; }
 
-  // Loop thread only. The session is active and belongs to a ready job.
-  void submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry);
+  // An entry from worker, local rank `rank` of the ready job: checked (admission.h), then
+  // matched with the other local workers' entries of its step. Loop thread only.
+  void submit(const std::shared_ptr<Job>& job, int rank, const std::shared_ptr<Completer>& worker,
+              const SubmitEntry& entry);
 
   // Completes every pending contribution of the variable with status (the message gets the
   // variable and step appended) and forgets those steps.
@@ -45,8 +47,8 @@ class Scheduler {
   // for other local workers, completes it with PX_ERR_CANCELLED, fails that step for the
   // others with a message naming the worker and reason (stored in *message), and returns
   // true. False if it is not waiting (running, done, or unknown).
-  bool withdraw(Session& session, uint64_t request_id, const std::string& reason,
-                std::string* message);
+  bool withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,
+                const std::string& reason, std::string* message);
   // Fails, with PX_ERR_TIMEOUT naming the workers that never came, every step of the job
   // that some local workers submitted more than stall_ns ago. Returns the messages.
   std::vector<std::string> fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns);

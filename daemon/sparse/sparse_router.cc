@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
-#include "daemon/front/session.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
+#include "transport/ipc/control_channel.h"  // monotonic_ns
 
 namespace px {
 namespace {
@@ -31,7 +31,7 @@ struct SparseRun {
   // ps/hybrid pulls and pushes: how this run's requests group the partitions.
   std::shared_ptr<const RequestGroups> request_groups;
   struct Worker {
-    std::shared_ptr<Session> session;
+    std::shared_ptr<Completer> worker;
     uint64_t request_id = 0;
     const int64_t* indices = nullptr;
     size_t n = 0;
@@ -148,9 +148,9 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
   for (auto& c : pending.by_rank) {
     Run::Worker w;
-    w.session = c->session;
+    w.worker = c->worker;
     w.request_id = c->request_id;
-    char* base = c->session->arena().base();
+    char* base = c->worker->arena().base();
     w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
     w.n = c->in.bytes / sizeof(int64_t);
     w.rows = base + c->out.offset;
@@ -159,21 +159,21 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   start(run);
 }
 
-void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
-                              const SubmitEntry& entry) {
+void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker,
+                              Variable& var, const SubmitEntry& entry) {
   auto run = std::make_shared<Run>();
-  run->job = session->job_ref();
+  run->job = std::move(job);
   run->var = &var;
   run->table = var.sparse;
   run->op =
       entry.opcode == static_cast<uint16_t>(Opcode::kLoadRows) ? SparseOp::kLoad : SparseOp::kRead;
   run->start_ns = monotonic_ns();
   Run::Worker w;
-  char* base = session->arena().base();
+  char* base = worker->arena().base();
   w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
   w.n = entry.in.bytes / sizeof(int64_t);
   w.rows = base + entry.out.offset;
-  w.session = std::move(session);
+  w.worker = std::move(worker);
   w.request_id = entry.request_id;
   run->workers.push_back(std::move(w));
   start(run);
@@ -224,7 +224,7 @@ void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
         --run->busy;
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
-          if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
+          if (w.status != PX_OK) w.worker->complete(w.request_id, w.status, w.message);
         if (run->op == SparseOp::kPull) {
           run->table->last_pull_plan = run->plan;
           run->table->last_pull_groups = run->request_groups;
@@ -280,8 +280,8 @@ bool check_worker(const SparseTable& table, SparseOp op, size_t dim, const std::
 // pull/read: the union of the workers' rows, grouped by owner.
 void SparseRouter::prepare_rows(Run& run) {
   for (auto& w : run.workers) {
-    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.session->label(), w.indices,
-                      w.n, w.rows, &w.status, &w.message))
+    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.worker->label(), w.indices, w.n,
+                      w.rows, &w.status, &w.message))
       continue;
     run.batches.push_back({w.indices, w.n, nullptr});
     run.outs.push_back(reinterpret_cast<float*>(w.rows));
@@ -298,7 +298,7 @@ void SparseRouter::prepare_updates(Run& run) {
   size_t dim = run.dim();
   std::vector<RowBatch>& batches = run.batches;
   for (auto& w : run.workers) {
-    if (!check_worker(*run.table, run.op, dim, run.where(), w.session->label(), w.indices, w.n,
+    if (!check_worker(*run.table, run.op, dim, run.where(), w.worker->label(), w.indices, w.n,
                       w.rows, &w.status, &w.message))
       continue;
     batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
@@ -532,7 +532,7 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   for (auto& w : run.workers)
-    if (w.status == PX_OK) w.session->complete(w.request_id, status, message);
+    if (w.status == PX_OK) w.worker->complete(w.request_id, status, message);
 }
 
 void SparseRouter::offload(bool heavy, std::function<void()> work, std::function<void()> then) {

@@ -23,7 +23,6 @@
 
 namespace px {
 
-class Session;
 struct SparseRun;
 
 // What a node holds for one sparse variable.
@@ -102,7 +101,8 @@ class SparseRouter {
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                 PendingStep pending);
   // One worker's load or read (not steps).
-  void run_single(std::shared_ptr<Session> session, Variable& var, const SubmitEntry& entry);
+  void run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker, Variable& var,
+                  const SubmitEntry& entry);
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);
