@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/thread_pool.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
@@ -63,16 +62,7 @@ void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
     for (const Copy& c : copies)
       if (c.to != c.from && c.bytes > 0) std::memcpy(c.to, c.from, c.bytes);
   };
-  if (total <= kInlineCopyBytes) {
-    work();
-    then();
-    return;
-  }
-  auto post = run->context.post;
-  run->context.pool.submit([work, post, then = std::move(then)]() mutable {
-    work();
-    post(std::move(then));
-  });
+  run->context.offload.run(total > kInlineCopyBytes, std::move(work), std::move(then));
 }
 
 // Where each global rank's block starts in the output.
@@ -101,7 +91,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     return;
   }
   auto done = [run](bool ok, const std::string& error) {
-    run->context.post([run, ok, error] {
+    run->context.offload.post()([run, ok, error] {
       if (ok) return fan_out(run);
       Job& job = *run->job;
       std::string why = !job.broken().empty() ? job.broken() : "across nodes: " + error;

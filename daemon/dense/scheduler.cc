@@ -1,11 +1,9 @@
 #include "daemon/dense/scheduler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "daemon/common/log.h"
-#include "daemon/common/thread_pool.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/copy_step.h"
 #include "transport/collectives/ring_allreduce.h"
@@ -70,7 +68,6 @@ struct Scheduler::Run {
   unsigned mean_divisor = 1;
   int64_t start_ns = 0;
   int32_t barrier_word = 0;  // what a cluster barrier allreduces
-  std::atomic<unsigned> slices_left{0};
 };
 
 void Scheduler::submit(const std::shared_ptr<Job>& job_ref, int rank,
@@ -109,7 +106,7 @@ void Scheduler::submit(const std::shared_ptr<Job>& job_ref, int rank,
   }
   if (entry.opcode != static_cast<uint16_t>(Opcode::kAllreduce) &&
       entry.opcode != static_cast<uint16_t>(Opcode::kBarrier)) {
-    CopyStepContext context{pool_, post_, fabric_, chunk_bytes_};
+    CopyStepContext context{offload_, fabric_, chunk_bytes_};
     return run_copy_step(context, job_ref, *var, entry.opcode, entry.step,
                          std::move(complete_step));
   }
@@ -209,26 +206,11 @@ void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,
 void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work,
                            std::function<void()> then) {
   uint64_t bytes = run->count * dtype_size(run->dtype);
-  if (bytes <= kInlineReduceBytes) {
-    work(*run, 0, run->count);
-    then();
-    return;
-  }
-  // One slice per pool thread, each a whole number of 64-byte lines.
-  size_t line_elems = 64 / dtype_size(run->dtype);
-  unsigned slices =
-      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
-  size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
-  run->slices_left.store(slices);
-  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
-  for (unsigned s = 0; s < slices; ++s) {
-    size_t begin = std::min(run->count, s * per_slice);
-    size_t end = s + 1 == slices ? run->count : std::min(run->count, begin + per_slice);
-    pool_.submit([this, run, work, begin, end, shared_then] {
-      work(*run, begin, end);
-      if (run->slices_left.fetch_sub(1) == 1) post_([shared_then] { (*shared_then)(); });
-    });
-  }
+  // Up to one slice per kChunkBytes (and per pool thread), each a whole number of 64-byte
+  // lines so no two threads write one line.
+  offload_.run_sliced(
+      bytes > kInlineReduceBytes, run->count, bytes / kChunkBytes, 64 / dtype_size(run->dtype),
+      [run, work](size_t begin, size_t end) { work(*run, begin, end); }, std::move(then));
 }
 
 void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
@@ -256,11 +238,11 @@ void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
     spec.tag_base = make_tag(TagKind::kAllreduce, id, run->step);
   }
   spec.chunk_bytes = chunk_bytes_;
-  ThreadPool& pool = pool_;
+  ThreadPool& pool = offload_.pool();
   start_ring_allreduce(
       *fabric_, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
       [this, run](bool ok, const std::string& error) {
-        post_([this, run, ok, error] { after_cross_node(run, ok, error); });
+        offload_.post()([this, run, ok, error] { after_cross_node(run, ok, error); });
       });
 }
 

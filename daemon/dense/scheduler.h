@@ -11,19 +11,16 @@
 
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
+#include "daemon/common/offload.h"
 #include "daemon/sparse/sparse_router.h"
 #include "transport/collectives/collective_transport.h"
 #include "transport/ipc/shm_layout.h"
 
 namespace px {
 
-class ThreadPool;
-
 class Scheduler {
  public:
-  using PostToLoop = std::function<void(std::function<void()>)>;
-  Scheduler(ThreadPool& pool, PostToLoop post)
-      : pool_(pool), post_(post), sparse_(pool, std::move(post)) {}
+  Scheduler(ThreadPool& pool, PostToLoop post) : offload_(pool, post), sparse_(pool, post) {}
 
   // Cross-node stage: every complete local step also runs a ring allreduce over transport.
   void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
@@ -57,7 +54,7 @@ class Scheduler {
   struct Run;
   using SliceWork = void (*)(Run& run, size_t begin, size_t end);
   void launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending);
-  // Runs work over [0, count) in slices (inline when small, else on the pool), then `then`
+  // Runs work over [0, count) (inline when small, else in slices on the pool), then `then`
   // on the loop thread.
   void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then);
   void cross_node(const std::shared_ptr<Run>& run);
@@ -67,8 +64,7 @@ class Scheduler {
   static void scale_and_fan_out(Run& run, size_t begin, size_t end);
   static void finish(Run& run, px_status status, const std::string& message);
 
-  ThreadPool& pool_;
-  PostToLoop post_;
+  Offload offload_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 1 << 20;
   SparseRouter sparse_;

@@ -20,7 +20,7 @@ constexpr size_t kInlineValues = 32 * 1024;
 
 ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
                        const SparseOptions& options, int world_size, ThreadPool& pool,
-                       SerialQueue::PostToLoop post)
+                       PostToLoop post)
     : label_(std::move(label)),
       replicated_(options.route == Route::kAllgatherv || options.route == Route::kAllreduce),
       node_(node),

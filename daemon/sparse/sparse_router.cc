@@ -218,7 +218,7 @@ void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
     run->last_pull_groups = run->table->last_pull_groups;
   }
   ++run->busy;
-  offload(
+  offload_.run(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
       [this, run] {
         --run->busy;
@@ -411,8 +411,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     run->sent = true;
     return settle(run);
   }
+  // Not Offload::run: this task posts to the loop once per local group on the way, not once
+  // at its end.
   ++run->busy;
-  pool_.submit([this, run] {
+  offload_.pool().submit([this, run] {
     const SparseTable& table = *run->table;
     for (size_t i = 0; i < run->targets.size(); ++i) {
       int group = run->targets[i];
@@ -421,7 +423,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
       if (!local) request(run, group);
       bool last = i + 1 == run->targets.size();
       if (!local && !last) continue;
-      post_([this, run, group, local, last] {
+      offload_.post()([this, run, group, local, last] {
         if (local) request(run, group);
         if (!last) return;
         --run->busy;
@@ -471,7 +473,7 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
 void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
   bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
   ++run->busy;
-  offload(
+  offload_.run(
       heavy,
       [run, group] { run->plan->scatter_group(group, run->group_values(group), run->outs.data()); },
       [this, run] {
@@ -533,19 +535,6 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   for (auto& w : run.workers)
     if (w.status == PX_OK) w.worker->complete(w.request_id, status, message);
-}
-
-void SparseRouter::offload(bool heavy, std::function<void()> work, std::function<void()> then) {
-  if (!heavy) {
-    work();
-    then();
-    return;
-  }
-  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
-  pool_.submit([this, work = std::move(work), shared_then] {
-    work();
-    post_([shared_then] { (*shared_then)(); });
-  });
 }
 
 }  // namespace px
