@@ -1,5 +1,6 @@
 #include "daemon/dense/admission.h"
 
+#include "daemon/common/loop_thread.h"
 namespace px {
 namespace {
 
@@ -97,6 +98,7 @@ std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
 
 // The order of the checks is part of the protocol: the first that fails names the cause.
 Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& entry) {
+  PX_ASSERT_LOOP_THREAD();
   Variable* var = job.find(entry.var_id);
   if (!var || !var->registered[static_cast<size_t>(rank)])
     return refuse(PX_ERR_NOT_FOUND, "variable id " + std::to_string(entry.var_id) +

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/loop_thread.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
@@ -169,6 +170,7 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
 
 void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Variable& var,
                    uint16_t opcode, uint64_t step, PendingStep pending) {
+  PX_ASSERT_LOOP_THREAD();
   auto run = std::make_shared<CopyRun>(context);
   run->job = std::move(job);
   run->var = &var;

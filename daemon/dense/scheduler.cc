@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/copy_step.h"
 #include "transport/collectives/ring_allreduce.h"
@@ -72,6 +73,7 @@ struct Scheduler::Run {
 
 void Scheduler::submit(const std::shared_ptr<Job>& job_ref, int rank,
                        const std::shared_ptr<Completer>& worker, const SubmitEntry& entry) {
+  PX_ASSERT_LOOP_THREAD();
   Job& job = *job_ref;
   Admission admission = admit(job, rank, *worker, entry);
   if (admission.status != PX_OK)  // the one place a refused entry is answered

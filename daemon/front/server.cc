@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/front/session.h"
 #include "daemon/sparse/sparse_router.h"
 
@@ -230,6 +231,8 @@ void Server::on_fatal(const std::string& why) {
 }
 
 int Server::run() {
+  // This thread runs the loop from here on: loop-only functions check that they run on it.
+  LoopThreadScope loop_thread;
   uv_signal_init(&loop_, &sigint_);
   uv_signal_init(&loop_, &sigterm_);
   sigint_.data = sigterm_.data = this;

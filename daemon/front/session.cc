@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/common/loop_timer.h"
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/server.h"
@@ -534,6 +535,7 @@ void Session::drain_submissions() {
 }
 
 void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
+  PX_ASSERT_LOOP_THREAD();
   if (state_ != State::kActive) return;
   CompletionEntry entry{};
   entry.request_id = request_id;

@@ -1,5 +1,6 @@
 // Offload (daemon/common/offload.h): light work inline on the caller (the loop), heavy work
 // on the pool with its `then` posted back to the loop; sliced work covers its range once.
+// The loop-thread check (daemon/common/loop_thread.h).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/common/loop_thread.h"
 #include "daemon/common/offload.h"
 #include "daemon/common/thread_pool.h"
 
@@ -132,4 +134,19 @@ TEST_CASE("offload: sliced work covers the range once, in aligned slices, then o
   CHECK(got_begin == 0);
   CHECK(got_end == 100);
   CHECK(then_ran);
+}
+
+TEST_CASE("loop thread: recorded while a LoopThreadScope lives; other threads are not it") {
+  CHECK(on_loop_thread());  // nothing recorded: every thread passes
+  {
+    LoopThreadScope scope;
+    CHECK(on_loop_thread());
+    bool elsewhere = true;
+    std::thread([&] { elsewhere = on_loop_thread(); }).join();
+    CHECK(!elsewhere);
+    PX_ASSERT_LOOP_THREAD();  // passes here
+  }
+  bool after = false;
+  std::thread([&] { after = on_loop_thread(); }).join();
+  CHECK(after);
 }

@@ -15,6 +15,7 @@
 
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
 #include "transport/ipc/control_channel.h"
@@ -129,6 +130,7 @@ struct Fixture {
     return true;
   }
 
+  LoopThreadScope loop_thread;  // the test thread is the loop: loop-only checks hold
   ManualLoop loop;
   ThreadPool pool;
   Scheduler scheduler;
