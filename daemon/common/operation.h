@@ -29,8 +29,8 @@ struct OperationInfo {
   // Matched across the local workers and numbered (the n-th on a variable is step n); the
   // others (sparse load and read) run for one worker alone.
   bool step = true;
-  SparseOp sparse_op = SparseOp::kPull;       // kSparse only: the request to the owners
-  TagKind tag = TagKind::kAllreduce;          // dense and barrier: the cross-node tags
+  SparseOp sparse_op = SparseOp::kPull;  // kSparse only: the request to the owners
+  TagKind tag = TagKind::kAllreduce;     // dense and barrier: the cross-node tags
 };
 
 namespace detail {

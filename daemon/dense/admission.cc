@@ -1,6 +1,7 @@
 #include "daemon/dense/admission.h"
 
 #include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
 namespace px {
 namespace {
 
@@ -9,19 +10,11 @@ bool overlaps(const BufferRef& a, const BufferRef& b) {
 }
 
 bool opcode_valid_for(const Variable& var, uint16_t opcode) {
-  if (var.id == 0) return opcode == static_cast<uint16_t>(Opcode::kBarrier);
-  if (!var.sparse)
-    return opcode == static_cast<uint16_t>(Opcode::kAllreduce) ||
-           opcode == static_cast<uint16_t>(Opcode::kBroadcast) ||
-           opcode == static_cast<uint16_t>(Opcode::kAllgather) ||
-           opcode == static_cast<uint16_t>(Opcode::kAllgatherv);
-  return opcode >= static_cast<uint16_t>(Opcode::kPullRows) &&
-         opcode <= static_cast<uint16_t>(Opcode::kReadRows);
-}
-
-bool is_step(uint16_t opcode) {
-  return opcode != static_cast<uint16_t>(Opcode::kLoadRows) &&
-         opcode != static_cast<uint16_t>(Opcode::kReadRows);
+  const OperationInfo& op = operation_info(opcode);
+  OperandKind kind = var.id == 0  ? OperandKind::kBarrier
+                     : var.sparse ? OperandKind::kSparse
+                                  : OperandKind::kDense;
+  return op.name && op.operand == kind;
 }
 
 bool host_arena_refs(const SubmitEntry& entry) {
@@ -90,9 +83,10 @@ Admission refuse(px_status status, std::string message) {
 }  // namespace
 
 std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
-  const char* what = "step ";
-  if (opcode == static_cast<uint16_t>(Opcode::kPullRows)) what = "pull step ";
-  if (opcode == static_cast<uint16_t>(Opcode::kPushRows)) what = "push step ";
+  // Sparse steps say which (a variable has pull steps and push steps); dense ones do not.
+  const OperationInfo& op = operation_info(opcode);
+  std::string what =
+      op.operand == OperandKind::kSparse && op.step ? std::string(op.name) + " step " : "step ";
   return " (variable '" + var.name + "', " + what + std::to_string(step) + ")";
 }
 
@@ -107,7 +101,7 @@ Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& 
     return refuse(PX_ERR_PROTOCOL, "opcode " + std::to_string(entry.opcode) +
                                        " is not valid for variable '" + var->name + "' from " +
                                        worker.label());
-  bool step_op = is_step(entry.opcode);
+  bool step_op = operation_info(entry.opcode).step;
   std::string suffix = step_suffix(*var, entry.opcode, entry.step);
   if (step_op) {
     uint64_t& expected_step = var->next_step(rank, entry.opcode);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
@@ -38,10 +39,8 @@ struct CopyRun {
   std::vector<uint64_t> rank_bytes;  // allgather(v): each global rank's block
 
   std::string what() const {
-    const char* name = opcode == Opcode::kBroadcast   ? "broadcast"
-                       : opcode == Opcode::kAllgather ? "allgather"
-                                                      : "allgatherv";
-    return std::string(name) + " of '" + var->name + "' step " + std::to_string(step);
+    return std::string(operation_info(opcode).name) + " of '" + var->name + "' step " +
+           std::to_string(step);
   }
 };
 
@@ -105,7 +104,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     spec.buffer = run->outputs[0];
     spec.bytes = run->out_bytes;
     spec.root = world.node_of_rank(run->root);
-    spec.tag_base = make_tag(TagKind::kBroadcast, var.global_id, run->step);
+    spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
     spec.chunk_bytes = run->context.chunk_bytes;
     return start_chain_broadcast(*run->context.fabric, spec, done);
   }
@@ -118,10 +117,8 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     spec.block_bytes.push_back(bytes);
     first += size;
   }
-  // Allgather and allgatherv count their steps apart: their tags must differ.
-  spec.tag_base =
-      make_tag(run->opcode == Opcode::kAllgather ? TagKind::kAllgather : TagKind::kAllgatherv,
-               var.global_id, run->step);
+  // Allgather and allgatherv count their steps apart: their tags differ (operation.h).
+  spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
   spec.chunk_bytes = run->context.chunk_bytes;
   start_ring_allgatherv(*run->context.fabric, spec, done);
 }

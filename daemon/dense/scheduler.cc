@@ -5,6 +5,7 @@
 
 #include "daemon/common/log.h"
 #include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/copy_step.h"
 #include "transport/collectives/ring_allreduce.h"
@@ -24,23 +25,9 @@ std::string step_suffix(const Variable& var, uint64_t step) {
   return step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
 }
 
+// Pending steps hold admitted opcodes only: every one has a name.
 const char* op_name(uint16_t opcode) {
-  switch (static_cast<Opcode>(opcode)) {
-    case Opcode::kBarrier:
-      return "barrier";
-    case Opcode::kPullRows:
-      return "pull";
-    case Opcode::kPushRows:
-      return "push";
-    case Opcode::kBroadcast:
-      return "broadcast";
-    case Opcode::kAllgather:
-      return "allgather";
-    case Opcode::kAllgatherv:
-      return "allgatherv";
-    default:
-      return "allreduce";
-  }
+  return operation_info(opcode).name;
 }
 
 // Fails every contribution of a pending step, and the step's later arrivals, with status.
@@ -231,13 +218,13 @@ void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
     spec.buffer = &run->barrier_word;
     spec.count = 1;
     spec.dtype = DType::kI32;
-    spec.tag_base = make_tag(TagKind::kBarrier, id, run->step);
+    spec.tag_base = make_tag(operation_info(Opcode::kBarrier).tag, id, run->step);
   } else {
     spec.buffer = run->outputs[0];
     spec.count = run->count;
     spec.dtype = run->dtype;
     spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
-    spec.tag_base = make_tag(TagKind::kAllreduce, id, run->step);
+    spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
   }
   spec.chunk_bytes = chunk_bytes_;
   ThreadPool& pool = offload_.pool();

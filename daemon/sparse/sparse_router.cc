@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
+#include "daemon/common/operation.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
@@ -141,7 +142,7 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   run->job = std::move(job);
   run->var = &var;
   run->table = var.sparse;
-  run->op = opcode == Opcode::kPullRows ? SparseOp::kPull : SparseOp::kPush;
+  run->op = operation_info(opcode).sparse_op;
   run->step = step;
   run->start_ns = monotonic_ns();
   run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
@@ -165,8 +166,7 @@ void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Complete
   run->job = std::move(job);
   run->var = &var;
   run->table = var.sparse;
-  run->op =
-      entry.opcode == static_cast<uint16_t>(Opcode::kLoadRows) ? SparseOp::kLoad : SparseOp::kRead;
+  run->op = operation_info(entry.opcode).sparse_op;
   run->start_ns = monotonic_ns();
   Run::Worker w;
   char* base = worker->arena().base();

@@ -246,3 +246,21 @@ TEST_CASE("scheduler: a stalled step names the workers that never came") {
   REQUIRE(w0.done.size() == 1);
   CHECK(w0.done[0].status == PX_ERR_TIMEOUT);
 }
+
+TEST_CASE("scheduler: an opcode is valid only for its kind of variable") {
+  Fixture fx(1, 16);
+  FakeWorker& w = *fx.workers[0];
+  BufferRef in = w.buffer(0, 64), out = w.buffer(64, 64);
+  for (uint16_t opcode : {0, 2, 3, 6, 10, 0xffff}) {
+    SubmitEntry e = entry(opcode, fx.var_id, Opcode::kAllreduce, 0, in, out);
+    e.opcode = opcode;
+    fx.submit(0, e);
+    REQUIRE(!w.done.empty());
+    CHECK(w.done.back().status == PX_ERR_PROTOCOL);
+  }
+  fx.submit(0, entry(50, 0, Opcode::kAllreduce, 0, in, out));  // the barrier takes barriers only
+  CHECK(w.done.back().status == PX_ERR_PROTOCOL);
+  fx.submit(0, entry(51, 0, Opcode::kBarrier, 0, in, out));
+  CHECK(w.done.back().request_id == 51);
+  CHECK(w.done.back().status == PX_OK);
+}
