@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "clients/c/client_internal.h"
+#include "sharding/sparse_spec.h"  // header only: the sparse defaults
 
 using px::fail;
 using px::succeed;
@@ -381,24 +382,37 @@ PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype
                       std::move(var), out_var);
 }
 
+// The daemon's enums carry the C ABI's values (parallaxd casts what the client sends).
+static_assert(static_cast<int>(px::Optimizer::kAdam) == PX_OPT_ADAM);
+static_assert(static_cast<int>(px::Initializer::kNormal) == PX_INIT_NORMAL);
+static_assert(static_cast<int>(px::Consistency::kBounded) == PX_BOUNDED);
+static_assert(static_cast<int>(px::Route::kAllreduce) == PX_ROUTE_ALLREDUCE);
+static_assert(static_cast<int>(px::NonFinite::kSkip) == PX_NONFINITE_SKIP);
+
 PX_API void px_sparse_options_init(px_sparse_options* o) {
   if (!o) return;
+  // The defaults live in one place, px::SparseOptions' member initialisers: read from the
+  // header alone (its default constructor is implicit), so libparallax links no sharding code.
+  const px::SparseOptions d;
   std::memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
-  o->optimizer = PX_OPT_SGD;
-  o->learning_rate = 0.01;
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
-  o->epsilon = 1e-8;
-  o->initial_accumulator = 0.1;
-  o->initializer = PX_INIT_ZEROS;
-  o->init_low = -0.05;
-  o->init_high = 0.05;
-  o->init_std = 0.05;
-  o->aggregation = PX_SUM;
-  o->consistency = PX_SYNC;
-  o->route = PX_ROUTE_HYBRID;
-  o->nonfinite = PX_NONFINITE_REJECT;
+  o->optimizer = static_cast<int32_t>(d.optimizer);
+  o->learning_rate = d.learning_rate;
+  o->beta1 = d.beta1;
+  o->beta2 = d.beta2;
+  o->epsilon = d.epsilon;
+  o->initial_accumulator = d.initial_accumulator;
+  o->initializer = static_cast<int32_t>(d.initializer);
+  o->init_seed = d.init_seed;
+  o->init_low = d.init_low;
+  o->init_high = d.init_high;
+  o->init_std = d.init_std;
+  o->aggregation = d.mean ? PX_MEAN : PX_SUM;
+  o->consistency = static_cast<int32_t>(d.consistency);
+  o->staleness = d.staleness;
+  o->partitions = d.partitions;
+  o->route = static_cast<int32_t>(d.route);
+  o->nonfinite = static_cast<int32_t>(d.nonfinite);
 }
 
 PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,

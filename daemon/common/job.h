@@ -10,13 +10,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/common/completer.h"
 #include "parallax_c.h"
 #include "transport/ipc/shm_layout.h"
 #include "transport/kernels/dtype.h"
 
 namespace px {
-
-class Session;
 
 struct SparseTable;
 
@@ -38,7 +37,7 @@ struct Fingerprint {
 };
 
 struct Contribution {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<Completer> worker;
   uint64_t request_id = 0;
   BufferRef in{};
   BufferRef out{};
@@ -77,6 +76,14 @@ struct Variable {
   uint32_t global_id = 0;
   std::vector<std::function<void()>> awaiting_global_id;
   std::shared_ptr<SparseTable> sparse;  // sparse variables only
+
+  // The next step local worker `rank` must submit for opcode (each opcode counts its steps
+  // apart). Kept with the variable, not the worker, so the layers that check steps need no
+  // worker type; a rank's worker never changes once the job is ready (no rejoin).
+  uint64_t& next_step(int rank, uint16_t opcode) {
+    return next_steps[(static_cast<uint32_t>(rank) << 16) | opcode];
+  }
+  std::unordered_map<uint32_t, uint64_t> next_steps;
 };
 
 // Where a job's workers sit in the cluster; single-node jobs are node 0 of 1.
@@ -113,7 +120,9 @@ class Job {
   void set_barrier_id(uint32_t id) { barrier_id_ = id; }
   void mark_broken(std::string why) { broken_ = std::move(why); }
 
-  std::vector<std::shared_ptr<Session>>& members() { return members_; }
+  // The local workers by rank (empty slots: not connected yet, or gone). The front puts its
+  // sessions here; lower layers see only their Completer side.
+  std::vector<std::shared_ptr<Completer>>& members() { return members_; }
   int connected() const;
   // The lowest free rank, or -1.
   int first_free_rank() const;
@@ -131,7 +140,7 @@ class Job {
   std::string broken_;
   JobWorld world_;
   uint32_t barrier_id_ = 0;
-  std::vector<std::shared_ptr<Session>> members_;
+  std::vector<std::shared_ptr<Completer>> members_;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;
 };

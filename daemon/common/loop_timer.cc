@@ -1,5 +1,6 @@
 #include "daemon/common/loop_timer.h"
 
+#include "daemon/common/loop_thread.h"
 namespace px {
 
 struct LoopTimer::Handle {
@@ -19,6 +20,7 @@ void close_handle(uv_timer_t* timer) {
 
 std::shared_ptr<LoopTimer> LoopTimer::start(uv_loop_t* loop, uint64_t ms,
                                             std::function<void()> fire) {
+  PX_ASSERT_LOOP_THREAD();
   auto timer = std::shared_ptr<LoopTimer>(new LoopTimer);
   auto* h = new Handle;
   h->fire = std::move(fire);
@@ -44,6 +46,7 @@ LoopTimer::~LoopTimer() {
 }
 
 void LoopTimer::cancel() {
+  PX_ASSERT_LOOP_THREAD();
   if (!handle_) return;
   uv_timer_stop(&handle_->timer);
   close_handle(&handle_->timer);

@@ -1,8 +1,10 @@
 #include "daemon/common/serial_queue.h"
 
+#include "daemon/common/loop_thread.h"
 namespace px {
 
 void SerialQueue::push(bool heavy, std::function<void()> work, std::function<void()> then) {
+  PX_ASSERT_LOOP_THREAD();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tasks_.push_back({heavy, std::move(work), std::move(then)});

@@ -11,13 +11,16 @@
 #include <memory>
 #include <mutex>
 
+#include "daemon/common/offload.h"
 #include "daemon/common/thread_pool.h"
 
 namespace px {
 
 class SerialQueue : public std::enable_shared_from_this<SerialQueue> {
  public:
-  using PostToLoop = std::function<void(std::function<void()>)>;
+  // Not Offload: tasks keep their order and a chain stays on the pool. The alias is the
+  // one PostToLoop (offload.h), kept for the callers that name it through SerialQueue.
+  using PostToLoop = px::PostToLoop;
   SerialQueue(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
 
   // work runs off the loop when heavy; then runs on the loop afterwards.

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/thread_pool.h"
-#include "daemon/front/session.h"
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
@@ -28,7 +28,7 @@ struct CopyRun {
   Variable* var = nullptr;  // kept alive by job
   Opcode opcode = Opcode::kBroadcast;
   uint64_t step = 0;
-  std::vector<std::shared_ptr<Session>> sessions;  // by local rank
+  std::vector<std::shared_ptr<Completer>> workers;  // by local rank
   std::vector<uint64_t> request_ids;
   std::vector<const char*> inputs;
   std::vector<uint64_t> input_bytes;
@@ -39,20 +39,18 @@ struct CopyRun {
   std::vector<uint64_t> rank_bytes;  // allgather(v): each global rank's block
 
   std::string what() const {
-    const char* name = opcode == Opcode::kBroadcast   ? "broadcast"
-                       : opcode == Opcode::kAllgather ? "allgather"
-                                                      : "allgatherv";
-    return std::string(name) + " of '" + var->name + "' step " + std::to_string(step);
+    return std::string(operation_info(opcode).name) + " of '" + var->name + "' step " +
+           std::to_string(step);
   }
 };
 
 void finish(CopyRun& run, px_status status, const std::string& message) {
   if (status == PX_OK) {
     run.var->stats.ops += 1;
-    run.var->stats.bytes += run.out_bytes * run.sessions.size();
+    run.var->stats.bytes += run.out_bytes * run.workers.size();
   }
-  for (size_t r = 0; r < run.sessions.size(); ++r)
-    run.sessions[r]->complete(run.request_ids[r], status, message);
+  for (size_t r = 0; r < run.workers.size(); ++r)
+    run.workers[r]->complete(run.request_ids[r], status, message);
 }
 
 // Runs the copies inline when small, else as one pool task, then `then` on the loop.
@@ -64,16 +62,7 @@ void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
     for (const Copy& c : copies)
       if (c.to != c.from && c.bytes > 0) std::memcpy(c.to, c.from, c.bytes);
   };
-  if (total <= kInlineCopyBytes) {
-    work();
-    then();
-    return;
-  }
-  auto post = run->context.post;
-  run->context.pool.submit([work, post, then = std::move(then)]() mutable {
-    work();
-    post(std::move(then));
-  });
+  run->context.offload.run(total > kInlineCopyBytes, std::move(work), std::move(then));
 }
 
 // Where each global rank's block starts in the output.
@@ -102,7 +91,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     return;
   }
   auto done = [run](bool ok, const std::string& error) {
-    run->context.post([run, ok, error] {
+    run->context.offload.post()([run, ok, error] {
       if (ok) return fan_out(run);
       Job& job = *run->job;
       std::string why = !job.broken().empty() ? job.broken() : "across nodes: " + error;
@@ -115,7 +104,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     spec.buffer = run->outputs[0];
     spec.bytes = run->out_bytes;
     spec.root = world.node_of_rank(run->root);
-    spec.tag_base = make_tag(TagKind::kBroadcast, var.global_id, run->step);
+    spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
     spec.chunk_bytes = run->context.chunk_bytes;
     return start_chain_broadcast(*run->context.fabric, spec, done);
   }
@@ -128,10 +117,8 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     spec.block_bytes.push_back(bytes);
     first += size;
   }
-  // Allgather and allgatherv count their steps apart: their tags must differ.
-  spec.tag_base =
-      make_tag(run->opcode == Opcode::kAllgather ? TagKind::kAllgather : TagKind::kAllgatherv,
-               var.global_id, run->step);
+  // Allgather and allgatherv count their steps apart: their tags differ (operation.h).
+  spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
   spec.chunk_bytes = run->context.chunk_bytes;
   start_ring_allgatherv(*run->context.fabric, spec, done);
 }
@@ -141,14 +128,14 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
   size_t world = static_cast<size_t>(run.job->world().world_size);
   uint64_t header = world * sizeof(uint64_t);
   for (size_t r = 0; r < run.inputs.size(); ++r) {
-    if (run.input_bytes[r] < header) return run.sessions[r]->label() + " sent no counts";
+    if (run.input_bytes[r] < header) return run.workers[r]->label() + " sent no counts";
     std::vector<uint64_t> counts(world);
     std::memcpy(counts.data(), run.inputs[r], header);  // a copy: the client may scribble
     if (r == 0) {
       run.rank_bytes.resize(world);
       for (size_t k = 0; k < world; ++k) {
         if (counts[k] > run.var->fingerprint.count)
-          return run.sessions[r]->label() + " gave counts[" + std::to_string(k) +
+          return run.workers[r]->label() + " gave counts[" + std::to_string(k) +
                  "] = " + std::to_string(counts[k]) + ", above the variable's count " +
                  std::to_string(run.var->fingerprint.count);
         run.rank_bytes[k] = counts[k] * elem;
@@ -156,14 +143,14 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
     } else {
       for (size_t k = 0; k < world; ++k)
         if (counts[k] * elem != run.rank_bytes[k])
-          return run.sessions[r]->label() + " gave other counts than " + run.sessions[0]->label() +
+          return run.workers[r]->label() + " gave other counts than " + run.workers[0]->label() +
                  " (counts[" + std::to_string(k) + "])";
     }
   }
   int offset = run.job->world().rank_offset;
   for (size_t r = 0; r < run.inputs.size(); ++r) {
     if (run.input_bytes[r] != header + run.rank_bytes[static_cast<size_t>(offset) + r])
-      return run.sessions[r]->label() + " sent a block of another size than its count";
+      return run.workers[r]->label() + " sent a block of another size than its count";
     run.inputs[r] += header;
     run.input_bytes[r] -= header;
   }
@@ -171,7 +158,7 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
   for (uint64_t b : run.rank_bytes) total += b;
   for (size_t r = 0; r < run.outputs.size(); ++r)
     if (run.output_bytes[r] != total)
-      return run.sessions[r]->label() + "'s output holds " + std::to_string(run.output_bytes[r]) +
+      return run.workers[r]->label() + "'s output holds " + std::to_string(run.output_bytes[r]) +
              " bytes, the blocks its counts name " + std::to_string(total);
   return "";
 }
@@ -180,6 +167,7 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
 
 void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Variable& var,
                    uint16_t opcode, uint64_t step, PendingStep pending) {
+  PX_ASSERT_LOOP_THREAD();
   auto run = std::make_shared<CopyRun>(context);
   run->job = std::move(job);
   run->var = &var;
@@ -189,18 +177,19 @@ void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Var
   uint64_t elem = dtype_size(var.fingerprint.dtype);
   std::string invalid;
   for (auto& c : pending.by_rank) {
-    run->sessions.push_back(c->session);
+    char* base = c->worker->arena().base();
+    run->workers.push_back(c->worker);
     run->request_ids.push_back(c->request_id);
-    run->inputs.push_back(c->session->arena().base() + c->in.offset);
+    run->inputs.push_back(base + c->in.offset);
     run->input_bytes.push_back(c->in.bytes);
-    run->outputs.push_back(c->session->arena().base() + c->out.offset);
+    run->outputs.push_back(base + c->out.offset);
     // (allgatherv: read_counts names the counts that differ first)
     if (invalid.empty() && c->out.bytes != pending.by_rank[0]->out.bytes &&
         run->opcode != Opcode::kAllgatherv)
-      invalid = c->session->label() + "'s output has another size than local rank 0's";
+      invalid = c->worker->label() + "'s output has another size than local rank 0's";
     run->output_bytes.push_back(c->out.bytes);
     if (invalid.empty() && run->opcode == Opcode::kBroadcast && c->root != pending.by_rank[0]->root)
-      invalid = c->session->label() + " named root " + std::to_string(c->root) +
+      invalid = c->worker->label() + " named root " + std::to_string(c->root) +
                 ", local rank 0 root " + std::to_string(pending.by_rank[0]->root);
   }
   run->out_bytes = pending.by_rank[0]->out.bytes;

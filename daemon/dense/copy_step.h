@@ -8,16 +8,14 @@
 #include <memory>
 
 #include "daemon/common/job.h"
+#include "daemon/common/offload.h"
 #include "transport/collectives/collective_transport.h"
 
 namespace px {
 
-class ThreadPool;
-
 struct CopyStepContext {
-  ThreadPool& pool;
-  std::function<void(std::function<void()>)> post;  // runs a function on the loop thread
-  CollectiveTransport* fabric = nullptr;            // null on a single node
+  const Offload& offload;                 // the scheduler's, which outlives every step
+  CollectiveTransport* fabric = nullptr;  // null on a single node
   size_t chunk_bytes = 1 << 20;
 };
 

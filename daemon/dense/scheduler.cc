@@ -1,13 +1,13 @@
 #include "daemon/dense/scheduler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "daemon/common/log.h"
-#include "daemon/common/thread_pool.h"
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
+#include "daemon/dense/admission.h"
 #include "daemon/dense/copy_step.h"
-#include "daemon/front/session.h"
 #include "transport/collectives/ring_allreduce.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/kernels/reduce.h"
@@ -15,116 +15,19 @@
 namespace px {
 namespace {
 
-bool overlaps(const BufferRef& a, const BufferRef& b) {
-  return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-}
-
 // Steps up to this many bytes per worker are reduced on the loop thread: handing them to
 // the pool would cost more (a thread wake-up each way) than the reduction itself.
 constexpr uint64_t kInlineReduceBytes = 64 * 1024;
 // Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
 constexpr uint64_t kChunkBytes = 128 * 1024;
 
-std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
-  const char* what = "step ";
-  if (opcode == static_cast<uint16_t>(Opcode::kPullRows)) what = "pull step ";
-  if (opcode == static_cast<uint16_t>(Opcode::kPushRows)) what = "push step ";
-  return " (variable '" + var.name + "', " + what + std::to_string(step) + ")";
-}
-
 std::string step_suffix(const Variable& var, uint64_t step) {
   return step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
 }
 
-bool opcode_valid_for(const Variable& var, uint16_t opcode) {
-  if (var.id == 0) return opcode == static_cast<uint16_t>(Opcode::kBarrier);
-  if (!var.sparse)
-    return opcode == static_cast<uint16_t>(Opcode::kAllreduce) ||
-           opcode == static_cast<uint16_t>(Opcode::kBroadcast) ||
-           opcode == static_cast<uint16_t>(Opcode::kAllgather) ||
-           opcode == static_cast<uint16_t>(Opcode::kAllgatherv);
-  return opcode >= static_cast<uint16_t>(Opcode::kPullRows) &&
-         opcode <= static_cast<uint16_t>(Opcode::kReadRows);
-}
-
-bool is_step(uint16_t opcode) {
-  return opcode != static_cast<uint16_t>(Opcode::kLoadRows) &&
-         opcode != static_cast<uint16_t>(Opcode::kReadRows);
-}
-
-bool host_arena_refs(const SubmitEntry& entry) {
-  return entry.in.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena) &&
-         entry.out.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena);
-}
-
-// Empty if the entry's buffers suit the variable; else what is wrong.
-std::string check_buffers(const Variable& var, const JobWorld& world, const SharedArena& arena,
-                          const SubmitEntry& entry) {
-  if (var.id == 0) return "";
-  if (!host_arena_refs(entry)) return "device memory is not supported by this parallaxd build";
-  if (var.sparse) {
-    uint64_t n = entry.in.bytes / sizeof(int64_t);
-    uint64_t want = n * var.fingerprint.dim * sizeof(float);
-    if (entry.in.bytes % sizeof(int64_t) != 0 || entry.out.bytes != want)
-      return "index buffer of " + std::to_string(entry.in.bytes) + " bytes and row buffer of " +
-             std::to_string(entry.out.bytes) + " bytes do not match (" + std::to_string(n) +
-             " rows of " + std::to_string(var.fingerprint.dim) + " f32 need " +
-             std::to_string(want) + ")";
-    if (entry.in.offset % alignof(int64_t) != 0 || entry.out.offset % alignof(float) != 0)
-      return "misaligned buffers";
-    if ((n > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
-        (n > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
-      return "a buffer lies outside the shared arena";
-    if (n > 0 && overlaps(entry.in, entry.out)) return "indices and rows overlap";
-    return "";
-  }
-  uint64_t bytes = var.fingerprint.bytes();
-  auto opcode = static_cast<Opcode>(entry.opcode);
-  if (opcode == Opcode::kAllgather || opcode == Opcode::kAllgatherv) {
-    uint64_t world_size = static_cast<uint64_t>(world.world_size);
-    uint64_t most_in = opcode == Opcode::kAllgather ? bytes : world_size * 8 + bytes;
-    uint64_t most_out = world_size * bytes;
-    if ((opcode == Opcode::kAllgather &&
-         (entry.in.bytes != bytes || entry.out.bytes != most_out)) ||
-        entry.in.bytes > most_in || entry.out.bytes > most_out)
-      return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
-             std::to_string(entry.out.bytes) + " bytes do not fit the variable (" +
-             std::to_string(bytes) + " bytes per worker, " + std::to_string(world_size) +
-             " workers)";
-    if ((entry.in.bytes > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
-        (entry.out.bytes > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
-      return "a buffer lies outside the shared arena";
-    return "";  // the input may lie in the output: the client puts ordinary input in its slice
-  }
-  if (opcode == Opcode::kBroadcast && entry.root >= static_cast<uint32_t>(world.world_size))
-    return "root " + std::to_string(entry.root) + " is not a rank of the job";
-  if (entry.in.bytes != bytes || entry.out.bytes != bytes)
-    return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
-           std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
-  if (!arena.heap_contains(entry.in.offset, bytes) || !arena.heap_contains(entry.out.offset, bytes))
-    return "a buffer lies outside the shared arena";
-  if (entry.in.offset != entry.out.offset && overlaps(entry.in, entry.out))
-    return "in and out overlap without being equal";
-  return "";
-}
-
+// Pending steps hold admitted opcodes only: every one has a name.
 const char* op_name(uint16_t opcode) {
-  switch (static_cast<Opcode>(opcode)) {
-    case Opcode::kBarrier:
-      return "barrier";
-    case Opcode::kPullRows:
-      return "pull";
-    case Opcode::kPushRows:
-      return "push";
-    case Opcode::kBroadcast:
-      return "broadcast";
-    case Opcode::kAllgather:
-      return "allgather";
-    case Opcode::kAllgatherv:
-      return "allgatherv";
-    default:
-      return "allreduce";
-  }
+  return operation_info(opcode).name;
 }
 
 // Fails every contribution of a pending step, and the step's later arrivals, with status.
@@ -132,7 +35,7 @@ void fail_pending(PendingStep& pending, px_status status, const std::string& mes
   pending.failure = status;
   pending.failure_message = message;
   for (auto& c : pending.by_rank) {
-    if (c) c->session->complete(c->request_id, status, message);
+    if (c) c->worker->complete(c->request_id, status, message);
     c.reset();
   }
 }
@@ -143,7 +46,7 @@ struct Scheduler::Run {
   std::shared_ptr<Job> job;
   Variable* var = nullptr;  // kept alive by job
   uint64_t step = 0;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<Completer>> workers;
   std::vector<uint64_t> request_ids;
   std::vector<const char*> inputs;
   std::vector<char*> outputs;
@@ -153,58 +56,17 @@ struct Scheduler::Run {
   unsigned mean_divisor = 1;
   int64_t start_ns = 0;
   int32_t barrier_word = 0;  // what a cluster barrier allreduces
-  std::atomic<unsigned> slices_left{0};
 };
 
-void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry) {
-  Job& job = *session->job();
-  int rank = session->local_rank();
-  Variable* var = job.find(entry.var_id);
-  if (!var || !var->registered[static_cast<size_t>(rank)]) {
-    session->complete(entry.request_id, PX_ERR_NOT_FOUND,
-                      "variable id " + std::to_string(entry.var_id) + " is not registered by " +
-                          session->label());
-    return;
-  }
-  if (!opcode_valid_for(*var, entry.opcode)) {
-    session->complete(entry.request_id, PX_ERR_PROTOCOL,
-                      "opcode " + std::to_string(entry.opcode) + " is not valid for variable '" +
-                          var->name + "' from " + session->label());
-    return;
-  }
-  bool step_op = is_step(entry.opcode);
-  std::string suffix = step_suffix(*var, entry.opcode, entry.step);
-  if (step_op) {
-    uint64_t& expected_step = session->next_step(var->id, entry.opcode);
-    if (entry.step != expected_step) {
-      session->complete(entry.request_id, PX_ERR_PROTOCOL,
-                        session->label() + " submitted step " + std::to_string(entry.step) +
-                            " but step " + std::to_string(expected_step) + " was next" + suffix);
-      return;
-    }
-    ++expected_step;
-  }
-  // A mismatch is reported before a lost peer: it is the first cause, and peers that
-  // learnt of it may have exited since.
-  if (var->poison_status != PX_OK) {
-    session->complete(entry.request_id, var->poison_status, var->poison_message);
-    return;
-  }
-  if (!job.broken().empty()) {
-    session->complete(entry.request_id, PX_ERR_PEER_LOST, job.broken() + suffix);
-    return;
-  }
-  std::string invalid = check_buffers(*var, job.world(), session->arena(), entry);
-  if (!step_op) {
-    if (!invalid.empty()) {
-      session->complete(entry.request_id, PX_ERR_INVALID,
-                        session->label() + " gave an invalid buffer: " + invalid + " (variable '" +
-                            var->name + "')");
-      return;
-    }
-    sparse_.run_single(session, *var, entry);
-    return;
-  }
+void Scheduler::submit(const std::shared_ptr<Job>& job_ref, int rank,
+                       const std::shared_ptr<Completer>& worker, const SubmitEntry& entry) {
+  PX_ASSERT_LOOP_THREAD();
+  Job& job = *job_ref;
+  Admission admission = admit(job, rank, *worker, entry);
+  if (admission.status != PX_OK)  // the one place a refused entry is answered
+    return worker->complete(entry.request_id, admission.status, admission.message);
+  Variable* var = admission.var;
+  if (!admission.step) return sparse_.run_single(job_ref, worker, *var, entry);
 
   auto key = std::make_pair(entry.opcode, entry.step);
   PendingStep& pending = var->pending[key];
@@ -214,38 +76,37 @@ void Scheduler::submit(const std::shared_ptr<Session>& session, const SubmitEntr
   }
   ++pending.arrived;
   bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
-  if (pending.failure == PX_OK && !invalid.empty())
-    fail_pending(pending, PX_ERR_INVALID,
-                 session->label() + " gave an invalid buffer: " + invalid + suffix);
+  if (pending.failure == PX_OK && !admission.invalid.empty())
+    fail_pending(pending, PX_ERR_INVALID, admission.invalid);
   if (pending.failure != PX_OK) {
-    session->complete(entry.request_id, pending.failure, pending.failure_message);
+    worker->complete(entry.request_id, pending.failure, pending.failure_message);
     if (everyone_arrived) var->pending.erase(key);
     return;
   }
   pending.by_rank[static_cast<size_t>(rank)] =
-      Contribution{session, entry.request_id, entry.in, entry.out, entry.root};
+      Contribution{worker, entry.request_id, entry.in, entry.out, entry.root};
   if (!everyone_arrived) return;
   PendingStep complete_step = std::move(pending);
   var->pending.erase(key);
   if (var->sparse) {
-    sparse_.run_step(session->job_ref(), *var, static_cast<Opcode>(entry.opcode), entry.step,
+    sparse_.run_step(job_ref, *var, static_cast<Opcode>(entry.opcode), entry.step,
                      std::move(complete_step));
     return;
   }
   if (entry.opcode != static_cast<uint16_t>(Opcode::kAllreduce) &&
       entry.opcode != static_cast<uint16_t>(Opcode::kBarrier)) {
-    CopyStepContext context{pool_, post_, fabric_, chunk_bytes_};
-    return run_copy_step(context, session->job_ref(), *var, entry.opcode, entry.step,
+    CopyStepContext context{offload_, fabric_, chunk_bytes_};
+    return run_copy_step(context, job_ref, *var, entry.opcode, entry.step,
                          std::move(complete_step));
   }
-  launch(session->job_ref(), *var, entry.step, std::move(complete_step));
+  launch(job_ref, *var, entry.step, std::move(complete_step));
 }
 
 void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
   for (auto& [key, pending] : var.pending) {
     std::string message = why + step_suffix(var, key.first, key.second);
     for (auto& c : pending.by_rank)
-      if (c) c->session->complete(c->request_id, status, message);
+      if (c) c->worker->complete(c->request_id, status, message);
   }
   var.pending.clear();
   sparse_.fail_in_flight(var, status, why);
@@ -255,10 +116,9 @@ void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
   for (auto& var : job.variables()) fail_variable(*var, status, why);
 }
 
-bool Scheduler::withdraw(Session& session, uint64_t request_id, const std::string& reason,
-                         std::string* message) {
-  Job& job = *session.job();
-  size_t rank = static_cast<size_t>(session.local_rank());
+bool Scheduler::withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,
+                         const std::string& reason, std::string* message) {
+  size_t rank = static_cast<size_t>(local_rank);
   for (auto& var : job.variables()) {
     for (auto& [key, pending] : var->pending) {
       if (rank >= pending.by_rank.size() || !pending.by_rank[rank] ||
@@ -267,8 +127,8 @@ bool Scheduler::withdraw(Session& session, uint64_t request_id, const std::strin
       std::string suffix = var->id == 0 ? " (barrier " + std::to_string(key.second) + ")"
                                         : step_suffix(*var, key.first, key.second);
       *message =
-          session.label() + " withdrew from its " + op_name(key.first) + ": " + reason + suffix;
-      session.complete(request_id, PX_ERR_CANCELLED, std::string("withdrawn: ") + reason + suffix);
+          worker.label() + " withdrew from its " + op_name(key.first) + ": " + reason + suffix;
+      worker.complete(request_id, PX_ERR_CANCELLED, std::string("withdrawn: ") + reason + suffix);
       pending.by_rank[rank].reset();
       fail_pending(pending, PX_ERR_CANCELLED, *message);
       return true;
@@ -319,10 +179,11 @@ void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,
   run->start_ns = monotonic_ns();
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
   for (auto& c : pending.by_rank) {
-    run->sessions.push_back(c->session);
+    char* base = c->worker->arena().base();
+    run->workers.push_back(c->worker);
     run->request_ids.push_back(c->request_id);
-    run->inputs.push_back(c->session->arena().base() + c->in.offset);
-    run->outputs.push_back(c->session->arena().base() + c->out.offset);
+    run->inputs.push_back(base + c->in.offset);
+    run->outputs.push_back(base + c->out.offset);
   }
   if (!fabric_) {
     run_sliced(run, reduce_and_fan_out, [run] { finish(*run, PX_OK, ""); });
@@ -334,26 +195,11 @@ void Scheduler::launch(std::shared_ptr<Job> job, Variable& var, uint64_t step,
 void Scheduler::run_sliced(const std::shared_ptr<Run>& run, SliceWork work,
                            std::function<void()> then) {
   uint64_t bytes = run->count * dtype_size(run->dtype);
-  if (bytes <= kInlineReduceBytes) {
-    work(*run, 0, run->count);
-    then();
-    return;
-  }
-  // One slice per pool thread, each a whole number of 64-byte lines.
-  size_t line_elems = 64 / dtype_size(run->dtype);
-  unsigned slices =
-      std::max(1u, std::min<unsigned>(pool_.size(), static_cast<unsigned>(bytes / kChunkBytes)));
-  size_t per_slice = (run->count / slices + line_elems - 1) / line_elems * line_elems;
-  run->slices_left.store(slices);
-  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
-  for (unsigned s = 0; s < slices; ++s) {
-    size_t begin = std::min(run->count, s * per_slice);
-    size_t end = s + 1 == slices ? run->count : std::min(run->count, begin + per_slice);
-    pool_.submit([this, run, work, begin, end, shared_then] {
-      work(*run, begin, end);
-      if (run->slices_left.fetch_sub(1) == 1) post_([shared_then] { (*shared_then)(); });
-    });
-  }
+  // Up to one slice per kChunkBytes (and per pool thread), each a whole number of 64-byte
+  // lines so no two threads write one line.
+  offload_.run_sliced(
+      bytes > kInlineReduceBytes, run->count, bytes / kChunkBytes, 64 / dtype_size(run->dtype),
+      [run, work](size_t begin, size_t end) { work(*run, begin, end); }, std::move(then));
 }
 
 void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
@@ -372,20 +218,20 @@ void Scheduler::cross_node(const std::shared_ptr<Run>& run) {
     spec.buffer = &run->barrier_word;
     spec.count = 1;
     spec.dtype = DType::kI32;
-    spec.tag_base = make_tag(TagKind::kBarrier, id, run->step);
+    spec.tag_base = make_tag(operation_info(Opcode::kBarrier).tag, id, run->step);
   } else {
     spec.buffer = run->outputs[0];
     spec.count = run->count;
     spec.dtype = run->dtype;
     spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
-    spec.tag_base = make_tag(TagKind::kAllreduce, id, run->step);
+    spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
   }
   spec.chunk_bytes = chunk_bytes_;
-  ThreadPool& pool = pool_;
+  ThreadPool& pool = offload_.pool();
   start_ring_allreduce(
       *fabric_, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
       [this, run](bool ok, const std::string& error) {
-        post_([this, run, ok, error] { after_cross_node(run, ok, error); });
+        offload_.post()([this, run, ok, error] { after_cross_node(run, ok, error); });
       });
 }
 
@@ -444,11 +290,11 @@ void Scheduler::finish(Run& run, px_status status, const std::string& message) {
   Variable& var = *run.var;
   if (status == PX_OK) {
     var.stats.ops += 1;
-    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.sessions.size();
+    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.workers.size();
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
-  for (size_t r = 0; r < run.sessions.size(); ++r)
-    run.sessions[r]->complete(run.request_ids[r], status, message);
+  for (size_t r = 0; r < run.workers.size(); ++r)
+    run.workers[r]->complete(run.request_ids[r], status, message);
 }
 
 }  // namespace px

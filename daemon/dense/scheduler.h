@@ -9,21 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/completer.h"
 #include "daemon/common/job.h"
+#include "daemon/common/offload.h"
 #include "daemon/sparse/sparse_router.h"
 #include "transport/collectives/collective_transport.h"
 #include "transport/ipc/shm_layout.h"
 
 namespace px {
 
-class Session;
-class ThreadPool;
-
 class Scheduler {
  public:
-  using PostToLoop = std::function<void(std::function<void()>)>;
-  Scheduler(ThreadPool& pool, PostToLoop post)
-      : pool_(pool), post_(post), sparse_(pool, std::move(post)) {}
+  Scheduler(ThreadPool& pool, PostToLoop post) : offload_(pool, post), sparse_(pool, post) {}
 
   // Cross-node stage: every complete local step also runs a ring allreduce over transport.
   void set_cluster_transport(CollectiveTransport* transport, size_t chunk_bytes) {
@@ -33,8 +30,10 @@ class Scheduler {
   }
   SparseRouter& sparse() { return sparse_; }
 
-  // Loop thread only. The session is active and belongs to a ready job.
-  void submit(const std::shared_ptr<Session>& session, const SubmitEntry& entry);
+  // An entry from worker, local rank `rank` of the ready job: checked (admission.h), then
+  // matched with the other local workers' entries of its step. Loop thread only.
+  void submit(const std::shared_ptr<Job>& job, int rank, const std::shared_ptr<Completer>& worker,
+              const SubmitEntry& entry);
 
   // Completes every pending contribution of the variable with status (the message gets the
   // variable and step appended) and forgets those steps.
@@ -45,8 +44,8 @@ class Scheduler {
   // for other local workers, completes it with PX_ERR_CANCELLED, fails that step for the
   // others with a message naming the worker and reason (stored in *message), and returns
   // true. False if it is not waiting (running, done, or unknown).
-  bool withdraw(Session& session, uint64_t request_id, const std::string& reason,
-                std::string* message);
+  bool withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,
+                const std::string& reason, std::string* message);
   // Fails, with PX_ERR_TIMEOUT naming the workers that never came, every step of the job
   // that some local workers submitted more than stall_ns ago. Returns the messages.
   std::vector<std::string> fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns);
@@ -55,7 +54,7 @@ class Scheduler {
   struct Run;
   using SliceWork = void (*)(Run& run, size_t begin, size_t end);
   void launch(std::shared_ptr<Job> job, Variable& var, uint64_t step, PendingStep pending);
-  // Runs work over [0, count) in slices (inline when small, else on the pool), then `then`
+  // Runs work over [0, count) (inline when small, else in slices on the pool), then `then`
   // on the loop thread.
   void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then);
   void cross_node(const std::shared_ptr<Run>& run);
@@ -65,8 +64,7 @@ class Scheduler {
   static void scale_and_fan_out(Run& run, size_t begin, size_t end);
   static void finish(Run& run, px_status status, const std::string& message);
 
-  ThreadPool& pool_;
-  PostToLoop post_;
+  Offload offload_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 1 << 20;
   SparseRouter sparse_;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/front/session.h"
 #include "daemon/sparse/sparse_router.h"
 
@@ -230,6 +231,8 @@ void Server::on_fatal(const std::string& why) {
 }
 
 int Server::run() {
+  // This thread runs the loop from here on: loop-only functions check that they run on it.
+  LoopThreadScope loop_thread;
   uv_signal_init(&loop_, &sigint_);
   uv_signal_init(&loop_, &sigterm_);
   sigint_.data = sigterm_.data = this;
@@ -241,7 +244,8 @@ int Server::run() {
   if (config_.step_stall_ms > 0) {
     // A quarter of the deadline between checks (10 ms to 1 s): a stalled step fails at most
     // 25% (or 1 s) after its deadline; the check walks only pending steps.
-    uint64_t every = static_cast<uint64_t>(std::clamp<int64_t>(config_.step_stall_ms / 4, 10, 1000));
+    uint64_t every =
+        static_cast<uint64_t>(std::clamp<int64_t>(config_.step_stall_ms / 4, 10, 1000));
     uv_timer_start(&stall_timer_, on_stall_check, every, every);
   }
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
@@ -396,8 +400,9 @@ void Server::job_complete_locally(const std::shared_ptr<Job>& job) {
 void Server::activate(const std::shared_ptr<Job>& job) {
   // After the current callback returns, so a joining session has its rank first.
   post([job] {
+    // join_job puts only sessions in a job's members: the cast is safe.
     for (auto& member : job->members())
-      if (member) member->activate();
+      if (member) std::static_pointer_cast<Session>(member)->activate();
   });
 }
 

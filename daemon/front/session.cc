@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/common/loop_timer.h"
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/server.h"
@@ -427,7 +428,7 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
     }
     ++pending->left;
     ++variables;
-    uint64_t pushes = next_step(var->id, static_cast<uint16_t>(Opcode::kPushRows));
+    uint64_t pushes = var->next_step(local_rank_, static_cast<uint16_t>(Opcode::kPushRows));
     server_.scheduler().sparse().checkpoint(job_, *var, pushes, dir, finish_one);
   }
   PX_LOG_INFO("%s: checkpoint of %d sparse variables to %s", label().c_str(), variables,
@@ -461,14 +462,15 @@ void Session::handle_error_text(const control::ErrorText& request) {
 void Session::handle_cancel(const control::Cancel& request) {
   std::string reason = request.reason() ? request.reason()->str() : "cancelled";
   std::string message;
-  bool withdrawn =
-      server_.scheduler().withdraw(*this, request.request_id(), reason.substr(0, 1024), &message);
+  bool withdrawn = server_.scheduler().withdraw(*job_, local_rank_, *this, request.request_id(),
+                                                reason.substr(0, 1024), &message);
   if (withdrawn) {
     PX_LOG_INFO("%s", message.c_str());
     // The other nodes cannot complete that step without this node's share of it.
     if (job_->world().node_count > 1)
-      server_.abort_job(*job_, message + "; a withdrawn step cannot complete on the other "
-                                         "nodes, so the job ends");
+      server_.abort_job(*job_, message +
+                                   "; a withdrawn step cannot complete on the other "
+                                   "nodes, so the job ends");
   }
   flatbuffers::FlatBufferBuilder b;
   auto body = control::CreateCancelReply(b, withdrawn);
@@ -517,10 +519,11 @@ void Session::drain_submissions() {
   // ring our own doorbell to come back on the next loop iteration.
   uint32_t budget = submit_ring_.capacity();
   SubmitEntry entry;
+  std::shared_ptr<Completer> self = shared_from_this();
   for (;;) {
     while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
       --budget;
-      server_.scheduler().submit(shared_from_this(), entry);
+      server_.scheduler().submit(job_, local_rank_, self, entry);
     }
     if (closed()) return;
     if (budget == 0) {
@@ -532,6 +535,7 @@ void Session::drain_submissions() {
 }
 
 void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
+  PX_ASSERT_LOOP_THREAD();
   if (state_ != State::kActive) return;
   CompletionEntry entry{};
   entry.request_id = request_id;

@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "sharding/sparse_spec.h"
 #include "transport/ipc/control_channel.h"
@@ -18,10 +19,10 @@ namespace px {
 
 class Server;
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public Completer, public std::enable_shared_from_this<Session> {
  public:
   Session(Server& server, int fd, uint64_t id, pid_t pid, uid_t uid);
-  ~Session();
+  ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -37,20 +38,16 @@ class Session : public std::enable_shared_from_this<Session> {
   // Called by the server once every worker of the job has connected.
   void activate();
   // Queues a completion for the client and rings its doorbell if it sleeps.
-  void complete(uint64_t request_id, px_status status, const std::string& message);
+  void complete(uint64_t request_id, px_status status, const std::string& message) override;
 
   uint64_t id() const { return id_; }
   pid_t pid() const { return pid_; }
   Job* job() const { return job_.get(); }
   const std::shared_ptr<Job>& job_ref() const { return job_; }
   int local_rank() const { return local_rank_; }
-  const SharedArena& arena() const { return arena_; }
-  // The next step this worker must submit for (variable, opcode).
-  uint64_t& next_step(uint32_t var_id, uint16_t opcode) {
-    return next_step_[(static_cast<uint64_t>(var_id) << 16) | opcode];
-  }
+  const SharedArena& arena() const override { return arena_; }
   // "worker local rank 1 (pid 1234) of job 'train'"
-  std::string label() const;
+  std::string label() const override;
 
  private:
   enum class State { kHandshake, kWaitingForJob, kActive, kClosed };
@@ -102,7 +99,6 @@ class Session : public std::enable_shared_from_this<Session> {
   Doorbell completion_bell_;  // daemon rings, client waits
   SpscRing<SubmitEntry> submit_ring_;
   SpscRing<CompletionEntry> completion_ring_;
-  std::unordered_map<uint64_t, uint64_t> next_step_;
   // Messages too long for a completion entry, kept until the client fetches them (the
   // oldest are dropped past a ring's worth).
   std::unordered_map<uint64_t, std::string> long_messages_;

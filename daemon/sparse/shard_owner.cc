@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
 #include "daemon/common/status_join.h"
 #include "sharding/coalesce.h"
 #include "sharding/request_groups.h"
@@ -20,7 +21,7 @@ constexpr size_t kInlineValues = 32 * 1024;
 
 ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
                        const SparseOptions& options, int world_size, ThreadPool& pool,
-                       SerialQueue::PostToLoop post)
+                       PostToLoop post)
     : label_(std::move(label)),
       replicated_(options.route == Route::kAllgatherv || options.route == Route::kAllreduce),
       node_(node),
@@ -54,6 +55,7 @@ ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
 }
 
 void ShardOwner::attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes) {
+  PX_ASSERT_LOOP_THREAD();
   fabric_ = fabric;
   global_id_ = global_id;
   chunk_bytes_ = chunk_bytes;
@@ -90,6 +92,7 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
 }
 
 void ShardOwner::handle(ShardRequest r) {
+  PX_ASSERT_LOOP_THREAD();
   std::string why;
   std::vector<ShardRequest> parts;
   bool ok = true;

@@ -52,8 +52,7 @@ class ShardOwner {
  public:
   // map: the variable's partitioning (ps); replicated routes hold every row regardless.
   ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
-             const SparseOptions& options, int world_size, ThreadPool& pool,
-             SerialQueue::PostToLoop post);
+             const SparseOptions& options, int world_size, ThreadPool& pool, PostToLoop post);
 
   // Cluster: the transport and cluster-wide id the replicated routes' collectives use.
   void attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes);
@@ -111,7 +110,7 @@ class ShardOwner {
   int node_;
   int node_count_;
   ThreadPool& pool_;
-  SerialQueue::PostToLoop post_;
+  PostToLoop post_;
   CollectiveTransport* fabric_ = nullptr;
   uint32_t global_id_ = 0;
   size_t chunk_bytes_ = 256 * 1024;

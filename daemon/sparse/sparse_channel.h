@@ -22,8 +22,6 @@ namespace px {
 
 class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  public:
-  using PostToLoop = std::function<void(std::function<void()>)>;
-
   // fabric is null on a single node. node_label(i) names node i in errors.
   SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim, size_t chunk_bytes,
                 std::shared_ptr<ShardOwner> owner, PostToLoop post,

@@ -4,9 +4,10 @@
 #include <cstring>
 
 #include "daemon/common/log.h"
-#include "daemon/front/session.h"
+#include "daemon/common/operation.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
+#include "transport/ipc/control_channel.h"  // monotonic_ns
 
 namespace px {
 namespace {
@@ -31,7 +32,7 @@ struct SparseRun {
   // ps/hybrid pulls and pushes: how this run's requests group the partitions.
   std::shared_ptr<const RequestGroups> request_groups;
   struct Worker {
-    std::shared_ptr<Session> session;
+    std::shared_ptr<Completer> worker;
     uint64_t request_id = 0;
     const int64_t* indices = nullptr;
     size_t n = 0;
@@ -141,16 +142,16 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   run->job = std::move(job);
   run->var = &var;
   run->table = var.sparse;
-  run->op = opcode == Opcode::kPullRows ? SparseOp::kPull : SparseOp::kPush;
+  run->op = operation_info(opcode).sparse_op;
   run->step = step;
   run->start_ns = monotonic_ns();
   run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
   for (auto& c : pending.by_rank) {
     Run::Worker w;
-    w.session = c->session;
+    w.worker = c->worker;
     w.request_id = c->request_id;
-    char* base = c->session->arena().base();
+    char* base = c->worker->arena().base();
     w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
     w.n = c->in.bytes / sizeof(int64_t);
     w.rows = base + c->out.offset;
@@ -159,21 +160,20 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   start(run);
 }
 
-void SparseRouter::run_single(std::shared_ptr<Session> session, Variable& var,
-                              const SubmitEntry& entry) {
+void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker,
+                              Variable& var, const SubmitEntry& entry) {
   auto run = std::make_shared<Run>();
-  run->job = session->job_ref();
+  run->job = std::move(job);
   run->var = &var;
   run->table = var.sparse;
-  run->op =
-      entry.opcode == static_cast<uint16_t>(Opcode::kLoadRows) ? SparseOp::kLoad : SparseOp::kRead;
+  run->op = operation_info(entry.opcode).sparse_op;
   run->start_ns = monotonic_ns();
   Run::Worker w;
-  char* base = session->arena().base();
+  char* base = worker->arena().base();
   w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
   w.n = entry.in.bytes / sizeof(int64_t);
   w.rows = base + entry.out.offset;
-  w.session = std::move(session);
+  w.worker = std::move(worker);
   w.request_id = entry.request_id;
   run->workers.push_back(std::move(w));
   start(run);
@@ -218,13 +218,13 @@ void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
     run->last_pull_groups = run->table->last_pull_groups;
   }
   ++run->busy;
-  offload(
+  offload_.run(
       heavy, [this, run, updates] { updates ? prepare_updates(*run) : prepare_rows(*run); },
       [this, run] {
         --run->busy;
         // Workers whose input was refused learn it now; the others go on.
         for (auto& w : run->workers)
-          if (w.status != PX_OK) w.session->complete(w.request_id, w.status, w.message);
+          if (w.status != PX_OK) w.worker->complete(w.request_id, w.status, w.message);
         if (run->op == SparseOp::kPull) {
           run->table->last_pull_plan = run->plan;
           run->table->last_pull_groups = run->request_groups;
@@ -280,8 +280,8 @@ bool check_worker(const SparseTable& table, SparseOp op, size_t dim, const std::
 // pull/read: the union of the workers' rows, grouped by owner.
 void SparseRouter::prepare_rows(Run& run) {
   for (auto& w : run.workers) {
-    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.session->label(), w.indices,
-                      w.n, w.rows, &w.status, &w.message))
+    if (!check_worker(*run.table, run.op, run.dim(), run.where(), w.worker->label(), w.indices, w.n,
+                      w.rows, &w.status, &w.message))
       continue;
     run.batches.push_back({w.indices, w.n, nullptr});
     run.outs.push_back(reinterpret_cast<float*>(w.rows));
@@ -298,7 +298,7 @@ void SparseRouter::prepare_updates(Run& run) {
   size_t dim = run.dim();
   std::vector<RowBatch>& batches = run.batches;
   for (auto& w : run.workers) {
-    if (!check_worker(*run.table, run.op, dim, run.where(), w.session->label(), w.indices, w.n,
+    if (!check_worker(*run.table, run.op, dim, run.where(), w.worker->label(), w.indices, w.n,
                       w.rows, &w.status, &w.message))
       continue;
     batches.push_back({w.indices, w.n, reinterpret_cast<const float*>(w.rows)});
@@ -411,8 +411,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     run->sent = true;
     return settle(run);
   }
+  // Not Offload::run: this task posts to the loop once per local group on the way, not once
+  // at its end.
   ++run->busy;
-  pool_.submit([this, run] {
+  offload_.pool().submit([this, run] {
     const SparseTable& table = *run->table;
     for (size_t i = 0; i < run->targets.size(); ++i) {
       int group = run->targets[i];
@@ -421,7 +423,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
       if (!local) request(run, group);
       bool last = i + 1 == run->targets.size();
       if (!local && !last) continue;
-      post_([this, run, group, local, last] {
+      offload_.post()([this, run, group, local, last] {
         if (local) request(run, group);
         if (!last) return;
         --run->busy;
@@ -471,7 +473,7 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
 void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
   bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
   ++run->busy;
-  offload(
+  offload_.run(
       heavy,
       [run, group] { run->plan->scatter_group(group, run->group_values(group), run->outs.data()); },
       [this, run] {
@@ -532,20 +534,7 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   for (auto& w : run.workers)
-    if (w.status == PX_OK) w.session->complete(w.request_id, status, message);
-}
-
-void SparseRouter::offload(bool heavy, std::function<void()> work, std::function<void()> then) {
-  if (!heavy) {
-    work();
-    then();
-    return;
-  }
-  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
-  pool_.submit([this, work = std::move(work), shared_then] {
-    work();
-    post_([shared_then] { (*shared_then)(); });
-  });
+    if (w.status == PX_OK) w.worker->complete(w.request_id, status, message);
 }
 
 }  // namespace px

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "daemon/common/job.h"
-#include "daemon/common/thread_pool.h"
+#include "daemon/common/offload.h"
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
 #include "sharding/partition_map.h"
@@ -23,7 +23,6 @@
 
 namespace px {
 
-class Session;
 struct SparseRun;
 
 // What a node holds for one sparse variable.
@@ -73,8 +72,7 @@ SparseCounters sparse_counters(const SparseTable& table);
 
 class SparseRouter {
  public:
-  using PostToLoop = std::function<void(std::function<void()>)>;
-  SparseRouter(ThreadPool& pool, PostToLoop post) : pool_(pool), post_(std::move(post)) {}
+  SparseRouter(ThreadPool& pool, PostToLoop post) : offload_(pool, std::move(post)) {}
 
   void set_fabric(CollectiveTransport* fabric, size_t chunk_bytes) {
     fabric_ = fabric;
@@ -102,7 +100,8 @@ class SparseRouter {
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                 PendingStep pending);
   // One worker's load or read (not steps).
-  void run_single(std::shared_ptr<Session> session, Variable& var, const SubmitEntry& entry);
+  void run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker, Variable& var,
+                  const SubmitEntry& entry);
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);
@@ -123,11 +122,8 @@ class SparseRouter {
   void scatter(const std::shared_ptr<Run>& run, int group);
   void settle(const std::shared_ptr<Run>& run);
   void finish(Run& run, px_status status, const std::string& message);
-  // work off the loop when heavy, then `then` on the loop.
-  void offload(bool heavy, std::function<void()> work, std::function<void()> then);
 
-  ThreadPool& pool_;
-  PostToLoop post_;
+  Offload offload_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 256 * 1024;
   std::string restore_dir_;

@@ -42,14 +42,15 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
       options.partitions ? options.partitions : automatic_partitions(shape.rows, world.node_count);
   table->map = PartitionMap(shape.rows, partitions, world.node_count);
   std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
-  table->owner = std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim,
-                                              options, world.world_size, pool_, post_);
+  table->owner =
+      std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim, options,
+                                   world.world_size, offload_.pool(), offload_.post());
   table->owner->set_names(job.name(), var.name);
   table->replicated = table->owner->replicated();
   table->node = world.node_index;
-  table->channel =
-      std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count, shape.dim,
-                                      chunk_bytes_, table->owner, post_, std::move(node_label));
+  table->channel = std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count,
+                                                   shape.dim, chunk_bytes_, table->owner,
+                                                   offload_.post(), std::move(node_label));
   table->label = label;
   std::string why_partitions = "as asked, one per request";
   if (!options.partitions && !table->replicated) {
