@@ -284,7 +284,6 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
                 who + ": root " + std::to_string(op.root) + " is not a rank of the job (0.." +
                     std::to_string(w.world_size - 1) + ")");
   bool reads_in = opcode != Opcode::kBroadcast || root;
-  if (!out || (reads_in && !in)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   uint64_t elem = dtype_size(var->dtype);
   uint64_t in_bytes = var->bytes, out_bytes = var->bytes, header_bytes = 0;
   uint64_t world = static_cast<uint64_t>(w.world_size);
@@ -303,6 +302,8 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
     out_bytes = total * elem;
     header_bytes = world * sizeof(uint64_t);
   }
+  if (!out || (reads_in && in_bytes > 0 && !in))
+    return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   if (reads_in && in_bytes > 0 && (status = check_host_pointer(c, who, in)) != PX_OK) return status;
   if ((status = check_host_pointer(c, who, out)) != PX_OK) return status;
   const char* ip = static_cast<const char*>(in);

@@ -43,7 +43,8 @@ ShardFileData sample_shard(uint64_t dim, uint32_t slots, size_t rows, float base
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 ManifestData sample_manifest() {
