@@ -172,21 +172,30 @@ int make_completion_epoll(Client* c, std::string* error) {
 
 namespace {
 
+// What every operation starts with: clears *out_request, finds the variable, names it.
+px_status find_operand(px_var* handle, const char* fn, px_request** out_request, VarRef* ref,
+                       std::string* who) {
+  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
+  *out_request = nullptr;
+  if (!find_var(handle, ref)) return stale_handle(fn, "variable", handle);
+  *who = std::string(fn) + "('" + ref->var->name + "')";
+  return PX_OK;
+}
+
 // Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
 // outside the arena, or misaligned, are staged through one arena block.
 px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64_t* indices,
                       uint64_t n, const void* rows_in, void* rows_out, const px_op_options* options,
                       px_request** out_request) {
-  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
-  *out_request = nullptr;
   VarRef ref;
-  if (!find_var(handle, &ref)) return stale_handle(fn, "variable", handle);
+  std::string who;
+  px_status status = find_operand(handle, fn, out_request, &ref, &who);
+  if (status != PX_OK) return status;
   Client* c = ref.client.get();
   Var* var = ref.var;
-  std::string who = std::string(fn) + "('" + var->name + "')";
   if (!var->sparse) return fail(c, PX_ERR_INVALID, who + ": not a sparse variable");
   OpOptions op;
-  px_status status = resolve_options(c, who, options, &op);
+  status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
   const void* rows = rows_out ? rows_out : rows_in;
   if (n > 0 && (!indices || !rows)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
@@ -265,17 +274,16 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
 px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void* in,
                        const uint64_t* counts, void* out, const px_op_options* options,
                        px_request** out_request) {
-  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
-  *out_request = nullptr;
   VarRef ref;
-  if (!find_var(handle, &ref)) return stale_handle(fn, "variable", handle);
+  std::string who;
+  px_status status = find_operand(handle, fn, out_request, &ref, &who);
+  if (status != PX_OK) return status;
   Client* c = ref.client.get();
   Var* var = ref.var;
-  std::string who = std::string(fn) + "('" + var->name + "')";
   if (var->sparse)
     return fail(c, PX_ERR_INVALID, who + ": a sparse variable; use px_pull_rows and px_push_rows");
   OpOptions op;
-  px_status status = resolve_options(c, who, options, &op);
+  status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
   const px_world_info& w = c->world;
   bool root = opcode == Opcode::kBroadcast && op.root == w.rank;
