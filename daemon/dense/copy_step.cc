@@ -22,8 +22,8 @@ struct Copy {
 };
 
 struct CopyRun {
-  explicit CopyRun(const CopyStepContext& c) : context(c) {}
-  CopyStepContext context;
+  explicit CopyRun(const StepContext& c) : context(c) {}
+  StepContext context;
   std::shared_ptr<Job> job;
   Variable* var = nullptr;  // kept alive by job
   Opcode opcode = Opcode::kBroadcast;
@@ -165,7 +165,7 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
 
 }  // namespace
 
-void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Variable& var,
+void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
                    uint16_t opcode, uint64_t step, PendingStep pending) {
   PX_ASSERT_LOOP_THREAD();
   auto run = std::make_shared<CopyRun>(context);

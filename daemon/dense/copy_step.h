@@ -8,20 +8,13 @@
 #include <memory>
 
 #include "daemon/common/job.h"
-#include "daemon/common/offload.h"
-#include "transport/collectives/collective_transport.h"
+#include "daemon/dense/step_context.h"
 
 namespace px {
 
-struct CopyStepContext {
-  const Offload& offload;                 // the scheduler's, which outlives every step
-  CollectiveTransport* fabric = nullptr;  // null on a single node
-  size_t chunk_bytes = 1 << 20;
-};
-
 // Runs one complete local step (every local worker's contribution is in pending). Loop
 // thread only; completes every contribution.
-void run_copy_step(const CopyStepContext& context, std::shared_ptr<Job> job, Variable& var,
+void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
                    uint16_t opcode, uint64_t step, PendingStep pending);
 
 }  // namespace px

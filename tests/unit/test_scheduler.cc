@@ -1,6 +1,8 @@
 // Scheduler (daemon/dense/scheduler.h) without sessions or fabric: fake workers (Completer)
 // submit entries; the checks of admission.h answer refused entries at once, steps are
-// matched across the local workers, reduced (inline or on the pool) and completed.
+// matched across the local workers, reduced (inline or on the pool) and completed. The
+// matcher (step_matcher.h) is also tested alone: it completes no step, so what it hands back
+// and what it leaves pending can be checked directly.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
+#include "daemon/dense/step_matcher.h"
 #include "transport/ipc/control_channel.h"
 
 using namespace px;
@@ -263,4 +267,89 @@ TEST_CASE("scheduler: an opcode is valid only for its kind of variable") {
   fx.submit(0, entry(51, 0, Opcode::kBarrier, 0, in, out));
   CHECK(w.done.back().request_id == 51);
   CHECK(w.done.back().status == PX_OK);
+}
+
+TEST_CASE("step matcher: a step is handed back when the last local worker came, not before") {
+  Fixture fx(3, 16);
+  Variable& var = *fx.job->find(fx.var_id);
+  std::optional<PendingStep> step;
+  for (int r = 0; r < 3; ++r) {
+    FakeWorker& w = *fx.workers[static_cast<size_t>(r)];
+    CHECK(!step);
+    step = match_step(*fx.job, var, r, fx.workers[static_cast<size_t>(r)],
+                      entry(10 + static_cast<uint64_t>(r), fx.var_id, Opcode::kAllreduce, 0,
+                            w.buffer(0, 64), w.buffer(64, 64)),
+                      "");
+    if (r < 2) CHECK(var.pending.size() == 1);
+  }
+  REQUIRE(step);
+  CHECK(var.pending.empty());  // taken out: the executor owns it now
+  CHECK(step->arrived == 3);
+  REQUIRE(step->by_rank.size() == 3);
+  for (size_t r = 0; r < 3; ++r) {
+    REQUIRE(step->by_rank[r]);
+    CHECK(step->by_rank[r]->request_id == 10 + r);
+    CHECK(step->by_rank[r]->worker == fx.workers[r]);
+    CHECK(step->by_rank[r]->out.offset == fx.workers[r]->buffer(64, 64).offset);
+  }
+  for (auto& w : fx.workers) CHECK(w->done.empty());  // the matcher completes no good step
+}
+
+TEST_CASE("step matcher: opcodes and step numbers match apart") {
+  Fixture fx(2, 16);
+  Variable& var = *fx.job->find(fx.var_id);
+  FakeWorker& w0 = *fx.workers[0];
+  BufferRef in = w0.buffer(0, 64), out = w0.buffer(64, 64);
+  CHECK(!match_step(*fx.job, var, 0, fx.workers[0],
+                    entry(1, fx.var_id, Opcode::kAllreduce, 0, in, out), ""));
+  CHECK(!match_step(*fx.job, var, 0, fx.workers[0],
+                    entry(2, fx.var_id, Opcode::kAllreduce, 1, in, out), ""));
+  CHECK(!match_step(*fx.job, var, 0, fx.workers[0],
+                    entry(3, fx.var_id, Opcode::kBroadcast, 0, in, out), ""));
+  CHECK(var.pending.size() == 3);
+  FakeWorker& w1 = *fx.workers[1];
+  auto step = match_step(
+      *fx.job, var, 1, fx.workers[1],
+      entry(4, fx.var_id, Opcode::kBroadcast, 0, w1.buffer(0, 64), w1.buffer(64, 64)), "");
+  REQUIRE(step);
+  CHECK(step->by_rank[0]->request_id == 3);
+  CHECK(var.pending.size() == 2);
+}
+
+TEST_CASE("step matcher: a failed step answers its late arrivals, then is forgotten") {
+  Fixture fx(3, 16);
+  Variable& var = *fx.job->find(fx.var_id);
+  auto submit = [&](int r, uint64_t id, const std::string& invalid) {
+    FakeWorker& w = *fx.workers[static_cast<size_t>(r)];
+    return match_step(
+        *fx.job, var, r, fx.workers[static_cast<size_t>(r)],
+        entry(id, fx.var_id, Opcode::kAllreduce, 0, w.buffer(0, 64), w.buffer(64, 64)), invalid);
+  };
+  CHECK(!submit(0, 1, ""));
+  CHECK(!submit(1, 2, "bad buffer"));
+  REQUIRE(fx.workers[0]->done.size() == 1);
+  CHECK(fx.workers[0]->done[0].status == PX_ERR_INVALID);
+  CHECK(fx.workers[0]->done[0].message == "bad buffer");
+  REQUIRE(fx.workers[1]->done.size() == 1);
+  CHECK(var.pending.size() == 1);  // kept: rank 2 has yet to come
+  CHECK(!submit(2, 3, ""));        // gets the failure, not a new step
+  REQUIRE(fx.workers[2]->done.size() == 1);
+  CHECK(fx.workers[2]->done[0].status == PX_ERR_INVALID);
+  CHECK(var.pending.empty());
+}
+
+TEST_CASE("step matcher: failing a variable completes its waiting contributions, named") {
+  Fixture fx(2, 16);
+  Variable& var = *fx.job->find(fx.var_id);
+  FakeWorker& w0 = *fx.workers[0];
+  CHECK(!match_step(*fx.job, var, 0, fx.workers[0],
+                    entry(5, fx.var_id, Opcode::kAllreduce, 0, w0.buffer(0, 64), w0.buffer(64, 64)),
+                    ""));
+  fail_pending_steps(var, PX_ERR_MISMATCH, "fingerprints differ");
+  REQUIRE(w0.done.size() == 1);
+  CHECK(w0.done[0].request_id == 5);
+  CHECK(w0.done[0].status == PX_ERR_MISMATCH);
+  CHECK(w0.done[0].message == "fingerprints differ (variable 'v', step 0)");
+  CHECK(var.pending.empty());
+  CHECK(!withdraw_from_step(*fx.job, 0, w0, 5, "late", nullptr));  // nothing waits any more
 }

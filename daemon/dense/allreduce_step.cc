@@ -1,0 +1,189 @@
+#include "daemon/dense/allreduce_step.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
+#include "daemon/dense/admission.h"
+#include "transport/collectives/ring_allreduce.h"
+#include "transport/ipc/control_channel.h"
+#include "transport/kernels/reduce.h"
+
+namespace px {
+namespace {
+
+// Steps up to this many bytes per worker are reduced on the loop thread: handing them to
+// the pool would cost more (a thread wake-up each way) than the reduction itself.
+constexpr uint64_t kInlineReduceBytes = 64 * 1024;
+// Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
+constexpr uint64_t kChunkBytes = 128 * 1024;
+
+std::string step_suffix(const Variable& var, uint64_t step) {
+  return px::step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
+}
+
+struct Run {
+  explicit Run(const StepContext& c) : context(c) {}
+  StepContext context;
+  std::shared_ptr<Job> job;
+  Variable* var = nullptr;  // kept alive by job
+  uint64_t step = 0;
+  std::vector<std::shared_ptr<Completer>> workers;
+  std::vector<uint64_t> request_ids;
+  std::vector<const char*> inputs;
+  std::vector<char*> outputs;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  unsigned mean_divisor = 1;
+  int64_t start_ns = 0;
+  int32_t barrier_word = 0;  // what a cluster barrier allreduces
+};
+
+// The three kinds of slice work; a plain function pointer, so a slice calls no
+// std::function.
+using SliceWork = void (*)(Run& run, size_t begin, size_t end);
+
+// Single node: each chunk is reduced into the first output, then copied to the others
+// while it is still in cache.
+void reduce_and_fan_out(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    size_t offset = at * elem;
+    for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + offset;
+    char* result = run.outputs[0] + offset;
+    reduce_buffers(run.dtype, run.op, result, sources.data(), n, len, run.mean_divisor);
+    for (size_t r = 1; r < n; ++r) std::memcpy(run.outputs[r] + offset, result, len * elem);
+  }
+}
+
+// Cluster, before the ring: the local sum (or min, max, product) into the first output.
+void reduce_only(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t n = run.inputs.size();
+  std::vector<const void*> sources(n);
+  for (size_t r = 0; r < n; ++r) sources[r] = run.inputs[r] + begin * elem;
+  // Means are divided after the cross-node sum, by the global worker count.
+  ReduceOp op = run.op == ReduceOp::kMean ? ReduceOp::kSum : run.op;
+  reduce_buffers(run.dtype, op, run.outputs[0] + begin * elem, sources.data(), n, end - begin, 1);
+}
+
+// Cluster, after the ring: a mean divided, then the result copied to the other outputs.
+void scale_and_fan_out(Run& run, size_t begin, size_t end) {
+  size_t elem = dtype_size(run.dtype);
+  size_t chunk = std::max<size_t>(1, kChunkBytes / elem);
+  for (size_t at = begin; at < end; at += chunk) {
+    size_t len = std::min(chunk, end - at);
+    char* result = run.outputs[0] + at * elem;
+    if (run.op == ReduceOp::kMean) {
+      const void* self[1] = {result};
+      reduce_buffers(run.dtype, ReduceOp::kMean, result, self, 1, len, run.mean_divisor);
+    }
+    for (size_t r = 1; r < run.outputs.size(); ++r)
+      std::memcpy(run.outputs[r] + at * elem, result, len * elem);
+  }
+}
+
+void finish(Run& run, px_status status, const std::string& message) {
+  Variable& var = *run.var;
+  if (status == PX_OK) {
+    var.stats.ops += 1;
+    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.workers.size();
+  }
+  var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  for (size_t r = 0; r < run.workers.size(); ++r)
+    run.workers[r]->complete(run.request_ids[r], status, message);
+}
+
+// Runs work over [0, count) (inline when small, else in slices on the pool), then `then`
+// on the loop thread.
+void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<void()> then) {
+  uint64_t bytes = run->count * dtype_size(run->dtype);
+  // Up to one slice per kChunkBytes (and per pool thread), each a whole number of 64-byte
+  // lines so no two threads write one line.
+  run->context.offload.run_sliced(
+      bytes > kInlineReduceBytes, run->count, bytes / kChunkBytes, 64 / dtype_size(run->dtype),
+      [run, work](size_t begin, size_t end) { work(*run, begin, end); }, std::move(then));
+}
+
+void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error) {
+  if (!ok) {
+    Job& job = *run->job;
+    std::string why =
+        !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
+    return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
+  }
+  run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
+}
+
+void cross_node(const std::shared_ptr<Run>& run) {
+  Variable& var = *run->var;
+  Job& job = *run->job;
+  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
+  if (!job.broken().empty())
+    return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
+  uint32_t id = var.id == 0 ? job.barrier_id() : var.global_id;
+  if (id == 0) {  // the nodes have not all registered the variable yet
+    var.awaiting_global_id.push_back([run] { cross_node(run); });
+    return;
+  }
+  RingAllreduceSpec spec;
+  if (var.id == 0) {
+    spec.buffer = &run->barrier_word;
+    spec.count = 1;
+    spec.dtype = DType::kI32;
+    spec.tag_base = make_tag(operation_info(Opcode::kBarrier).tag, id, run->step);
+  } else {
+    spec.buffer = run->outputs[0];
+    spec.count = run->count;
+    spec.dtype = run->dtype;
+    spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
+    spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
+  }
+  spec.chunk_bytes = run->context.chunk_bytes;
+  ThreadPool& pool = run->context.offload.pool();
+  start_ring_allreduce(
+      *run->context.fabric, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
+      [run](bool ok, const std::string& error) {
+        run->context.offload.post()([run, ok, error] { after_cross_node(run, ok, error); });
+      });
+}
+
+}  // namespace
+
+void run_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
+                        uint64_t step, PendingStep pending) {
+  PX_ASSERT_LOOP_THREAD();
+  auto run = std::make_shared<Run>(context);
+  run->job = std::move(job);
+  run->var = &var;
+  run->step = step;
+  run->dtype = var.fingerprint.dtype;
+  run->op = var.fingerprint.op;
+  run->count = var.id == 0 ? 0 : var.fingerprint.count;  // a barrier reduces no data
+  run->mean_divisor = static_cast<unsigned>(run->job->world().world_size);
+  run->start_ns = monotonic_ns();
+  var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  for (auto& c : pending.by_rank) {
+    char* base = c->worker->arena().base();
+    run->workers.push_back(c->worker);
+    run->request_ids.push_back(c->request_id);
+    run->inputs.push_back(base + c->in.offset);
+    run->outputs.push_back(base + c->out.offset);
+  }
+  if (!run->context.fabric) {
+    run_sliced(run, reduce_and_fan_out, [run] { finish(*run, PX_OK, ""); });
+    return;
+  }
+  run_sliced(run, reduce_only, [run] { cross_node(run); });
+}
+
+}  // namespace px

@@ -1,0 +1,18 @@
+// What a dense step's executor (allreduce_step, copy_step) needs from the scheduler that
+// starts it: one struct, so a new collective's executor takes the same three things.
+#pragma once
+
+#include <cstddef>
+
+#include "daemon/common/offload.h"
+#include "transport/collectives/collective_transport.h"
+
+namespace px {
+
+struct StepContext {
+  const Offload& offload;                 // the scheduler's, which outlives every step
+  CollectiveTransport* fabric = nullptr;  // null on a single node
+  size_t chunk_bytes = 1 << 20;           // the cross-node collectives' chunk
+};
+
+}  // namespace px
