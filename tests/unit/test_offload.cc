@@ -15,45 +15,9 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/offload.h"
 #include "daemon/common/thread_pool.h"
+#include "tests/unit/manual_loop.h"
 
 using namespace px;
-
-namespace {
-
-// The test thread plays the loop: posted functions wait until it runs them.
-class ManualLoop {
- public:
-  PostToLoop poster() {
-    return [this](std::function<void()> fn) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        queue_.push_back(std::move(fn));
-      }
-      cv_.notify_one();
-    };
-  }
-  bool run_until(const std::function<bool()>& done) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done()) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (!cv_.wait_until(lock, deadline, [this] { return !queue_.empty(); })) return false;
-        fn = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      fn();
-    }
-    return true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-};
-
-}  // namespace
 
 TEST_CASE("offload: light work and its then run inline, in order, on the caller") {
   ManualLoop loop;
