@@ -66,7 +66,8 @@ std::string peer_address(const uv_tcp_t* tcp) {
 
 using cluster_detail::build;
 
-Cluster::Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fabric, Events events)
+Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric,
+                 Events events)
     : loop_(loop),
       config_(config),
       fabric_(fabric),

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "daemon/cluster/agreement.h"
+#include "daemon/cluster/cluster_config.h"
 #include "daemon/common/job.h"
-#include "daemon/front/config.h"
 #include "transport/fabric/cluster_wire.h"
 #include "transport/fabric/fabric_endpoint.h"
 
@@ -41,7 +41,7 @@ class Cluster {
         job_broken;
   };
 
-  Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fabric, Events events);
+  Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
   ~Cluster();
 
   bool start(std::string* error);
@@ -106,7 +106,7 @@ class Cluster {
   std::string timeout_reason() const;  // the kernel's TCP timeout (ETIMEDOUT)
 
   uv_loop_t* loop_;
-  DaemonConfig config_;
+  ClusterConfig config_;
   FabricEndpoint& fabric_;
   Events events_;
   bool coordinator_ = false;
