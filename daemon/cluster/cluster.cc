@@ -66,8 +66,13 @@ std::string peer_address(const uv_tcp_t* tcp) {
 
 using cluster_detail::build;
 
-Cluster::Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fabric, Events events)
-    : loop_(loop), config_(config), fabric_(fabric), events_(std::move(events)) {
+Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric,
+                 Events events)
+    : loop_(loop),
+      config_(config),
+      fabric_(fabric),
+      events_(std::move(events)),
+      agreement_(config.node_count, [this](int node) { return node_label(node); }) {
   coordinator_ = config_.node_index == 0;
   hosts_ = config_.nodes;
   if (hosts_.empty()) {

@@ -2,21 +2,21 @@
 // cluster-wide agreement on jobs and variables, and news of lost nodes. Star topology: every
 // node keeps one connection to the coordinator, which relays what all must hear; heartbeats
 // on those connections tell a hung daemon from a quiet one. The code is in three files:
-// cluster.cc (both sides, the member side), cluster_coordinator.cc (joins, agreement,
-// relaying) and cluster_liveness.cc (heartbeats, silence, keep-alive).
+// cluster.cc (both sides, the member side), cluster_coordinator.cc (joins, relaying, the
+// agreement's verdicts as messages) and cluster_liveness.cc (heartbeats, silence,
+// keep-alive); the agreement itself, which has no sockets, is in agreement.h.
 #pragma once
 
 #include <uv.h>
 
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/agreement.h"
+#include "daemon/cluster/cluster_config.h"
 #include "daemon/common/job.h"
-#include "daemon/front/config.h"
 #include "transport/fabric/cluster_wire.h"
 #include "transport/fabric/fabric_endpoint.h"
 
@@ -41,7 +41,7 @@ class Cluster {
         job_broken;
   };
 
-  Cluster(uv_loop_t* loop, const DaemonConfig& config, FabricEndpoint& fabric, Events events);
+  Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
   ~Cluster();
 
   bool start(std::string* error);
@@ -61,15 +61,8 @@ class Cluster {
  private:
   struct Connection;
   struct WriteRequest;
-  struct VarAgreement {
-    std::vector<std::optional<Fingerprint>> by_node;
-    bool decided = false;
-    // The verdict, for a node that registers after it (a node whose own workers disagreed
-    // decides it early).
-    std::shared_ptr<capnp::MallocMessageBuilder> verdict;
-  };
-  // Records and sends a verdict to every node (the coordinator included).
-  void announce(VarAgreement& agreement, std::unique_ptr<capnp::MallocMessageBuilder> verdict);
+  // Sends the agreement's verdict where it goes (the coordinator included).
+  void deliver(const Agreement::Verdict& verdict);
 
   // Coordinator side.
   bool listen(std::string* error);
@@ -113,7 +106,7 @@ class Cluster {
   std::string timeout_reason() const;  // the kernel's TCP timeout (ETIMEDOUT)
 
   uv_loop_t* loop_;
-  DaemonConfig config_;
+  ClusterConfig config_;
   FabricEndpoint& fabric_;
   Events events_;
   bool coordinator_ = false;
@@ -136,9 +129,7 @@ class Cluster {
   std::vector<Connection*> node_links_;        // by node index; [0] is ourselves (null)
   std::vector<std::string> fabric_addresses_;  // by node index
   int joined_ = 0;
-  std::map<std::string, std::vector<std::optional<uint32_t>>> job_sizes_;
-  std::map<std::pair<std::string, std::string>, VarAgreement> vars_;
-  uint32_t next_global_id_ = 1;
+  Agreement agreement_;  // on jobs and variables; what it decides, deliver() sends
 };
 
 }  // namespace px

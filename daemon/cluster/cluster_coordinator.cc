@@ -1,5 +1,6 @@
-// The coordinator's side of the control plane: joins (and refusals), agreement on jobs and
-// variables, relaying what every node must hear.
+// The coordinator's side of the control plane: joins (and refusals), carrying the reports
+// on jobs and variables to the agreement (agreement.h) and its verdicts to the nodes,
+// relaying what every node must hear.
 #include <algorithm>
 
 #include "daemon/cluster/cluster_internal.h"
@@ -147,90 +148,15 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
   switch (body.which()) {
     case Envelope::Body::JOB_JOIN: {
       auto j = body.getJobJoin();
-      auto& sizes = job_sizes_[j.getJob()];
-      sizes.resize(static_cast<size_t>(config_.node_count));
-      sizes[static_cast<size_t>(node)] = j.getLocalSize();
-      for (auto& s : sizes)
-        if (!s) return;
-      auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
-        auto world = b.initJobWorld();
-        world.setJob(j.getJob());
-        auto list = world.initLocalSizes(static_cast<unsigned>(sizes.size()));
-        for (size_t i = 0; i < sizes.size(); ++i) list.set(static_cast<unsigned>(i), *sizes[i]);
-        world.setBarrierId(next_global_id_++);
-      });
-      job_sizes_.erase(std::string(j.getJob()));
-      // A new run of the job (every node's workers joined afresh): its variables are
-      // agreed on afresh, under new ids.
-      std::string job(j.getJob());
-      for (auto it = vars_.lower_bound({job, ""}); it != vars_.end() && it->first.first == job;)
-        it = vars_.erase(it);
-      broadcast(frame_envelope(*message));
-      member_handle(message->getRoot<Envelope>().asReader());
+      if (auto verdict = agreement_.job_joined(node, j.getJob(), j.getLocalSize()))
+        deliver(*verdict);
       return;
     }
     case Envelope::Body::REGISTER_VAR: {
       auto r = body.getRegisterVar();
-      auto key = std::make_pair(std::string(r.getJob()), std::string(r.getName()));
-      VarAgreement& agreement = vars_[key];
-      agreement.by_node.resize(static_cast<size_t>(config_.node_count));
-      Fingerprint fingerprint = read_fingerprint(r);
-      auto& mine = agreement.by_node[static_cast<size_t>(node)];
-      if (mine && !(*mine == fingerprint)) {
-        // The node's own workers disagree: the variable is poisoned there, so everywhere.
-        std::string message = "variable '" + key.second + "' of job '" + key.first +
-                              "' is registered on " + node_label(node) + " as " +
-                              mine->describe_difference(fingerprint) + " and as " +
-                              fingerprint.describe_difference(*mine);
-        agreement.decided = true;
-        announce(agreement, build(config_.cluster, [&](Envelope::Body::Builder b) {
-                   auto mismatch = b.initVarMismatch();
-                   mismatch.setJob(key.first);
-                   mismatch.setName(key.second);
-                   mismatch.setMessage(message);
-                 }));
-        return;
-      }
-      if (agreement.decided) {
-        if (!mine && agreement.verdict) {  // decided before this node registered: tell it
-          mine = fingerprint;
-          if (node == 0) {
-            member_handle(agreement.verdict->getRoot<Envelope>().asReader());
-          } else {
-            send_to_node(node, frame_envelope(*agreement.verdict));
-          }
-        }
-        return;
-      }
-      mine = fingerprint;
-      for (auto& f : agreement.by_node)
-        if (!f) return;
-      agreement.decided = true;
-      bool same = true;
-      std::string shapes;
-      for (size_t i = 0; i < agreement.by_node.size(); ++i) {
-        same = same && *agreement.by_node[i] == *agreement.by_node[0];
-        const Fingerprint& first = *agreement.by_node[0];
-        const Fingerprint& f = *agreement.by_node[i];
-        shapes +=
-            (i ? ", " : "") + node_label(static_cast<int>(i)) + ": " +
-            (i == 0 ? f.describe_difference(*agreement.by_node[1]) : f.describe_difference(first));
-      }
-      auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
-        if (same) {
-          auto ready = b.initVarReady();
-          ready.setJob(key.first);
-          ready.setName(key.second);
-          ready.setGlobalId(next_global_id_++);
-        } else {
-          auto mismatch = b.initVarMismatch();
-          mismatch.setJob(key.first);
-          mismatch.setName(key.second);
-          mismatch.setMessage("variable '" + key.second + "' of job '" + key.first +
-                              "' differs across nodes: " + shapes);
-        }
-      });
-      announce(agreement, std::move(message));
+      if (auto verdict =
+              agreement_.var_registered(node, r.getJob(), r.getName(), read_fingerprint(r)))
+        deliver(*verdict);
       return;
     }
     case Envelope::Body::JOB_BROKEN: {
@@ -253,11 +179,42 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
   }
 }
 
-void Cluster::announce(VarAgreement& agreement,
-                       std::unique_ptr<capnp::MallocMessageBuilder> verdict) {
-  agreement.verdict = std::move(verdict);
-  broadcast(frame_envelope(*agreement.verdict));
-  member_handle(agreement.verdict->getRoot<Envelope>().asReader());
+void Cluster::deliver(const Agreement::Verdict& verdict) {
+  using Kind = Agreement::Verdict::Kind;
+  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+    switch (verdict.kind) {
+      case Kind::kJobWorld: {
+        auto world = b.initJobWorld();
+        world.setJob(verdict.job);
+        auto list = world.initLocalSizes(static_cast<unsigned>(verdict.local_sizes.size()));
+        for (size_t i = 0; i < verdict.local_sizes.size(); ++i)
+          list.set(static_cast<unsigned>(i), verdict.local_sizes[i]);
+        world.setBarrierId(verdict.id);
+        return;
+      }
+      case Kind::kVarReady: {
+        auto ready = b.initVarReady();
+        ready.setJob(verdict.job);
+        ready.setName(verdict.var);
+        ready.setGlobalId(verdict.id);
+        return;
+      }
+      case Kind::kVarMismatch: {
+        auto mismatch = b.initVarMismatch();
+        mismatch.setJob(verdict.job);
+        mismatch.setName(verdict.var);
+        mismatch.setMessage(verdict.message);
+        return;
+      }
+    }
+  });
+  // The coordinator is node 0 too: it acts on the verdict as a member would.
+  if (verdict.to == Agreement::Verdict::kEveryNode) broadcast(frame_envelope(*message));
+  if (verdict.to == Agreement::Verdict::kEveryNode || verdict.to == 0) {
+    member_handle(message->getRoot<Envelope>().asReader());
+  } else {
+    send_to_node(verdict.to, frame_envelope(*message));
+  }
 }
 
 void Cluster::send_to_node(int node, const std::string& frame) {

@@ -337,4 +337,17 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
   return true;
 }
 
+ClusterConfig cluster_config(const DaemonConfig& config) {
+  ClusterConfig c;
+  c.cluster = config.cluster;
+  c.node_index = config.node_index;
+  c.node_count = config.node_count;
+  c.nodes = config.nodes;
+  c.coordinator = config.coordinator;
+  c.listen = config.listen;
+  c.startup_timeout_ms = config.startup_timeout_ms;
+  c.peer_silence_ms = config.peer_silence_ms;
+  return c;
+}
+
 }  // namespace px

@@ -5,12 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/cluster_config.h"  // ClusterConfig, kMaxNodeIndex
 #include "daemon/common/log.h"
 
 namespace px {
-
-// The highest node_index a configuration may give (a Join claiming more is malformed).
-constexpr int kMaxNodeIndex = 1023;
 
 struct DaemonConfig {
   std::string socket_path = "/run/parallax/parallaxd.sock";
@@ -54,5 +52,7 @@ bool load_config_file(const std::string& path, DaemonConfig* config, std::string
 DaemonConfig parse_command_line(int argc, char** argv);
 // Checks cross-field consistency and fills derived fields; false with error if invalid.
 bool finalize_config(DaemonConfig* config, std::string* error);
+// The part of config the control plane reads (daemon/cluster/ knows no DaemonConfig).
+ClusterConfig cluster_config(const DaemonConfig& config);
 
 }  // namespace px

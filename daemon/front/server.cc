@@ -167,7 +167,8 @@ bool Server::start_cluster(std::string* error) {
     PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
     break_job(job, why, true);
   };
-  cluster_ = std::make_unique<Cluster>(&loop_, config_, *fabric_, std::move(events));
+  cluster_ =
+      std::make_unique<Cluster>(&loop_, cluster_config(config_), *fabric_, std::move(events));
   return cluster_->start(error);
 }
 

@@ -1,0 +1,28 @@
+// What the control plane needs to know of its node's configuration. The front fills it from
+// its DaemonConfig (cluster_config() in daemon/front/config.h), so that the cluster layer
+// depends on nothing above it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace px {
+
+// The highest node_index a configuration may give (a Join claiming more is malformed).
+constexpr int kMaxNodeIndex = 1023;
+
+struct ClusterConfig {
+  std::string cluster = "parallax";  // every node's name must match
+  int node_index = 0;                // 0 is the coordinator
+  int node_count = 1;
+  // Either nodes (host:port of every node's control port, by index) or coordinator.
+  std::vector<std::string> nodes;
+  std::string coordinator;
+  std::string listen;  // what the coordinator binds (default: its entry in nodes)
+  int64_t startup_timeout_ms = 60000;
+  // Nothing (not even a heartbeat) heard on a control connection this long: the node is lost.
+  int64_t peer_silence_ms = 10000;
+};
+
+}  // namespace px
