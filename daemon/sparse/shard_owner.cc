@@ -8,8 +8,6 @@
 #include "daemon/common/status_join.h"
 #include "sharding/coalesce.h"
 #include "sharding/request_groups.h"
-#include "transport/collectives/ring_allgatherv.h"
-#include "transport/collectives/ring_allreduce.h"
 
 namespace px {
 namespace {
@@ -26,16 +24,19 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
       replicated_(options.route == Route::kAllgatherv || options.route == Route::kAllreduce),
       node_(node),
       node_count_(map.nodes()),
-      pool_(pool),
-      post_(post),
       dim_(dim),
       options_(options),
       world_size_(world_size),
       store_(replicated_ ? PartitionMap(map.rows(), 1, 1) : map, replicated_ ? 0 : node, dim,
              options),
-      queue_(std::make_shared<SerialQueue>(pool, std::move(post))) {
+      queue_(std::make_shared<SerialQueue>(pool, post)) {
   if (replicated_) {
     units_.resize(1);
+    exchange_ = std::make_unique<ReplicatedExchange>(
+        label_, options.route, node, node_count_, dim, store_.owned_rows(), pool, std::move(post),
+        queue_, [this](uint64_t step, std::vector<ShardRequest> batches) {
+          exchanged(step, std::move(batches));
+        });
   } else {
     unit_of_partition_.assign(map.partitions(), -1);
     held_ = map.partitions_of(node);
@@ -56,9 +57,7 @@ ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
 
 void ShardOwner::attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes) {
   PX_ASSERT_LOOP_THREAD();
-  fabric_ = fabric;
-  global_id_ = global_id;
-  chunk_bytes_ = chunk_bytes;
+  if (exchange_) exchange_->attach(fabric, global_id, chunk_bytes);
 }
 
 bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
@@ -288,7 +287,7 @@ void ShardOwner::push(ShardRequest r) {
   Unit& unit = *unit_of(r);
   ++unit.pushes_by_node[static_cast<size_t>(r.from_node)];
   if (replicated_) {
-    exchange(std::move(r));
+    exchange_->exchange(std::move(r));
   } else if (options_.consistency != Consistency::kSync) {
     // Applied on arrival, each node's push on its own.
     std::vector<ShardRequest> one;
@@ -372,164 +371,16 @@ void ShardOwner::serve_ready_pulls() {
   waiting_pulls_ = std::move(still_waiting);
 }
 
-// A replicated route's push step on its way through the collective.
-struct ShardOwner::Exchange {
-  uint64_t step = 0;
-  ShardRequest mine;
-  std::vector<uint64_t> counts;  // allgatherv: rows per node
-  std::vector<char> gathered;    // allgatherv: every node's rows, then values
-  std::vector<float> dense;      // allreduce: rows x (dim + 1)
-  std::vector<int64_t> rows;     // allreduce: the touched rows, summed values
-  std::vector<float> values;
-  std::vector<ShardRequest> batches;  // by node (allreduce: one, already summed)
-};
-
-void ShardOwner::exchange(ShardRequest mine) {
-  auto ex = std::make_shared<Exchange>();
-  ex->step = mine.step;
-  ex->mine = std::move(mine);
-  if (!fabric_ || node_count_ == 1) {
-    ShardRequest batch;
-    batch.rows = ex->mine.rows;
-    batch.values = ex->mine.values;
-    batch.count = ex->mine.count;
-    batch.keep_alive = ex;
-    ex->batches.push_back(std::move(batch));
-    return exchanged(ex);
-  }
-  if (options_.route == Route::kAllgatherv) return exchange_allgatherv(ex);
-  exchange_allreduce(ex);
-}
-
-void ShardOwner::exchange_allgatherv(const std::shared_ptr<Exchange>& ex) {
-  size_t nodes = static_cast<size_t>(node_count_);
-  ex->counts.assign(nodes, 0);
-  ex->counts[static_cast<size_t>(node_)] = ex->mine.count;
-  AllgathervSpec counts;
-  counts.buffer = ex->counts.data();
-  counts.block_bytes.assign(nodes, sizeof(uint64_t));
-  counts.tag_base = make_tag(TagKind::kSparseCounts, global_id_, ex->step);
-  bytes_sent_ += (nodes - 1) * sizeof(uint64_t);
-  bytes_received_ += (nodes - 1) * sizeof(uint64_t);
-  start_ring_allgatherv(*fabric_, counts, [this, ex](bool ok, const std::string& error) {
-    post_([this, ex, ok, error] {
-      if (!ok) {
-        PX_LOG_ERROR("%s: push step %llu: exchanging row counts failed: %s", label_.c_str(),
-                     static_cast<unsigned long long>(ex->step), error.c_str());
-        return;
-      }
-      size_t nodes = static_cast<size_t>(node_count_);
-      size_t row_bytes = sizeof(int64_t) + dim_ * sizeof(float);
-      AllgathervSpec data;
-      data.block_bytes.resize(nodes);
-      std::vector<size_t> offset(nodes + 1, 0);
-      for (size_t i = 0; i < nodes; ++i) {
-        data.block_bytes[i] = ex->counts[i] * row_bytes;
-        offset[i + 1] = offset[i] + data.block_bytes[i];
-      }
-      ex->gathered.resize(offset[nodes]);
-      // This node's block: its rows, then its values.
-      char* own = ex->gathered.data() + offset[static_cast<size_t>(node_)];
-      std::memcpy(own, ex->mine.rows, ex->mine.count * sizeof(int64_t));
-      std::memcpy(own + ex->mine.count * sizeof(int64_t), ex->mine.values,
-                  ex->mine.count * dim_ * sizeof(float));
-      for (size_t i = 0; i < nodes; ++i) {
-        char* block = ex->gathered.data() + offset[i];
-        ShardRequest batch;
-        batch.rows = reinterpret_cast<const int64_t*>(block);
-        batch.values = reinterpret_cast<const float*>(block + ex->counts[i] * sizeof(int64_t));
-        batch.count = ex->counts[i];
-        ex->batches.push_back(std::move(batch));
-      }
-      bytes_sent_ += offset[nodes] - data.block_bytes[(static_cast<size_t>(node_) + 1) % nodes];
-      bytes_received_ += offset[nodes] - data.block_bytes[static_cast<size_t>(node_)];
-      data.buffer = ex->gathered.data();
-      data.tag_base = make_tag(TagKind::kAllgatherv, global_id_, ex->step);
-      data.chunk_bytes = chunk_bytes_;
-      start_ring_allgatherv(*fabric_, data, [this, ex](bool ok, const std::string& error) {
-        post_([this, ex, ok, error] {
-          if (!ok)
-            return PX_LOG_ERROR("%s: push step %llu: the allgatherv failed: %s", label_.c_str(),
-                                static_cast<unsigned long long>(ex->step), error.c_str());
-          exchanged(ex);
-        });
-      });
-    });
-  });
-}
-
-void ShardOwner::exchange_allreduce(const std::shared_ptr<Exchange>& ex) {
-  size_t width = dim_ + 1;
-  uint64_t rows = store_.owned_rows();
-  // Densify off the loop (the buffer is the whole table), then allreduce, then collect the
-  // rows someone touched.
-  queue_->push(
-      true,
-      [this, ex, width, rows] {
-        ex->dense.assign(rows * width, 0.0f);
-        for (size_t i = 0; i < ex->mine.count; ++i) {
-          float* at = ex->dense.data() + static_cast<size_t>(ex->mine.rows[i]) * width;
-          for (size_t c = 0; c < dim_; ++c) at[c] += ex->mine.values[i * dim_ + c];
-          at[dim_] += 1.0f;
-        }
-      },
-      [this, ex, width, rows] {
-        RingAllreduceSpec spec;
-        spec.buffer = ex->dense.data();
-        spec.count = rows * width;
-        spec.dtype = DType::kF32;
-        spec.op = ReduceOp::kSum;
-        spec.tag_base = make_tag(TagKind::kAllreduce, global_id_, ex->step);
-        spec.chunk_bytes = chunk_bytes_;
-        uint64_t bytes = spec.count * sizeof(float);
-        uint64_t moved = 2 * (static_cast<uint64_t>(node_count_) - 1) * bytes /
-                         static_cast<uint64_t>(node_count_);
-        bytes_sent_ += moved;
-        bytes_received_ += moved;
-        ThreadPool& pool = pool_;
-        start_ring_allreduce(
-            *fabric_, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
-            [this, ex, width, rows](bool ok, const std::string& error) {
-              post_([this, ex, width, rows, ok, error] {
-                if (!ok)
-                  return PX_LOG_ERROR("%s: push step %llu: the allreduce failed: %s",
-                                      label_.c_str(), static_cast<unsigned long long>(ex->step),
-                                      error.c_str());
-                queue_->push(
-                    true,
-                    [this, ex, width, rows] {
-                      for (uint64_t r = 0; r < rows; ++r) {
-                        const float* at = ex->dense.data() + r * width;
-                        if (at[dim_] == 0.0f) continue;
-                        ex->rows.push_back(static_cast<int64_t>(r));
-                        ex->values.insert(ex->values.end(), at, at + dim_);
-                      }
-                      std::vector<float>().swap(ex->dense);
-                    },
-                    [this, ex] {
-                      ShardRequest batch;
-                      batch.rows = ex->rows.data();
-                      batch.values = ex->values.data();
-                      batch.count = ex->rows.size();
-                      ex->batches.push_back(std::move(batch));
-                      exchanged(ex);
-                    });
-              });
-            });
-      });
-}
-
 // Applies exchanged steps in step order; every node's push of the step is in.
-void ShardOwner::exchanged(const std::shared_ptr<Exchange>& ex) {
-  exchanged_[ex->step] = ex;
+void ShardOwner::exchanged(uint64_t step, std::vector<ShardRequest> batches) {
+  exchanged_[step] = std::move(batches);
   Unit& unit = units_[0];
   for (;;) {
     auto it = exchanged_.find(unit.applied_steps);
     if (it == exchanged_.end()) return;
-    std::shared_ptr<Exchange> ready = it->second;
+    std::vector<ShardRequest> ready = std::move(it->second);
     exchanged_.erase(it);
-    for (auto& b : ready->batches) b.keep_alive = ready;
-    apply(unit, std::move(ready->batches));
+    apply(unit, std::move(ready));
     ++unit.applied_steps;
     for (auto& pushed : unit.pushes_by_node) pushed = std::max(pushed, unit.applied_steps);
     serve_ready_pulls();

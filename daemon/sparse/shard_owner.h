@@ -5,9 +5,8 @@
 //
 // Routes: ps/hybrid hold this node's partitions and receive every node's pushes. The
 // replicated routes hold the whole table on every node; a push step is exchanged with the
-// other nodes by a collective (allgatherv: the nodes' coalesced rows; allreduce: the
-// gradient densified to rows x (dim + 1), the extra column counting who touched a row),
-// then every replica applies the identical update.
+// other nodes by a collective (replicated_exchange.h), then every replica applies the
+// identical update, in step order.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +20,8 @@
 
 #include "daemon/common/serial_queue.h"
 #include "daemon/common/status_join.h"
+#include "daemon/sparse/replicated_exchange.h"
+#include "daemon/sparse/shard_request.h"
 #include "parallax_c.h"
 #include "sharding/checkpoint.h"
 #include "sharding/shard_store.h"
@@ -28,25 +29,6 @@
 #include "transport/fabric/sparse_wire.h"
 
 namespace px {
-
-struct ShardRequest {
-  int from_node = 0;
-  SparseOp op = SparseOp::kPull;
-  // ps/hybrid pulls and pushes: with groups = 0 the partition they cover; otherwise group
-  // `partition` of the `groups` this node's partitions are dealt into (request_groups.h),
-  // which handle() splits into one request per partition.
-  uint32_t partition = kAllPartitions;
-  uint32_t groups = 0;
-  uint64_t step = 0;
-  size_t count = 0;
-  const int64_t* rows = nullptr;
-  const float* values = nullptr;  // push, load: count x dim
-  float* out = nullptr;           // pull, read: count x dim
-  size_t whole_count = 0;         // split from a group request of this many rows (0: not)
-  // Called on the loop thread once done (not for pushes from other nodes: they get none).
-  StatusCallback done;
-  std::shared_ptr<void> keep_alive;  // owns rows / values / out
-};
 
 class ShardOwner {
  public:
@@ -71,8 +53,8 @@ class ShardOwner {
   uint64_t store_bytes() const { return store_.bytes(); }
   uint64_t owned_rows() const { return store_.owned_rows(); }
   uint64_t rows_applied() const { return rows_applied_; }
-  uint64_t bytes_sent() const { return bytes_sent_; }
-  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_sent() const { return exchange_ ? exchange_->bytes_sent() : 0; }
+  uint64_t bytes_received() const { return exchange_ ? exchange_->bytes_received() : 0; }
 
  private:
   // The step bookkeeping of one partition (ps/hybrid: pushes and pulls go per partition,
@@ -97,23 +79,14 @@ class ShardOwner {
   void apply_sync_steps(Unit& unit);
   void apply(Unit& unit, std::vector<ShardRequest> batches);
   void serve_ready_pulls();
-  // Replicated routes.
-  struct Exchange;
-  void exchange(ShardRequest mine);
-  void exchange_allgatherv(const std::shared_ptr<Exchange>& ex);
-  void exchange_allreduce(const std::shared_ptr<Exchange>& ex);
-  void exchanged(const std::shared_ptr<Exchange>& ex);
+  // Replicated routes: a push step's batches, every node's rows in.
+  void exchanged(uint64_t step, std::vector<ShardRequest> batches);
 
   std::string label_;
   std::string job_, variable_;
   bool replicated_;
   int node_;
   int node_count_;
-  ThreadPool& pool_;
-  PostToLoop post_;
-  CollectiveTransport* fabric_ = nullptr;
-  uint32_t global_id_ = 0;
-  size_t chunk_bytes_ = 256 * 1024;
   size_t dim_;
   SparseOptions options_;
   int world_size_;
@@ -124,10 +97,9 @@ class ShardOwner {
   std::vector<int32_t> unit_of_partition_;  // ps/hybrid: -1 where not owned
   std::vector<uint32_t> held_;              // ps/hybrid: the partitions held, ascending
   std::deque<ShardRequest> waiting_pulls_;
-  std::map<uint64_t, std::shared_ptr<Exchange>> exchanged_;  // replicated: done, by step
+  std::unique_ptr<ReplicatedExchange> exchange_;             // replicated routes only
+  std::map<uint64_t, std::vector<ShardRequest>> exchanged_;  // replicated: done, by step
   uint64_t rows_applied_ = 0;
-  uint64_t bytes_sent_ = 0;
-  uint64_t bytes_received_ = 0;
 };
 
 }  // namespace px

@@ -1,10 +1,12 @@
 #include "daemon/sparse/sparse_router.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "daemon/common/log.h"
 #include "daemon/common/operation.h"
+#include "daemon/sparse/sparse_run_state.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
@@ -56,16 +58,18 @@ struct SparseRun {
   std::vector<RowBatch> batches;                          // the workers whose input was accepted
   std::vector<float*> outs;                               // pull/read: by batch, where rows go
   std::vector<int> targets;                               // groups that get a request, in order
-  int requests_left = 0;
-  bool abandoned = false;  // failed from outside: transfers still out no longer count
+  int requests_left = 0;  // requests issued whose reply (or failure) is not in yet
   px_status status = PX_OK;
   std::string error;
-  bool waits_for_push = false;  // pull: prepared once the pushes before it have sent
-  bool prepared = false;        // ready to send once the variable's earlier runs have sent
-  bool sending = false;
-  bool sent = false;  // every request issued
-  int busy = 0;       // pool tasks working on the workers' buffers
-  bool finished = false;
+  RunState state = RunState::kCreated;  // sparse_run_state.h
+  int busy = 0;                         // pool tasks working on the workers' buffers
+
+  // Every move goes through here; one run_transition_legal does not list is a bug (debug
+  // builds abort on it, naming both states).
+  void set_state(RunState to);
+  bool has_sent() const { return run_has_sent(state); }
+  // Sent and not finished: what is still out (replies, pool tasks) decides when it ends.
+  bool outstanding() const { return state == RunState::kSent || state == RunState::kAbandoned; }
 
   // Appended piece by piece: GCC 12's -O3 -Wrestrict misfires on the chain of operator+.
   std::string where() const {
@@ -106,6 +110,17 @@ struct SparseRun {
     return n;
   }
 };
+
+void SparseRun::set_state(RunState to) {
+#ifndef NDEBUG
+  if (!run_transition_legal(state, to)) {
+    PX_LOG_ERROR("sparse run%s: illegal state change from %s to %s", where().c_str(),
+                 run_state_name(state), run_state_name(to));
+    std::abort();
+  }
+#endif
+  state = to;
+}
 
 namespace {
 
@@ -186,12 +201,13 @@ void SparseRouter::start(const std::shared_ptr<Run>& run) {
   run->table->send_order.push_back(run);
   if (run->op == SparseOp::kPull) {
     for (const auto& earlier : run->table->send_order) {
-      if (earlier->op == SparseOp::kPush && !earlier->sent) {
-        run->waits_for_push = true;
+      if (earlier->op == SparseOp::kPush && !earlier->has_sent()) {
+        run->set_state(RunState::kWaitingForPush);
         return;
       }
     }
   }
+  run->set_state(RunState::kPreparing);
   prepare(run);
 }
 
@@ -201,15 +217,16 @@ void SparseRouter::start(const std::shared_ptr<Run>& run) {
 void SparseRouter::release_pulls(SparseTable& table) {
   std::vector<std::shared_ptr<Run>> ready;
   for (const auto& run : table.send_order) {
-    if (run->op == SparseOp::kPush && !run->sent) break;
-    if (run->waits_for_push) {
-      run->waits_for_push = false;
+    if (run->op == SparseOp::kPush && !run->has_sent()) break;
+    if (run->state == RunState::kWaitingForPush) {
+      run->set_state(RunState::kPreparing);  // before any prepare: one may release again
       ready.push_back(run);
     }
   }
   for (const auto& run : ready) prepare(run);
 }
 
+// The run is kPreparing (set by the caller).
 void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
   bool heavy = run->total_rows() * run->dim() > kInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
@@ -229,7 +246,7 @@ void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
           run->table->last_pull_plan = run->plan;
           run->table->last_pull_groups = run->request_groups;
         }
-        run->prepared = true;
+        run->set_state(RunState::kPrepared);
         send_next(*run->table);
       });
 }
@@ -238,10 +255,10 @@ void SparseRouter::send_next(SparseTable& table) {
   release_pulls(table);
   while (!table.send_order.empty()) {
     std::shared_ptr<Run> run = table.send_order.front();
-    if (!run->prepared || run->sending) return;
-    run->sending = true;
+    if (run->state != RunState::kPrepared) return;  // not ready yet, or still sending
+    run->set_state(RunState::kSending);
     send(run);
-    if (!run->sent) return;  // still summing, or waiting for the variable's global id
+    if (!run->has_sent()) return;  // still summing, or waiting for the variable's global id
     table.send_order.pop_front();
     release_pulls(table);
   }
@@ -347,16 +364,16 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   Variable& var = *run->var;
   Job& job = *run->job;
   auto refuse = [&](px_status status, const std::string& why) {
-    run->sent = true;
+    run->set_state(RunState::kSent);
     finish(*run, status, why);
   };
-  if (run->finished) return refuse(PX_OK, "");
+  if (run->state == RunState::kFinished) return;  // (a run finishes only once sent)
   if (var.poison_status != PX_OK) return refuse(var.poison_status, var.poison_message);
   if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + run->where());
   if (fabric_ && !run->table->channel->started()) {  // not every node registered it yet
     var.awaiting_global_id.push_back([this, run] {
       send(run);
-      if (run->sent) {
+      if (run->has_sent()) {
         run->table->send_order.pop_front();
         send_next(*run->table);
       }
@@ -391,12 +408,12 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   for (auto& o : order) run->targets.push_back(o.second);
   run->requests_left = static_cast<int>(run->targets.size());
   if (run->targets.empty()) {
-    run->sent = true;
+    run->set_state(RunState::kSent);
     return settle(run);
   }
   if (run->op != SparseOp::kPush) {
     for (int group : run->targets) request(run, group);
-    run->sent = true;
+    run->set_state(RunState::kSent);
     return settle(run);
   }
   // Push: sum each group's rows, then send them; on the pool when heavy, where each
@@ -408,7 +425,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
       sum_group(*run, group);
       request(run, group);
     }
-    run->sent = true;
+    run->set_state(RunState::kSent);
     return settle(run);
   }
   // Not Offload::run: this task posts to the loop once per local group on the way, not once
@@ -427,7 +444,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
         if (local) request(run, group);
         if (!last) return;
         --run->busy;
-        run->sent = true;
+        run->set_state(RunState::kSent);
         run->table->send_order.pop_front();
         send_next(*run->table);
         settle(run);  // the requests may all have completed already
@@ -455,18 +472,18 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const RequestGroups* groups = run->request_groups.get();
   uint32_t partition = groups ? groups->index(group) : kAllPartitions;
   uint32_t of = groups ? groups->groups_on(node) : 0;
-  table.channel->request(node, partition, of, run->op, run->step, count, run->row_ids() + at,
-                         values, out, run,
-                         [this, run, group](px_status status, const std::string& error) {
-                           if (status != PX_OK && run->status == PX_OK) {
-                             run->status = status;
-                             run->error = error;
-                           }
-                           --run->requests_left;
-                           if (status == PX_OK && sparse_op_returns_rows(run->op) && !run->finished)
-                             return scatter(run, group);
-                           settle(run);
-                         });
+  table.channel->request(
+      node, partition, of, run->op, run->step, count, run->row_ids() + at, values, out, run,
+      [this, run, group](px_status status, const std::string& error) {
+        if (status != PX_OK && run->status == PX_OK) {
+          run->status = status;
+          run->error = error;
+        }
+        --run->requests_left;
+        if (status == PX_OK && sparse_op_returns_rows(run->op) && run->state != RunState::kFinished)
+          return scatter(run, group);
+        settle(run);
+      });
 }
 
 // Copies one group's reply rows to every worker position that asked for them.
@@ -484,8 +501,8 @@ void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
 
 // Finishes the run once nothing of it is outstanding.
 void SparseRouter::settle(const std::shared_ptr<Run>& run) {
-  if (run->finished || !run->sent || run->busy > 0) return;
-  if (run->requests_left > 0 && !run->abandoned) return;
+  if (!run->outstanding() || run->busy > 0) return;
+  if (run->requests_left > 0 && run->state != RunState::kAbandoned) return;
   if (run->status == PX_OK) return finish(*run, PX_OK, "");
   const Job& job = *run->job;
   std::string why = !job.broken().empty() ? job.broken() : run->error;
@@ -510,13 +527,13 @@ void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::st
   // Runs still preparing or scattering (a pool thread works on their workers' buffers)
   // finish when that work ends; runs not sent yet see the poison or broken job then.
   for (const std::shared_ptr<Run>& run : runs) {
-    if (!run->sent || run->finished) continue;
+    if (!run->outstanding()) continue;
     if (run->busy > 0) {
       if (run->status == PX_OK) {
         run->status = status;
         run->error = why;
       }
-      run->abandoned = true;
+      if (run->state == RunState::kSent) run->set_state(RunState::kAbandoned);
       continue;
     }
     finish(*run, status, why + run->where());
@@ -524,8 +541,8 @@ void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::st
 }
 
 void SparseRouter::finish(Run& run, px_status status, const std::string& message) {
-  if (run.finished) return;
-  run.finished = true;
+  if (run.state == RunState::kFinished) return;
+  run.set_state(RunState::kFinished);
   run.table->in_flight.erase(&run);
   Variable& var = *run.var;
   if (status == PX_OK) {

@@ -1,0 +1,33 @@
+// One request to a node's shards of a sparse variable (from this node's router, or from
+// another node through the SparseChannel), and a batch of rows inside the owner.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "daemon/common/status_join.h"
+#include "transport/fabric/sparse_wire.h"
+
+namespace px {
+
+struct ShardRequest {
+  int from_node = 0;
+  SparseOp op = SparseOp::kPull;
+  // ps/hybrid pulls and pushes: with groups = 0 the partition they cover; otherwise group
+  // `partition` of the `groups` this node's partitions are dealt into (request_groups.h),
+  // which handle() splits into one request per partition.
+  uint32_t partition = kAllPartitions;
+  uint32_t groups = 0;
+  uint64_t step = 0;
+  size_t count = 0;
+  const int64_t* rows = nullptr;
+  const float* values = nullptr;  // push, load: count x dim
+  float* out = nullptr;           // pull, read: count x dim
+  size_t whole_count = 0;         // split from a group request of this many rows (0: not)
+  // Called on the loop thread once done (not for pushes from other nodes: they get none).
+  StatusCallback done;
+  std::shared_ptr<void> keep_alive;  // owns rows / values / out
+};
+
+}  // namespace px
