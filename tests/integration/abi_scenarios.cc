@@ -1,6 +1,7 @@
 // Worker scenarios for ABI 1.3: request errors, lifetimes in any order and across threads,
 // cancel, abort, the completion fd, per-operation options, stalls, timed-out barriers.
 // Every scenario runs with 2 local workers unless it says otherwise.
+#include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -328,6 +329,28 @@ int options(px_client* c) {
   return 0;
 }
 
+// With the CUDA runtime loaded (and no GPU, as on these machines) host memory still works:
+// libparallax finds the runtime, asks cudaPointerGetAttributes, gets an error (no device),
+// clears it and treats the pointer as host memory. Skips where no runtime is installed.
+int cuda_runtime(px_client* c) {
+  const char* const candidates[] = {"libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.13",
+                                    "libcudart.so.12", "libcudart.so"};
+  void* lib = nullptr;
+  for (const char* name : candidates)
+    if (!lib) lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  px_var* v = dense(c, "cuda-runtime");
+  std::vector<float> x(4, 1.0f), y(4);
+  for (int step = 0; step < 3; ++step) {
+    px_request* r = nullptr;
+    check(px_allreduce(v, x.data(), y.data(), &r), "px_allreduce with the CUDA runtime loaded");
+    check(px_wait(r, 20000), "px_wait");
+    check(px_request_free(r), "px_request_free");
+    if (y[0] != 2.0f) die("wrong result with the CUDA runtime loaded");
+  }
+  printf("CUDA runtime %s\n", lib ? "loaded" : "not installed: host path only");
+  return 0;
+}
+
 }  // namespace
 
 // Before any connection: a socket with no daemon fails at once unless asked to wait.
@@ -364,6 +387,7 @@ int run_abi_scenario(px_client* c, const std::string& scenario) {
   if (scenario == "abi13-abort") return abort_job(c);
   if (scenario == "abi13-event-loop") return event_loop(c);
   if (scenario == "abi13-options") return options(c);
+  if (scenario == "abi13-cuda-runtime") return cuda_runtime(c);
   die("unknown scenario " + scenario);
 }
 

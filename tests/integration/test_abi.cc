@@ -60,6 +60,8 @@ TEST_CASE("abi: an event loop waits through px_client_fd and px_progress") {
 TEST_CASE("abi: per-operation options, and px_connect without a daemon fails at once") {
   DaemonProcess daemon("abi-options");
   CHECK(all_ok(run_workers(daemon, "options", 2, {"abi13-options"}, 60000)));
+  // Host memory keeps working in a process that has loaded the CUDA runtime (no GPU here).
+  CHECK(all_ok(run_workers(daemon, "cuda", 2, {"abi13-cuda-runtime"}, 60000)));
   CHECK(all_ok(run_workers(daemon, "connect", 1, {"abi13-connect"}, 60000)));
 }
 
