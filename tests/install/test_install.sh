@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the build tree into a scratch prefix (cmake --install), builds a C99 example
+# against it twice — with pkg-config and with find_package(Parallax) — and runs both
+# against the installed parallaxd. Usage: test_install.sh BUILD_DIR
+set -euo pipefail
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/pxt-install-XXXXXX)
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null
+for f in include/parallax_c.h lib/libparallax.so.1 lib/pkgconfig/parallax.pc \
+         lib/cmake/Parallax/ParallaxConfig.cmake sbin/parallaxd; do
+  [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
+done
+
+# 1. pkg-config
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+export PKG_CONFIG_PATH
+[ "$(pkg-config --modversion parallax)" = "1.3" ] || { echo "FAIL: pkg-config version"; exit 1; }
+cc -std=c99 -pedantic -Wall -Werror "$here/example.c" $(pkg-config --cflags --libs parallax) \
+   -Wl,-rpath,"$prefix/lib" -o "$work/example-pkgconfig"
+
+# 2. find_package(Parallax)
+cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_BUILD_RPATH="$prefix/lib" >/dev/null
+cmake --build "$work/consumer" >/dev/null
+
+# Both against the installed daemon.
+export PARALLAX_SOCKET=$work/parallaxd.sock PARALLAX_WAIT_FOR_DAEMON=1
+"$prefix/sbin/parallaxd" --foreground --socket "$PARALLAX_SOCKET" --log-level warn &
+daemon_pid=$!
+for example in "$work/example-pkgconfig" "$work/consumer/example"; do
+  out=$(PARALLAX_JOB="$(basename "$example")" timeout 60 "$example")
+  [ "$out" = "ABI 1.3 result 1 2 3 4" ] || { echo "FAIL: $example printed '$out'"; exit 1; }
+  ldd "$example" | grep -q "$prefix/lib/libparallax.so.1" ||
+    { echo "FAIL: $example does not load the installed libparallax"; exit 1; }
+done
+echo "install: pkg-config and find_package(Parallax) examples ran against the installed parallaxd"
