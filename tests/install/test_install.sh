@@ -41,4 +41,18 @@ for example in "$work/example-pkgconfig" "$work/consumer/example"; do
   ldd "$example" | grep -q "$prefix/lib/libparallax.so.1" ||
     { echo "FAIL: $example does not load the installed libparallax"; exit 1; }
 done
-echo "install: pkg-config and find_package(Parallax) examples ran against the installed parallaxd"
+# 3. The Python package, from the prefix only (no PARALLAX_LIB: it finds PREFIX/lib itself).
+site=$(echo "$prefix"/lib/python3*/dist-packages)
+[ -f "$site/parallax/__init__.py" ] || { echo "FAIL: the Python package was not installed"; exit 1; }
+out=$(env -u PARALLAX_LIB PYTHONPATH="$site" PARALLAX_JOB=python PARALLAX_LOCAL_SIZE=1 \
+      timeout 60 /usr/bin/python3 -c '
+import numpy as np, parallax
+with parallax.Client() as px:
+    x = px.empty(4); x[:] = [1, 2, 3, 4]
+    px.dense("v", 4).allreduce(x).wait()
+    print(parallax.library_path, x.tolist())')
+case "$out" in
+  "$prefix/lib/libparallax.so.1 [1.0, 2.0, 3.0, 4.0]") ;;
+  *) echo "FAIL: the installed Python package printed '$out'"; exit 1 ;;
+esac
+echo "install: pkg-config and find_package(Parallax) examples and the Python package ran against the installed parallaxd"

@@ -1,0 +1,255 @@
+"""Client: a connection to this node's parallaxd."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _buffers, _lib
+from .errors import check, invalid
+from .request import AsyncWaiter, Request
+
+Shape = Union[int, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class World:
+    node_index: int
+    node_count: int
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+
+
+def _env_int(*names: str) -> Optional[int]:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            # Slurm writes SLURM_NTASKS_PER_NODE as "2" or "2(x3)".
+            m = re.match(r"\s*(-?\d+)", value)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def resolve_settings(socket: Optional[str] = None, job: Optional[str] = None,
+                     local_rank: Optional[int] = None,
+                     local_size: Optional[int] = None) -> dict:
+    """The connection settings: explicit arguments, else PARALLAX_*, else what launchers
+    set (torchrun: LOCAL_RANK/LOCAL_WORLD_SIZE/TORCHELASTIC_RUN_ID; Slurm:
+    SLURM_LOCALID/SLURM_NTASKS_PER_NODE/SLURM_JOB_ID), else the C library's defaults."""
+    if local_rank is None:
+        local_rank = _env_int("PARALLAX_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID")
+    if local_size is None:
+        local_size = _env_int("PARALLAX_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                              "SLURM_NTASKS_PER_NODE")
+    if job is None:
+        job = (os.environ.get("PARALLAX_JOB") or os.environ.get("TORCHELASTIC_RUN_ID")
+               or (f"slurm-{os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID")
+                   else None))
+    if socket is None:
+        socket = os.environ.get("PARALLAX_SOCKET")
+    return {"socket": socket, "job": job,
+            "local_rank": -1 if local_rank is None else local_rank,
+            "local_size": 0 if local_size is None else local_size}
+
+
+class ArenaMemory:
+    """A block of the arena shared with the daemon (px_alloc); freed when the last view of
+    it is gone. Views must not be used after their client is closed."""
+
+    def __init__(self, client: "Client", nbytes: int):
+        ptr = ctypes.c_void_p()
+        check(_lib.lib.px_alloc(client._h(), max(1, nbytes), ctypes.byref(ptr)), client._handle)
+        self._client = client
+        self.address = ptr.value
+        self.nbytes = nbytes
+
+    def numpy(self, shape: Shape, dtype: Any) -> np.ndarray:
+        raw = (ctypes.c_uint8 * max(1, self.nbytes)).from_address(self.address)
+        raw._parallax_owner = self  # the ndarray's base chain keeps this block alive
+        flat = np.frombuffer(raw, dtype=np.uint8, count=self.nbytes)
+        return flat.view(dtype).reshape(shape)
+
+    def __del__(self) -> None:
+        client = self._client
+        if client is not None and client._handle is not None:
+            try:
+                _lib.lib.px_free(client._handle, self.address)
+            except Exception:
+                pass
+
+
+class Client:
+    """A worker's connection to its node's parallaxd (px_connect).
+
+    Arguments left None come from the environment (see resolve_settings). timeout is the
+    connect/control deadline in seconds; op_timeout the default deadline of Request.wait.
+    Use as a context manager, or call close().
+    """
+
+    def __init__(self, socket: Optional[str] = None, job: Optional[str] = None, *,
+                 local_rank: Optional[int] = None, local_size: Optional[int] = None,
+                 timeout: float = 30.0, op_timeout: float = 300.0,
+                 arena_bytes: Optional[int] = None, wait_for_daemon: Optional[bool] = None):
+        settings = resolve_settings(socket, job, local_rank, local_size)
+        options = _lib.ConnectOptions()
+        _lib.lib.px_connect_options_init(ctypes.byref(options))
+        self._socket_bytes = settings["socket"].encode() if settings["socket"] else None
+        self._job_bytes = settings["job"].encode() if settings["job"] else None
+        options.socket_path = self._socket_bytes
+        options.job_name = self._job_bytes
+        options.local_rank = settings["local_rank"]
+        options.local_size = settings["local_size"]
+        options.timeout_ms = int(timeout * 1000)
+        if arena_bytes is not None:
+            options.arena_bytes = arena_bytes
+        if wait_for_daemon is not None:
+            options.wait_for_daemon = 1 if wait_for_daemon else 0
+        handle = ctypes.c_void_p()
+        self._handle: Optional[int] = None
+        check(_lib.lib.px_connect(ctypes.byref(options), ctypes.byref(handle)))
+        self._handle = handle.value
+        self.op_timeout = op_timeout
+        self.timeout = timeout
+        self.world = self._world()
+        self._waiters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._fd: Optional[int] = None
+        self._variables: dict = {}
+
+    # --- lifetime ---------------------------------------------------------------------
+    def _h(self) -> int:
+        if self._handle is None:
+            raise invalid("the client is closed")
+        return self._handle
+
+    def close(self) -> None:
+        """Disconnects (px_disconnect): this worker's pending operations fail on the others.
+        Arena views (Client.empty) must not be touched afterwards."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            _lib.lib.px_disconnect(handle)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def describe(self) -> str:
+        w = self.world
+        return f"node {w.node_index}, rank {w.rank} (local {w.local_rank})"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else self.describe()
+        return f"<parallax.Client {state} of {self.world.world_size}>"
+
+    # --- the job --------------------------------------------------------------------
+    def _world(self) -> World:
+        info = _lib.WorldInfo()
+        info.struct_size = ctypes.sizeof(info)
+        check(_lib.lib.px_world(self._h(), ctypes.byref(info)), self._handle)
+        return World(info.node_index, info.node_count, info.rank, info.world_size,
+                     info.local_rank, info.local_size)
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.world.local_rank
+
+    def barrier(self, timeout: Optional[float] = None) -> None:
+        """Returns once every worker of the job, on every node, entered the barrier."""
+        timeout = self.op_timeout if timeout is None else timeout
+        check(_lib.lib.px_barrier(self._h(), int(timeout * 1000)), self._handle)
+
+    def abort(self, reason: str) -> None:
+        """Fails the job on every node at once (px_abort)."""
+        check(_lib.lib.px_abort(self._h(), reason.encode()), self._handle)
+
+    def checkpoint(self, path: Union[str, os.PathLike], timeout: Optional[float] = None) -> None:
+        """Writes every sparse variable of the job to the directory path (px_checkpoint)."""
+        ms = 0 if timeout is None else int(timeout * 1000)
+        check(_lib.lib.px_checkpoint(self._h(), os.fsencode(path), ms), self._handle)
+
+    # --- shared memory ----------------------------------------------------------------
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        """An uninitialised NumPy array in the shared arena: operations on it need no copy."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return ArenaMemory(self, nbytes).numpy(shape, dtype)
+
+    def zeros(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        a = self.empty(shape, dtype)
+        a.fill(0)
+        return a
+
+    def empty_tensor(self, shape: Shape, dtype: Any = None):
+        """An uninitialised torch tensor in the shared arena (zero-copy, as empty())."""
+        import torch
+        dtype = torch.float32 if dtype is None else dtype
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if dtype == torch.bfloat16:  # NumPy has no bfloat16: same bytes, viewed
+            return torch.from_numpy(self.empty(shape, np.int16)).view(torch.bfloat16)
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        return torch.from_numpy(self.empty(shape, np_dtype))
+
+    # --- variables --------------------------------------------------------------------
+    def dense(self, name: str, count: Shape, dtype: Any = np.float32,
+              op: str = "sum") -> "DenseVariable":
+        """Registers a dense variable (px_register_dense); every worker must do the same."""
+        from .variables import DenseVariable
+        return DenseVariable(self, name, count, dtype, op)
+
+    def sparse(self, name: str, rows: int, dim: int, **options: Any) -> "SparseVariable":
+        """Registers a sparse table of rows x dim float32 held by the daemons
+        (px_register_sparse). Options: see SparseVariable."""
+        from .variables import SparseVariable
+        return SparseVariable(self, name, rows, dim, **options)
+
+    # --- completion -------------------------------------------------------------------
+    def fileno(self) -> int:
+        """The completion fd (px_client_fd): readable when a request may have completed."""
+        if self._fd is None:
+            fd = ctypes.c_int(-1)
+            check(_lib.lib.px_client_fd(self._h(), ctypes.byref(fd)), self._handle)
+            self._fd = fd.value
+        return self._fd
+
+    def progress(self) -> None:
+        """Takes posted completions without blocking (px_progress)."""
+        check(_lib.lib.px_progress(self._h()), self._handle)
+
+    def _async_waiter(self) -> AsyncWaiter:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiters.get(loop)
+        if waiter is None:
+            waiter = AsyncWaiter(self, loop)
+            self._waiters[loop] = waiter
+        return waiter
+
+    def _request(self, status: int, handle: ctypes.c_void_p, what: str, result: Any,
+                 keepalive: tuple) -> Request:
+        check(status, self._handle)
+        return Request(self, handle.value, what, result, keepalive)

@@ -1,0 +1,275 @@
+"""Dense and sparse variables: the operations of the C ABI on NumPy arrays and tensors."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from . import _buffers, _lib
+from .errors import check, invalid
+from .request import Request
+
+if TYPE_CHECKING:
+    from .client import Client
+
+_OPS = {"sum": _lib.SUM, "mean": _lib.MEAN, "min": _lib.MIN, "max": _lib.MAX}
+_OPTIMIZERS = {"sgd": _lib.OPT_SGD, "adagrad": _lib.OPT_ADAGRAD, "adam": _lib.OPT_ADAM}
+_INITIALIZERS = {"zeros": _lib.INIT_ZEROS, "uniform": _lib.INIT_UNIFORM,
+                 "normal": _lib.INIT_NORMAL}
+_CONSISTENCY = {"sync": _lib.SYNC, "async": _lib.ASYNC, "bounded": _lib.BOUNDED}
+_ROUTES = {"hybrid": _lib.ROUTE_HYBRID, "ps": _lib.ROUTE_PS,
+           "allgatherv": _lib.ROUTE_ALLGATHERV, "allreduce": _lib.ROUTE_ALLREDUCE}
+_NONFINITE = {"reject": _lib.NONFINITE_REJECT, "skip": _lib.NONFINITE_SKIP}
+
+
+def _choice(table: dict, value: Any, what: str) -> int:
+    if isinstance(value, int) and value in table.values():
+        return value
+    try:
+        return table[str(value).lower()]
+    except KeyError:
+        raise invalid(f"unknown {what} '{value}' (one of {', '.join(table)})") from None
+
+
+@dataclass
+class Stats:
+    """The daemon's counters for a variable on this node (px_var_stats)."""
+    ops: int
+    bytes: int
+    wait_ns: int
+    reduce_ns: int
+    pull_steps: int
+    push_steps: int
+    rows_pulled: int
+    rows_unique: int
+    rows_applied: int
+    bytes_sent: int
+    bytes_received: int
+    request_partitions: int
+    search_steps_left: int
+
+
+def _op_options(priority: int = 0, root: int = 0) -> _lib.OpOptions:
+    options = _lib.OpOptions()
+    _lib.lib.px_op_options_init(ctypes.byref(options))
+    if not 0 <= priority <= 255:
+        raise invalid(f"priority {priority} is outside 0..255")
+    options.priority = priority
+    options.root = root
+    return options
+
+
+class _Variable:
+    def __init__(self, client: "Client", name: str):
+        self.client = client
+        self.name = name
+        self._handle: Optional[int] = None
+
+    def _h(self) -> int:
+        self.client._h()  # a closed client's variables fail in Python, clearly
+        return self._handle
+
+    def stats(self) -> Stats:
+        s = _lib.VarStats()
+        s.struct_size = ctypes.sizeof(s)
+        check(_lib.lib.px_var_stats_get(self._h(), ctypes.byref(s)), self.client._handle)
+        return Stats(*(getattr(s, f.name) for f in fields(Stats)))
+
+    def _describe(self, op: str) -> str:
+        return f"{op} of '{self.name}' on {self.client.describe()}"
+
+
+class DenseVariable(_Variable):
+    """A dense variable of `count` elements (a shape is flattened). The n-th allreduce of
+    it on every worker is its step n; broadcast and allgather steps are numbered apart.
+    Operations return a Request whose wait() returns the out buffer."""
+
+    def __init__(self, client: "Client", name: str, count: Any, dtype: Any, op: str):
+        super().__init__(client, name)
+        self.shape = (count,) if isinstance(count, int) else tuple(count)
+        self.count = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = _buffers.dtype_code(dtype)
+        self.op = _choice(_OPS, op, "reduce op")
+        handle = ctypes.c_void_p()
+        check(_lib.lib.px_register_dense(client._h(), name.encode(), self.dtype, self.count,
+                                         self.op, ctypes.byref(handle)), client._handle)
+        self._handle = handle.value
+
+    def __repr__(self) -> str:
+        return (f"<parallax.DenseVariable '{self.name}' {self.count} x "
+                f"{_buffers.DTYPE_NAMES[self.dtype]}>")
+
+    def _check(self, buf: _buffers.Buffer, what: str, count: int) -> None:
+        if buf.dtype != self.dtype:
+            raise invalid(f"{what} of '{self.name}' is {_buffers.DTYPE_NAMES[buf.dtype]}; the "
+                          f"variable is {_buffers.DTYPE_NAMES[self.dtype]}")
+        if buf.count != count:
+            raise invalid(f"{what} of '{self.name}' has {buf.count} elements; "
+                          f"{count} expected")
+
+    def allreduce(self, x: Any, out: Any = None, *, priority: int = 0) -> Request:
+        """Reduces x across every worker into out (None: into x, in place)."""
+        out = x if out is None else out
+        bin_ = _buffers.as_buffer(x, f"allreduce input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"allreduce output of '{self.name}'", True)
+        self._check(bin_, "allreduce input", self.count)
+        self._check(bout, "allreduce output", self.count)
+        opts = _op_options(priority)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_allreduce_ex(self._h(), bin_.address, bout.address,
+                                          ctypes.byref(opts), ctypes.byref(req))
+        return self.client._request(status, req, self._describe("allreduce"), out,
+                                    (bin_.owner, bout.owner))
+
+    def broadcast(self, x: Any, out: Any = None, *, root: int = 0) -> Request:
+        """The root worker's x into out (None: into x) on every worker."""
+        out = x if out is None else out
+        bin_ = _buffers.as_buffer(x, f"broadcast input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"broadcast output of '{self.name}'", True)
+        self._check(bin_, "broadcast input", self.count)
+        self._check(bout, "broadcast output", self.count)
+        opts = _op_options(root=root)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_broadcast_ex(self._h(), bin_.address, bout.address,
+                                          ctypes.byref(opts), ctypes.byref(req))
+        return self.client._request(status, req, self._describe("broadcast"), out,
+                                    (bin_.owner, bout.owner))
+
+    def _new_like(self, x: Any, count: int) -> Any:
+        if _buffers.is_tensor(x):
+            import torch
+            return torch.empty(count, dtype=x.dtype)
+        return np.empty(count, dtype=x.dtype)
+
+    def allgather(self, x: Any, out: Any = None) -> Request:
+        """Every worker's x (count elements) concatenated in rank order into out (world_size
+        x count elements; None: a new array of x's kind)."""
+        n = self.client.world_size * self.count
+        out = self._new_like(x, n) if out is None else out
+        bin_ = _buffers.as_buffer(x, f"allgather input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"allgather output of '{self.name}'", True)
+        self._check(bin_, "allgather input", self.count)
+        self._check(bout, "allgather output", n)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_allgather_ex(self._h(), bin_.address, bout.address, None,
+                                          ctypes.byref(req))
+        return self.client._request(status, req, self._describe("allgather"), out,
+                                    (bin_.owner, bout.owner))
+
+    def allgatherv(self, x: Any, counts: Sequence[int], out: Any = None) -> Request:
+        """Blocks of given sizes (counts[r] elements from rank r, the same list on every
+        worker; each at most the variable's count) concatenated in rank order."""
+        counts = [int(c) for c in counts]
+        if len(counts) != self.client.world_size:
+            raise invalid(f"allgatherv of '{self.name}': {len(counts)} counts for "
+                          f"{self.client.world_size} workers")
+        total = sum(counts)
+        out = self._new_like(x, total) if out is None else out
+        bin_ = _buffers.as_buffer(x, f"allgatherv input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"allgatherv output of '{self.name}'", True)
+        self._check(bin_, "allgatherv input", counts[self.client.rank])
+        self._check(bout, "allgatherv output", total)
+        ccounts = (ctypes.c_uint64 * len(counts))(*counts)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_allgatherv_ex(self._h(), bin_.address, ccounts, bout.address,
+                                           None, ctypes.byref(req))
+        return self.client._request(status, req, self._describe("allgatherv"), out,
+                                    (bin_.owner, bout.owner, ccounts))
+
+
+class SparseVariable(_Variable):
+    """A rows x dim float32 table held by the daemons (px_register_sparse).
+
+    Options (every worker must give the same): optimizer ("sgd", "adagrad", "adam"), lr,
+    beta1, beta2, epsilon, initial_accumulator; initializer ("zeros", "uniform",
+    "normal"), seed, init_low, init_high, init_std; aggregation ("sum" or "mean");
+    consistency ("sync", "async", "bounded"), staleness; partitions (0: automatic);
+    route ("hybrid", "ps", "allgatherv", "allreduce"); nonfinite ("reject", "skip").
+    The n-th pull is pull step n and the n-th push push step n, on every local worker.
+    """
+
+    def __init__(self, client: "Client", name: str, rows: int, dim: int, *,
+                 optimizer: str = "sgd", lr: Optional[float] = None,
+                 beta1: Optional[float] = None, beta2: Optional[float] = None,
+                 epsilon: Optional[float] = None, initial_accumulator: Optional[float] = None,
+                 initializer: str = "zeros", seed: int = 0, init_low: Optional[float] = None,
+                 init_high: Optional[float] = None, init_std: Optional[float] = None,
+                 aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
+                 partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject"):
+        super().__init__(client, name)
+        self.rows, self.dim = int(rows), int(dim)
+        o = _lib.SparseOptions()
+        _lib.lib.px_sparse_options_init(ctypes.byref(o))
+        o.optimizer = _choice(_OPTIMIZERS, optimizer, "optimizer")
+        for field, value in (("learning_rate", lr), ("beta1", beta1), ("beta2", beta2),
+                             ("epsilon", epsilon), ("initial_accumulator", initial_accumulator),
+                             ("init_low", init_low), ("init_high", init_high),
+                             ("init_std", init_std)):
+            if value is not None:
+                setattr(o, field, float(value))
+        o.initializer = _choice(_INITIALIZERS, initializer, "initializer")
+        o.init_seed = int(seed)
+        o.aggregation = _choice({"sum": _lib.SUM, "mean": _lib.MEAN}, aggregation,
+                                "aggregation")
+        o.consistency = _choice(_CONSISTENCY, consistency, "consistency")
+        o.staleness = int(staleness)
+        o.partitions = int(partitions)
+        o.route = _choice(_ROUTES, route, "route")
+        o.nonfinite = _choice(_NONFINITE, nonfinite, "nonfinite policy")
+        self.options = o
+        handle = ctypes.c_void_p()
+        check(_lib.lib.px_register_sparse(client._h(), name.encode(), _lib.F32, self.rows,
+                                          self.dim, ctypes.byref(o), ctypes.byref(handle)),
+              client._handle)
+        self._handle = handle.value
+
+    def __repr__(self) -> str:
+        return f"<parallax.SparseVariable '{self.name}' {self.rows} x {self.dim}>"
+
+    def _rows_op(self, fn, op: str, indices: Any, rows: Any, writable: bool,
+                 priority: int = 0) -> Request:
+        idx = _buffers.as_indices(indices, f"{op} indices of '{self.name}'")
+        if rows is None:
+            rows = self._new_rows(indices, idx.count)
+        buf = _buffers.as_buffer(rows, f"{op} rows of '{self.name}'", writable)
+        if buf.dtype != _lib.F32:
+            raise invalid(f"{op} rows of '{self.name}' are {_buffers.DTYPE_NAMES[buf.dtype]}; "
+                          "sparse variables are float32")
+        if buf.count != idx.count * self.dim:
+            raise invalid(f"{op} rows of '{self.name}' have {buf.count} values; "
+                          f"{idx.count} indices x dim {self.dim} = {idx.count * self.dim} "
+                          "expected")
+        opts = _op_options(priority)
+        req = ctypes.c_void_p()
+        idx_ptr = ctypes.cast(ctypes.c_void_p(idx.address), ctypes.POINTER(ctypes.c_int64))
+        status = fn(self._h(), idx_ptr, idx.count, buf.address, ctypes.byref(opts),
+                    ctypes.byref(req))
+        return self.client._request(status, req, self._describe(op), rows,
+                                    (idx.owner, buf.owner))
+
+    def _new_rows(self, indices: Any, n: int) -> Any:
+        if _buffers.is_tensor(indices):
+            import torch
+            return torch.empty((n, self.dim), dtype=torch.float32)
+        return np.empty((n, self.dim), dtype=np.float32)
+
+    def pull(self, indices: Any, out: Any = None, *, priority: int = 0) -> Request:
+        """Pull step: the rows' current values into out (n x dim; None: a new array)."""
+        return self._rows_op(_lib.lib.px_pull_rows_ex, "pull", indices, out, True, priority)
+
+    def push(self, indices: Any, grads: Any, *, priority: int = 0) -> Request:
+        """Push step: gradients for the rows (duplicates summed); the daemon applies the
+        optimizer. Completes once the daemon has taken them."""
+        return self._rows_op(_lib.lib.px_push_rows_ex, "push", indices, grads, False,
+                             priority)
+
+    def load(self, indices: Any, rows: Any) -> Request:
+        """Overwrites the rows' values (not a step)."""
+        return self._rows_op(_lib.lib.px_load_rows_ex, "load", indices, rows, False)
+
+    def read(self, indices: Any, out: Any = None) -> Request:
+        """The rows' current values without a step (export, evaluation)."""
+        return self._rows_op(_lib.lib.px_read_rows_ex, "read", indices, out, True)

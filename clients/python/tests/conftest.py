@@ -1,0 +1,123 @@
+"""Fixtures that start real parallaxd daemons and real worker processes.
+
+Environment (set by ctest; see clients/python/CMakeLists.txt): PARALLAXD (the daemon),
+PARALLAX_LIB (libparallax.so.1), PX_CLUSTER (tools/px-cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "pyworker.py")
+PYTHON = sys.executable
+
+
+def _require(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.exit(f"{name} is not set: run these tests through ctest (or set it)", 2)
+    return value
+
+
+class Daemon:
+    """One parallaxd on its own socket, in the foreground, killed at the end."""
+
+    def __init__(self, *args: str):
+        self.dir = tempfile.mkdtemp(prefix="pxpy-")
+        self.socket = os.path.join(self.dir, "parallaxd.sock")
+        self.log = open(os.path.join(self.dir, "parallaxd.log"), "w+")
+        self.proc = subprocess.Popen([_require("PARALLAXD"), "--foreground", "--socket",
+                                      self.socket, "--log-level", "warn", *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"parallaxd did not start: {self.log_text()}")
+            time.sleep(0.02)
+
+    def log_text(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def env(self, job: str = None) -> dict:
+        env = dict(os.environ)
+        env["PARALLAX_SOCKET"] = self.socket
+        env["PARALLAX_JOB"] = job or f"job-{uuid.uuid4().hex[:8]}"
+        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        return env
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    yield d
+    d.stop()
+
+
+def run_workers(daemon: Daemon, scenario: str, n: int, *args: str, timeout: float = 120,
+                extra_env: dict = None, expect_ok: bool = True) -> list:
+    """Runs n worker processes of one job on the daemon; returns each one's JSON result
+    (its last stdout line) in local-rank order."""
+    env = daemon.env()
+    env.update(extra_env or {})
+    procs = []
+    for r in range(n):
+        e = dict(env, PARALLAX_LOCAL_RANK=str(r), PARALLAX_LOCAL_SIZE=str(n))
+        procs.append(subprocess.Popen([PYTHON, WORKER, scenario, *args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    results = []
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"worker {r} of '{scenario}' did not finish in {timeout} s")
+        if expect_ok and p.returncode != 0:
+            raise AssertionError(f"worker {r} of '{scenario}' exited {p.returncode}:\n{err}"
+                                 f"\ndaemon log:\n{daemon.log_text()}")
+        lines = [l for l in out.splitlines() if l.strip()]
+        results.append({"rc": p.returncode, "stderr": err,
+                        **(json.loads(lines[-1]) if lines else {})})
+    return results
+
+
+def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: int = 180,
+                extra_env: dict = None) -> list:
+    """Runs the scenario on a px-cluster of real daemons over libfabric (loopback); every
+    worker writes its JSON result to a file; returns them ordered by global rank."""
+    out_dir = tempfile.mkdtemp(prefix="pxpy-cluster-")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PXPY_RESULT_DIR"] = out_dir
+    env.update(extra_env or {})
+    cmd = [_require("PX_CLUSTER"), "--nodes", str(nodes), "--workers-per-node", str(per_node),
+           "--daemon", _require("PARALLAXD"), "--timeout", str(timeout), "--job",
+           f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, WORKER, scenario, *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+    assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    results = []
+    for name in os.listdir(out_dir):
+        with open(os.path.join(out_dir, name)) as f:
+            results.append(json.load(f))
+    results.sort(key=lambda r: r["rank"])
+    assert len(results) == nodes * per_node, p.stderr
+    return results

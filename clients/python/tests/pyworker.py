@@ -1,0 +1,245 @@
+"""A worker process of the Python tests: `pyworker.py SCENARIO [ARGS]`.
+
+Each scenario runs real operations through the parallax package against the daemon named
+by the environment and prints one JSON line of results (also written to
+$PXPY_RESULT_DIR/<rank>.json under px-cluster). Assertions about values across workers
+are made by the tests; what one worker can check alone it checks here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import parallax
+
+
+def emit(px, **result):
+    result.setdefault("rank", px.rank if px is not None else -1)
+    line = json.dumps(result)
+    out_dir = os.environ.get("PXPY_RESULT_DIR")
+    if out_dir:
+        with open(os.path.join(out_dir, f"{result['rank']}.json"), "w") as f:
+            f.write(line)
+    print(line, flush=True)
+
+
+def dense(px):
+    w = px.world
+    n = 1000
+    x = px.empty(n)                       # arena: reduced in place
+    x[:] = np.arange(n, dtype=np.float32) * (w.rank + 1)
+    var = px.dense("py.dense.sum", n)
+    assert var.allreduce(x).wait() is x
+    factor = sum(r + 1 for r in range(w.world_size))
+    np.testing.assert_array_equal(x, np.arange(n, dtype=np.float32) * factor)
+
+    y = np.full(7, float(w.rank), dtype=np.float64)   # ordinary memory, separate out
+    out = np.zeros(7, dtype=np.float64)
+    mean = px.dense("py.dense.mean", 7, "float64", op="mean")
+    mean.allreduce(y, out).wait()
+    np.testing.assert_allclose(out, np.full(7, (w.world_size - 1) / 2))
+
+    i = np.array([w.rank, -w.rank], dtype=np.int64)
+    mx = px.dense("py.dense.max", 2, np.int64, op="max")
+    mx.allreduce(i).wait()
+    assert i.tolist() == [w.world_size - 1, 0], i
+
+    b = np.full(5, 100 + w.rank, dtype=np.int32)
+    bvar = px.dense("py.bcast", 5, np.int32)
+    bvar.broadcast(b, root=w.world_size - 1).wait()
+    assert (b == 100 + w.world_size - 1).all(), b
+
+    g = px.dense("py.gather", 3, np.float32)
+    gathered = g.allgather(np.full(3, w.rank, dtype=np.float32)).wait()
+    assert gathered.tolist() == [float(r) for r in range(w.world_size) for _ in range(3)]
+
+    counts = [r + 1 for r in range(w.world_size)]
+    gv = px.dense("py.gatherv", w.world_size, np.float32)
+    v = gv.allgatherv(np.full(w.rank + 1, w.rank, dtype=np.float32), counts).wait()
+    assert v.tolist() == [float(r) for r in range(w.world_size) for _ in range(r + 1)]
+
+    stats = var.stats()
+    assert stats.ops >= 1
+    px.barrier(30)
+    emit(px, world=w.__dict__, ok=True)
+
+
+def torch_views(px):
+    import torch
+    w = px.world
+    t = px.empty_tensor((4, 8))          # arena memory viewed as a tensor, no copy
+    t.fill_(w.rank + 1)
+    var = px.dense("py.torch", 32, torch.float32)
+    var.allreduce(t).wait()
+    total = sum(r + 1 for r in range(w.world_size))
+    assert torch.equal(t, torch.full((4, 8), float(total))), t
+    bf = px.empty_tensor(16, torch.bfloat16)
+    bf.fill_(1.5)
+    bvar = px.dense("py.bf16", 16, torch.bfloat16, op="sum")
+    bvar.allreduce(bf).wait()
+    assert torch.equal(bf.float(), torch.full((16,), 1.5 * w.world_size)), bf
+    h = torch.full((3,), float(w.rank), dtype=torch.float16)   # an ordinary tensor
+    hvar = px.dense("py.f16", 3, torch.float16, op="max")
+    hvar.allreduce(h).wait()
+    assert h.tolist() == [float(w.world_size - 1)] * 3
+    emit(px, ok=True)
+
+
+def sparse(px):
+    w = px.world
+    table = px.sparse("py.table", 100, 4, optimizer="sgd", lr=0.5, initializer="zeros",
+                      aggregation="sum")
+    idx = np.array([1, 5, 5, 99], dtype=np.int64)
+    rows = table.pull(idx).wait()
+    assert rows.shape == (4, 4) and not rows.any()
+    grads = np.ones((4, 4), dtype=np.float32)
+    table.push(idx, grads).wait()
+    after = table.pull(idx).wait()
+    # every worker pushed 1 for rows 1 and 99 and 2 (duplicate) for row 5; lr 0.5, summed
+    expect = -0.5 * w.world_size * np.array([1, 2, 2, 1], dtype=np.float32)[:, None]
+    np.testing.assert_allclose(after, np.broadcast_to(expect, (4, 4)))
+    read = table.read([5]).wait()
+    np.testing.assert_allclose(read, expect[1:2].repeat(4, 1))
+    stats = table.stats()
+    assert stats.pull_steps == 2 and stats.push_steps == 1, stats
+    emit(px, ok=True)
+
+
+def torch_sparse(px):
+    import torch
+    table = px.sparse("py.ttable", 10, 3, initializer="uniform", seed=7)
+    idx = torch.tensor([0, 9, 3], dtype=torch.int32)     # copied to int64
+    rows = table.pull(idx).wait()
+    assert isinstance(rows, torch.Tensor) and rows.shape == (3, 3)
+    assert rows.abs().max() <= 0.05 and rows.abs().sum() > 0
+    table.push(idx, torch.zeros(3, 3)).wait()
+    emit(px, ok=True, row0=rows[0].tolist())
+
+
+def asyncio_waits(px):
+    w = px.world
+
+    async def main():
+        var = px.dense("py.async", 64)
+        xs = [np.full(64, float(w.rank), dtype=np.float32) for _ in range(8)]
+        reqs = [var.allreduce(x) for x in xs]       # steps 0..7 in flight together
+        results = await asyncio.gather(*reqs)
+        total = sum(range(w.world_size))
+        assert all((r == total).all() for r in results)
+        bad = px.sparse("py.async.sparse", 10, 2)
+        try:
+            await bad.pull(np.array([3, 12]))
+        except parallax.RowIndexError as e:
+            return str(e)
+        raise AssertionError("index 12 of 10 rows was accepted")
+
+    message = asyncio.run(asyncio.wait_for(main(), 60))
+    emit(px, ok=True, index_error=message)
+
+
+def errors(px):
+    """Bad input, one worker: each is a typed exception naming what was wrong."""
+    import torch
+    seen = {}
+
+    def expect(name, exc_type, fn):
+        try:
+            fn()
+        except exc_type as e:
+            assert isinstance(e, parallax.ParallaxError), type(e)
+            seen[name] = {"type": type(e).__name__, "status": e.status_name,
+                          "message": e.message}
+            return
+        raise AssertionError(f"{name}: no {exc_type.__name__} raised")
+
+    var = px.dense("py.err", 8, np.float32)
+    expect("dtype", parallax.InvalidArgument,
+           lambda: var.allreduce(np.zeros(8, dtype=np.float64)))
+    expect("count", parallax.InvalidArgument, lambda: var.allreduce(np.zeros(9, np.float32)))
+    expect("noncontiguous", parallax.InvalidArgument,
+           lambda: var.allreduce(np.zeros(16, np.float32)[::2]))
+    expect("noncontiguous_tensor", parallax.InvalidArgument,
+           lambda: var.allreduce(torch.zeros(8, 2)[:, 0]))
+    expect("device_tensor", parallax.InvalidArgument,
+           lambda: var.allreduce(torch.empty(8, device="meta")))
+    expect("object", parallax.InvalidArgument, lambda: var.allreduce([0.0] * 8))
+    expect("unknown_dtype", parallax.InvalidArgument, lambda: px.dense("py.u8", 4, np.uint8))
+    expect("mismatch", parallax.Mismatch, lambda: px.dense("py.err", 9, np.float32))
+    table = px.sparse("py.err.table", 10, 2)
+    expect("index", parallax.RowIndexError, lambda: table.pull([1, 10]).wait())
+    expect("rows_shape", parallax.InvalidArgument,
+           lambda: table.push([1], np.zeros((1, 3), np.float32)))
+    expect("float_indices", parallax.InvalidArgument, lambda: table.pull([1.5]))
+    expect("optimizer", parallax.InvalidArgument, lambda: px.sparse("x", 1, 1, optimizer="sgdd"))
+    r = var.allreduce(np.zeros(8, np.float32))
+    r.wait()
+    assert r.test()
+    emit(px, ok=True, seen=seen)
+
+
+def mismatch_pair(px):
+    """Two workers register the same name with different counts."""
+    try:
+        px.dense("py.pair", 4 + px.rank, np.float32)
+    except parallax.Mismatch as e:
+        emit(px, ok=True, error=e.status_name, message=e.message)
+        return
+    emit(px, ok=True, error=None)
+
+
+def daemon_dies(px):
+    """Allreduces until the daemon is killed under us: an exception, never a hang."""
+    var = px.dense("py.dies", 1 << 16)
+    x = px.zeros(1 << 16)
+    print("ready", flush=True)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 60:
+            var.allreduce(x).wait(30)
+    except parallax.ParallaxError as e:
+        emit(px, ok=True, error=type(e).__name__, status=e.status_name, message=e.message,
+             seconds=time.monotonic() - t0)
+        return
+    emit(px, ok=False)
+
+
+def late_peer(px):
+    """Rank 1 joins step 0 late: rank 0's first wait passes its deadline, the request
+    stays valid, and a second wait gets the result."""
+    var = px.dense("py.late", 4)
+    x = np.ones(4, np.float32)
+    timed_out = None
+    if px.rank == 1:
+        time.sleep(1.5)
+    req = var.allreduce(x)
+    if px.rank == 0:
+        try:
+            req.wait(0.3)
+        except parallax.DeadlineExceeded as e:
+            timed_out = e.message
+    req.wait(30)
+    assert (x == 2).all()
+    emit(px, ok=True, timed_out=timed_out)
+
+
+def world_only(px):
+    emit(px, world=px.world.__dict__)
+
+
+SCENARIOS = {f.__name__: f for f in (dense, torch_views, sparse, torch_sparse, asyncio_waits,
+                                     errors, mismatch_pair, daemon_dies, late_peer, world_only)}
+
+if __name__ == "__main__":
+    scenario = SCENARIOS[sys.argv[1]]
+    with parallax.Client(timeout=30, op_timeout=60) as client:
+        scenario(client)
+        if scenario is not daemon_dies:
+            # A worker that leaves fails the job for the others (as in Horovod): leave
+            # together, once everyone's operations are done.
+            client.barrier(60)

@@ -1,0 +1,134 @@
+"""The parallax package against real daemons and real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import PYTHON, WORKER, run_cluster, run_workers
+
+
+def test_dense_collectives_three_local_workers(daemon):
+    results = run_workers(daemon, "dense", 3)
+    assert [r["world"]["local_rank"] for r in results] == [0, 1, 2]
+    assert all(r["ok"] for r in results)
+
+
+def test_dense_collectives_on_a_cluster_2x2():
+    results = run_cluster(2, 2, "dense")
+    assert [r["world"]["node_index"] for r in results] == [0, 0, 1, 1]
+    assert all(r["world"]["world_size"] == 4 for r in results)
+
+
+def test_torch_tensors_are_arena_views(daemon):
+    assert all(r["ok"] for r in run_workers(daemon, "torch_views", 2))
+
+
+def test_sparse_pull_push_read(daemon):
+    assert all(r["ok"] for r in run_workers(daemon, "sparse", 2))
+
+
+def test_sparse_on_a_cluster_2x1():
+    assert all(r["ok"] for r in run_cluster(2, 1, "sparse"))
+
+
+def test_sparse_with_torch_tensors_same_initial_rows_everywhere(daemon):
+    results = run_workers(daemon, "torch_sparse", 2)
+    assert results[0]["row0"] == results[1]["row0"]
+
+
+def test_asyncio_waits_through_the_completion_fd(daemon):
+    results = run_workers(daemon, "asyncio_waits", 2)
+    for r in results:
+        assert "PX_ERR_INDEX" in r["index_error"] and "12" in r["index_error"]
+
+
+def test_bad_input_raises_typed_errors(daemon):
+    seen = run_workers(daemon, "errors", 1)[0]["seen"]
+    assert seen["dtype"]["message"].endswith("the variable is float32")
+    assert "not C-contiguous" in seen["noncontiguous"]["message"]
+    assert "not contiguous" in seen["noncontiguous_tensor"]["message"]
+    assert "meta tensor" in seen["device_tensor"]["message"]
+    assert "host memory" in seen["device_tensor"]["message"]
+    assert seen["mismatch"]["status"] == "PX_ERR_MISMATCH"
+    assert "py.err" in seen["mismatch"]["message"]
+    index = seen["index"]
+    assert index["status"] == "PX_ERR_INDEX"
+    assert "10" in index["message"] and "py.err.table" in index["message"]
+    assert "sgdd" in seen["optimizer"]["message"]
+
+
+def test_wait_deadline_leaves_the_request_valid(daemon):
+    results = run_workers(daemon, "late_peer", 2)
+    assert "not complete after 0.3 s" in results[0]["timed_out"]
+    assert "allreduce of 'py.late'" in results[0]["timed_out"]
+
+
+def test_mismatched_registration_names_the_variable(daemon):
+    results = run_workers(daemon, "mismatch_pair", 2)
+    errors = [r for r in results if r["error"]]
+    assert errors, results
+    assert all(r["error"] == "PX_ERR_MISMATCH" and "py.pair" in r["message"] for r in errors)
+
+
+def test_launcher_variables_torchrun_and_slurm(daemon):
+    env = daemon.env()
+    for k in ("PARALLAX_LOCAL_RANK", "PARALLAX_LOCAL_SIZE"):
+        env.pop(k, None)
+    torchrun = [dict(env, LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2") for r in range(2)]
+    slurm = [dict(env, SLURM_LOCALID=str(r), SLURM_NTASKS_PER_NODE="2(x1)",
+                  PARALLAX_JOB=env["PARALLAX_JOB"] + "-slurm") for r in range(2)]
+    for envs in (torchrun, slurm):
+        procs = [subprocess.Popen([PYTHON, WORKER, "world_only"], env=e, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for e in envs]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert all(p.returncode == 0 for p in procs), outs
+        import json
+        worlds = [json.loads(o.strip().splitlines()[-1])["world"] for o, _ in outs]
+        assert [w["local_rank"] for w in worlds] == [0, 1]
+        assert all(w["local_size"] == 2 for w in worlds)
+
+
+def test_daemon_killed_mid_training_raises(daemon):
+    env = daemon.env()
+    env.update(PARALLAX_LOCAL_RANK="0", PARALLAX_LOCAL_SIZE="1")
+    p = subprocess.Popen([PYTHON, WORKER, "daemon_dies"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    daemon.proc.send_signal(signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    import json
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["ok"] and result["status"] in ("PX_ERR_PEER_LOST", "PX_ERR_CONNECT"), result
+    assert result["seconds"] < 30, result
+
+
+def test_closed_client_and_freed_request_are_clear_errors(daemon):
+    import parallax
+    os.environ["PARALLAX_SOCKET"] = daemon.socket
+    client = parallax.Client(job="closed-client", local_rank=0, local_size=1)
+    var = client.dense("v", 4)
+    x = np.ones(4, np.float32)
+    req = var.allreduce(x)
+    assert req.wait() is x and req.test()
+    client.close()
+    with pytest.raises(parallax.InvalidArgument, match="closed"):
+        var.allreduce(x)
+
+
+def test_connect_without_daemon_fails_fast(tmp_path):
+    import parallax
+    t0 = time.monotonic()
+    with pytest.raises(parallax.ConnectError) as e:
+        parallax.Client(str(tmp_path / "nobody.sock"), "j", local_rank=0, local_size=1,
+                        wait_for_daemon=False)
+    assert time.monotonic() - t0 < 5
+    assert "nobody.sock" in e.value.message
