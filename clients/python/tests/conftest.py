@@ -72,15 +72,16 @@ def daemon():
 
 
 def run_workers(daemon: Daemon, scenario: str, n: int, *args: str, timeout: float = 120,
-                extra_env: dict = None, expect_ok: bool = True) -> list:
+                extra_env: dict = None, expect_ok: bool = True, worker: str = "pyworker.py",
+                job: str = None) -> list:
     """Runs n worker processes of one job on the daemon; returns each one's JSON result
     (its last stdout line) in local-rank order."""
-    env = daemon.env()
+    env = daemon.env(job)
     env.update(extra_env or {})
     procs = []
     for r in range(n):
         e = dict(env, PARALLAX_LOCAL_RANK=str(r), PARALLAX_LOCAL_SIZE=str(n))
-        procs.append(subprocess.Popen([PYTHON, WORKER, scenario, *args], env=e,
+        procs.append(subprocess.Popen([PYTHON, os.path.join(HERE, worker), scenario, *args], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     results = []
@@ -101,7 +102,7 @@ def run_workers(daemon: Daemon, scenario: str, n: int, *args: str, timeout: floa
 
 
 def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: int = 180,
-                extra_env: dict = None) -> list:
+                extra_env: dict = None, worker: str = "pyworker.py") -> list:
     """Runs the scenario on a px-cluster of real daemons over libfabric (loopback); every
     worker writes its JSON result to a file; returns them ordered by global rank."""
     out_dir = tempfile.mkdtemp(prefix="pxpy-cluster-")
@@ -111,7 +112,7 @@ def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: i
     env.update(extra_env or {})
     cmd = [_require("PX_CLUSTER"), "--nodes", str(nodes), "--workers-per-node", str(per_node),
            "--daemon", _require("PARALLAXD"), "--timeout", str(timeout), "--job",
-           f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, WORKER, scenario, *args]
+           f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, os.path.join(HERE, worker), scenario, *args]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
     assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
     results = []

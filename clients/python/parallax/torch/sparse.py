@@ -1,0 +1,261 @@
+"""Sparse layers whose tables live in the daemons: Embedding, EmbeddingBag, SampledSoftmax.
+
+A training forward pulls the batch's unique rows (a pull step), the layer computes on them
+as an ordinary leaf tensor, and autograd's hook on that leaf pushes their gradients (a push
+step) without waiting: the daemon applies the layer's optimizer on the shards, and the next
+pull (step n + 1) sees every worker's push n (PX_SYNC). So each training forward must be
+followed by a backward on every worker, as with DDP; a forward under torch.no_grad() or in
+eval() mode reads the rows instead (not a step) and needs no backward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import parallax
+
+from .session import default_client
+
+_SPARSE_OPTIONS = ("optimizer", "lr", "beta1", "beta2", "epsilon", "initial_accumulator",
+                   "initializer", "seed", "init_low", "init_high", "init_std", "aggregation",
+                   "consistency", "staleness", "partitions", "route", "nonfinite")
+
+
+class _Table:
+    """One sparse variable and the pushes in flight on it."""
+
+    def __init__(self, client: parallax.Client, name: str, rows: int, dim: int,
+                 options: dict):
+        unknown = set(options) - set(_SPARSE_OPTIONS)
+        if unknown:
+            raise parallax.InvalidArgument(1, f"'{name}': unknown option(s) "
+                                              f"{', '.join(sorted(unknown))}")
+        self.client = client
+        self.var = client.sparse(name, rows, dim, **options)
+        self.rows, self.dim = rows, dim
+        self._pushes: list = []
+
+    def lookup(self, unique: torch.Tensor, training: bool) -> torch.Tensor:
+        """The rows' values: a pull step when training, a read otherwise."""
+        if training:
+            self.finish_pushes()
+            return self.var.pull(unique).wait()
+        return self.var.read(unique).wait()
+
+    def push_later(self, unique: torch.Tensor, grad: torch.Tensor) -> None:
+        grad = grad.detach().to(torch.float32).contiguous()
+        self._pushes.append(self.var.push(unique, grad))
+
+    def finish_pushes(self) -> None:
+        """Waits for this worker's pushes (they only need taking, not applying)."""
+        pushes, self._pushes = self._pushes, []
+        parallax.wait_all(pushes)
+
+    def read_all(self, chunk_rows: int = 1 << 16) -> torch.Tensor:
+        self.finish_pushes()
+        out = torch.empty((self.rows, self.dim), dtype=torch.float32)
+        for start in range(0, self.rows, chunk_rows):
+            idx = torch.arange(start, min(self.rows, start + chunk_rows), dtype=torch.int64)
+            self.var.read(idx, out[start:start + len(idx)]).wait()
+        return out
+
+    def load_all(self, values: torch.Tensor, chunk_rows: int = 1 << 16) -> None:
+        if tuple(values.shape) != (self.rows, self.dim):
+            raise parallax.InvalidArgument(
+                1, f"'{self.var.name}': loading a {tuple(values.shape)} tensor into a "
+                   f"{self.rows} x {self.dim} table")
+        self.finish_pushes()
+        values = values.detach().to(torch.float32).contiguous()
+        for start in range(0, self.rows, chunk_rows):
+            idx = torch.arange(start, min(self.rows, start + chunk_rows), dtype=torch.int64)
+            self.var.load(idx, values[start:start + len(idx)]).wait()
+
+
+def _unique(indices: torch.Tensor, rows: int, name: str):
+    if indices.dtype.is_floating_point:
+        raise parallax.InvalidArgument(1, f"'{name}': indices must be integers, "
+                                          f"not {indices.dtype}")
+    if indices.device.type != "cpu":
+        raise parallax.InvalidArgument(1, f"'{name}': indices are on {indices.device}; host "
+                                          "memory is needed until GPU support lands")
+    return torch.unique(indices.reshape(-1).to(torch.int64), return_inverse=True)
+
+
+class _SparseModule(nn.Module):
+    def __init__(self, rows: int, dim: int, name: str, client: Optional[parallax.Client],
+                 options: dict):
+        super().__init__()
+        self.table_name = name
+        self._table = _Table(client or default_client(), name, rows, dim, options)
+
+    def _rows(self, indices: torch.Tensor):
+        """(unique rows as a leaf tensor, inverse index); the leaf's gradient is pushed."""
+        unique, inverse = _unique(indices, self._table.rows, self.table_name)
+        training = self.training and torch.is_grad_enabled()
+        rows = self._table.lookup(unique, training)
+        if training:
+            rows.requires_grad_(True)
+            table = self._table
+            rows.register_hook(lambda grad: table.push_later(unique, grad))
+        return rows, inverse.reshape(indices.shape)
+
+    def synchronize(self) -> None:
+        """Waits for the pushes this worker has in flight (before a checkpoint, say)."""
+        self._table.finish_pushes()
+
+    @property
+    def variable(self) -> parallax.SparseVariable:
+        return self._table.var
+
+    # state_dict through px_read_rows / px_load_rows: the whole table, as nn.Embedding's.
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "weight"] = self._table.read_all()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        key = prefix + "weight"
+        if key in state_dict:
+            self._table.load_all(state_dict[key])
+        elif strict:
+            missing_keys.append(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, False, [],
+                                      unexpected_keys, error_msgs)
+
+
+class Embedding(_SparseModule):
+    """A drop-in for nn.Embedding(num_embeddings, embedding_dim) whose table lives in the
+    daemons. optimizer (default "adagrad") and its hyper-parameters (lr, epsilon,
+    initial_accumulator, beta1, beta2), initializer ("normal" with init_std, "uniform",
+    "zeros"; seed), route ("hybrid", "ps", "allgatherv", "allreduce"), consistency
+    ("sync", "async", "bounded" + staleness) and aggregation ("mean": the gradient of the
+    global batch's mean loss, as DDP averages; "sum") are options of the table (see
+    parallax.SparseVariable). name must be the same on every worker and unique in the job.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, name: str,
+                 client: Optional[parallax.Client] = None, optimizer: str = "adagrad",
+                 lr: float = 0.1, aggregation: str = "mean", initializer: str = "normal",
+                 init_std: float = 1.0, **options: Any):
+        options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
+                       initializer=initializer, init_std=init_std)
+        super().__init__(num_embeddings, embedding_dim, name, client, options)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        rows, inverse = self._rows(indices)
+        return F.embedding(inverse, rows)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, table='{self.table_name}'"
+
+
+class EmbeddingBag(_SparseModule):
+    """A drop-in for nn.EmbeddingBag (mode "sum", "mean" or "max"; offsets or 2-D input;
+    per_sample_weights with "sum") over a table in the daemons; options as Embedding."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", *,
+                 name: str, client: Optional[parallax.Client] = None,
+                 optimizer: str = "adagrad", lr: float = 0.1, aggregation: str = "mean",
+                 initializer: str = "normal", init_std: float = 1.0, **options: Any):
+        options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
+                       initializer=initializer, init_std=init_std)
+        super().__init__(num_embeddings, embedding_dim, name, client, options)
+        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+
+    def forward(self, indices: torch.Tensor, offsets: Optional[torch.Tensor] = None,
+                per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        rows, inverse = self._rows(indices)
+        return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
+                               per_sample_weights=per_sample_weights)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}', "
+                f"table='{self.table_name}'")
+
+
+class LogUniformSampler:
+    """Draws num_sampled distinct classes from P(c) = log((c+2)/(c+1)) / log(V+1), the
+    Zipfian sampler of TensorFlow's sampled softmax (classes sorted by frequency). The
+    generator is seeded per step, so every worker draws the same classes for a step."""
+
+    def __init__(self, num_classes: int, seed: int = 0):
+        self.num_classes = num_classes
+        self.seed = seed
+        c = torch.arange(num_classes, dtype=torch.float64)
+        self.log_range = math.log(num_classes + 1)
+        self.prob = (torch.log((c + 2) / (c + 1)) / self.log_range)
+
+    def sample(self, num_sampled: int, step: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        return torch.multinomial(self.prob.float(), num_sampled, replacement=False,
+                                 generator=g)
+
+    def expected_count(self, classes: torch.Tensor, num_sampled: int) -> torch.Tensor:
+        # Sampling without replacement: P(c in sample) ~ 1 - (1 - p)^num_sampled (TF's).
+        p = self.prob[classes]
+        return -torch.expm1(num_sampled * torch.log1p(-p))
+
+
+class SampledSoftmax(_SparseModule):
+    """A softmax output layer over num_classes whose weights (and biases, the last column)
+    are a sparse table: training computes TensorFlow's sampled_softmax_loss — each
+    example's true class against num_sampled shared negatives from a log-uniform sampler,
+    logits corrected by log expected count, accidental hits removed — pulling only the
+    rows of the batch's targets and the sampled classes. full_log_probs() gives the exact
+    softmax (reads the whole table) for evaluation. The sample of a step is a function of
+    (seed, step), so every worker draws the same one, as does a single-process reference.
+    """
+
+    def __init__(self, num_classes: int, dim: int, num_sampled: int, *, name: str,
+                 client: Optional[parallax.Client] = None, optimizer: str = "adagrad",
+                 lr: float = 0.1, aggregation: str = "mean", initializer: str = "uniform",
+                 sampler_seed: int = 0, **options: Any):
+        bound = 1.0 / math.sqrt(dim)
+        options.setdefault("init_low", -bound)
+        options.setdefault("init_high", bound)
+        options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
+                       initializer=initializer)
+        super().__init__(num_classes, dim + 1, name, client, options)
+        self.num_classes, self.dim, self.num_sampled = num_classes, dim, num_sampled
+        self.sampler = LogUniformSampler(num_classes, sampler_seed)
+        self.step = 0
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean sampled-softmax loss of hidden (B x dim) against targets (B)."""
+        targets = targets.reshape(-1).to(torch.int64)
+        hidden = hidden.reshape(-1, self.dim)
+        if hidden.shape[0] != targets.shape[0]:
+            raise parallax.InvalidArgument(1, f"'{self.table_name}': {hidden.shape[0]} hidden "
+                                              f"rows for {targets.shape[0]} targets")
+        sampled = self.sampler.sample(self.num_sampled, self.step)
+        self.step += 1
+        rows, inverse = self._rows(torch.cat([targets, sampled]))
+        b = targets.shape[0]
+        w_true, w_sampled = rows[inverse[:b]], rows[inverse[b:]]
+        true_logits = (hidden * w_true[:, :-1]).sum(-1) + w_true[:, -1]
+        sampled_logits = hidden @ w_sampled[:, :-1].t() + w_sampled[:, -1]
+        true_logits = true_logits - torch.log(
+            self.sampler.expected_count(targets, self.num_sampled)).float()
+        sampled_logits = sampled_logits - torch.log(
+            self.sampler.expected_count(sampled, self.num_sampled)).float()
+        hits = targets[:, None] == sampled[None, :]
+        sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
+        logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
+        return F.cross_entropy(logits, torch.zeros(b, dtype=torch.int64))
+
+    def full_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """log softmax over every class (B x num_classes), from the table's current values."""
+        table = self._table.read_all()
+        return F.log_softmax(hidden.reshape(-1, self.dim) @ table[:, :-1].t() + table[:, -1],
+                             dim=-1)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_classes}, {self.dim}, num_sampled={self.num_sampled}, "
+                f"table='{self.table_name}'")

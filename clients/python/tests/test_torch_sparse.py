@@ -1,0 +1,56 @@
+"""parallax.torch's sparse layers against real daemons, checked against plain PyTorch."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import Daemon, run_cluster, run_workers
+
+
+def _torch_workers(daemon, scenario, n, *args, **kw):
+    return run_workers(daemon, scenario, n, *args, worker="torchworker.py", **kw)
+
+
+def test_embedding_matches_nn_embedding_with_adagrad_2_local_workers(daemon):
+    results = _torch_workers(daemon, "embedding_matches_reference", 2)
+    assert all(r["max_rel_err"] < 1e-5 for r in results)
+
+
+def test_embedding_matches_reference_on_a_cluster_2x2():
+    results = run_cluster(2, 2, "embedding_matches_reference", worker="torchworker.py")
+    assert len(results) == 4
+
+
+def test_embedding_bag_and_eval_reads_without_steps(daemon):
+    _torch_workers(daemon, "embedding_bag_and_eval", 1)
+
+
+def test_sampled_softmax_matches_tf_formula_on_the_global_batch(daemon):
+    results = _torch_workers(daemon, "sampled_softmax_matches_reference", 2)
+    assert results[0]["losses"] != results[1]["losses"]  # different halves of the batch
+
+
+def test_bad_input_raises(daemon):
+    seen = _torch_workers(daemon, "bad_input", 1)[0]["seen"]
+    assert "integers" in seen["float_indices"]
+    assert "meta" in seen["meta_indices"] and "host memory" in seen["meta_indices"]
+    assert "10" in seen["out_of_range"] and "t.bad" in seen["out_of_range"]
+    assert "momentum" in seen["unknown_option"]
+    assert "3 x 2" not in seen["load_shape"] and "10 x 2" in seen["load_shape"]
+
+
+def test_checkpoint_then_restore_in_a_new_daemon(tmp_path):
+    first = Daemon()
+    try:
+        saved = _torch_workers(first, "checkpoint_and_restore", 2, str(tmp_path),
+                               job="ckpt")[0]["weight"]
+    finally:
+        first.stop()
+    assert any(f.endswith(".manifest") for f in os.listdir(tmp_path))
+    second = Daemon("--restore", str(tmp_path))
+    try:
+        restored = _torch_workers(second, "checkpoint_and_restore", 2, str(tmp_path),
+                                  job="ckpt", extra_env={"PXPY_PHASE": "restore"})
+    finally:
+        second.stop()
+    assert restored[0]["weight"] == saved

@@ -1,0 +1,158 @@
+"""Worker scenarios for parallax.torch's sparse layers: `torchworker.py SCENARIO`.
+
+Each worker builds the same deterministic global batches, trains on its slice through the
+daemons, and compares with a plain PyTorch reference trained on the whole global batch in
+the same process (same initial table, same optimizer), so every worker checks the result
+itself.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+
+import parallax
+import parallax.torch as pxt
+from pyworker import emit
+
+ROWS, DIM, PER_WORKER, STEPS = 50, 6, 8, 4
+
+
+def _batches(world_size: int):
+    g = torch.Generator().manual_seed(1234)
+    for _ in range(STEPS):
+        yield torch.randint(0, ROWS, (world_size * PER_WORKER,), generator=g)
+
+
+def embedding_matches_reference(px):
+    torch.manual_seed(0)
+    w0 = torch.randn(ROWS, DIM)
+    emb = pxt.Embedding(ROWS, DIM, name="t.emb", client=px, optimizer="adagrad", lr=0.3,
+                        initial_accumulator=0.1, epsilon=1e-10)
+    emb.load_state_dict({"weight": w0})
+    ref = nn.Embedding(ROWS, DIM)
+    ref.weight.data.copy_(w0)
+    opt = torch.optim.Adagrad(ref.parameters(), lr=0.3, initial_accumulator_value=0.1,
+                              eps=1e-10)
+    rank, world = px.rank, px.world_size
+    target = torch.linspace(-1, 1, DIM)
+    for batch in _batches(world):
+        mine = batch[rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1)
+        loss = ((emb(mine) - target) ** 2).mean()
+        loss.backward()
+        opt.zero_grad()
+        ((ref(batch) - target) ** 2).mean().backward()
+        opt.step()
+    emb.synchronize()
+    px.barrier(30)
+    got = emb.state_dict()["weight"]
+    err = ((got - ref.weight.data).abs() / ref.weight.data.abs().clamp_min(1e-3)).max().item()
+    assert err < 1e-5, err
+    emit(px, ok=True, max_rel_err=err)
+
+
+def embedding_bag_and_eval(px):
+    torch.manual_seed(1)
+    w0 = torch.randn(ROWS, DIM)
+    bag = pxt.EmbeddingBag(ROWS, DIM, mode="sum", name="t.bag", client=px)
+    bag.load_state_dict({"weight": w0})
+    ref = nn.EmbeddingBag(ROWS, DIM, mode="sum")
+    ref.weight.data.copy_(w0)
+    idx = torch.tensor([3, 7, 7, 49, 0])
+    offsets = torch.tensor([0, 2])
+    bag.eval()                                   # eval: reads, no step, no backward needed
+    torch.testing.assert_close(bag(idx, offsets), ref(idx, offsets))
+    with torch.no_grad():
+        torch.testing.assert_close(bag(idx.reshape(1, 5)), ref(idx.reshape(1, 5)))
+    assert bag.variable.stats().pull_steps == 0
+    emit(px, ok=True)
+
+
+def sampled_softmax_matches_reference(px):
+    """The layer's loss and updated table equal a plain-torch computation of TF's
+    sampled_softmax_loss on the global batch with the same sample."""
+    classes, dim, sampled = 40, 5, 12
+    torch.manual_seed(2)
+    w0 = torch.randn(classes, dim + 1) * 0.3
+    layer = pxt.SampledSoftmax(classes, dim, sampled, name="t.softmax", client=px,
+                               optimizer="sgd", lr=0.5, sampler_seed=9)
+    layer.load_state_dict({"weight": w0})
+    ref_w = w0.clone().requires_grad_(True)
+    sampler = pxt.LogUniformSampler(classes, 9)
+    rank, world = px.rank, px.world_size
+    g = torch.Generator().manual_seed(5)
+    losses = []
+    for step in range(3):
+        hidden = torch.randn(world * 4, dim, generator=g)
+        targets = torch.randint(0, classes, (world * 4,), generator=g)
+        sl = slice(rank * 4, (rank + 1) * 4)
+        loss = layer(hidden[sl], targets[sl])
+        loss.backward()
+        # reference: the same formula on the whole batch, dense
+        s = sampler.sample(sampled, step)
+        tl = (hidden * ref_w[targets, :-1]).sum(-1) + ref_w[targets, -1] \
+            - torch.log(sampler.expected_count(targets, sampled)).float()
+        sl_ = hidden @ ref_w[s, :-1].t() + ref_w[s, -1] \
+            - torch.log(sampler.expected_count(s, sampled)).float()
+        sl_ = sl_.masked_fill(targets[:, None] == s[None, :], float("-inf"))
+        ref_loss = nn.functional.cross_entropy(torch.cat([tl[:, None], sl_], 1),
+                                               torch.zeros(world * 4, dtype=torch.int64))
+        ref_loss.backward()
+        with torch.no_grad():
+            ref_w -= 0.5 * ref_w.grad
+            ref_w.grad = None
+        losses.append(loss.item())
+    layer.synchronize()
+    px.barrier(30)
+    torch.testing.assert_close(layer.state_dict()["weight"], ref_w.detach(), rtol=1e-5,
+                               atol=1e-6)
+    emit(px, ok=True, losses=losses)
+
+
+def bad_input(px):
+    emb = pxt.Embedding(10, 2, name="t.bad", client=px)
+    seen = {}
+    for name, fn, exc in (
+            ("float_indices", lambda: emb(torch.tensor([1.0])), parallax.InvalidArgument),
+            ("meta_indices", lambda: emb(torch.empty(2, dtype=torch.int64, device="meta")),
+             parallax.InvalidArgument),
+            ("out_of_range", lambda: emb(torch.tensor([3, 10])), parallax.RowIndexError),
+            ("unknown_option", lambda: pxt.Embedding(4, 2, name="t.x", client=px, momentum=1),
+             parallax.InvalidArgument),
+            ("load_shape", lambda: emb.load_state_dict({"weight": torch.zeros(3, 2)}),
+             parallax.InvalidArgument)):
+        try:
+            fn()
+        except exc as e:
+            seen[name] = e.message
+            continue
+        raise AssertionError(f"{name}: no {exc.__name__}")
+    emit(px, ok=True, seen=seen)
+
+
+def checkpoint_and_restore(px):
+    import os
+    path = sys.argv[2]
+    emb = pxt.Embedding(20, 3, name="t.ckpt", client=px, initializer="uniform", seed=3)
+    if os.environ.get("PXPY_PHASE") == "restore":
+        emit(px, ok=True, weight=emb.state_dict()["weight"].tolist())
+        return
+    out = emb(torch.tensor([[1, 2], [2, 19]]))
+    out.sum().backward()
+    emb.synchronize()
+    px.barrier(30)
+    px.checkpoint(path, 30)
+    emit(px, ok=True, weight=emb.state_dict()["weight"].tolist())
+
+
+SCENARIOS = {f.__name__: f for f in (embedding_matches_reference, embedding_bag_and_eval,
+                                     sampled_softmax_matches_reference, bad_input,
+                                     checkpoint_and_restore)}
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    with parallax.Client(timeout=30, op_timeout=60) as client:
+        SCENARIOS[sys.argv[1]](client)
+        client.barrier(60)
