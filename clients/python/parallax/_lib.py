@@ -3,7 +3,8 @@
 The package binds the C library only: nothing here knows the daemon's protocol. The
 library is found, in order, at $PARALLAX_LIB, next to an installed package
 (PREFIX/lib/libparallax.so.1 for PREFIX/lib/python3*/dist-packages/parallax), then
-by the dynamic loader's search ("libparallax.so.1").
+by the dynamic loader's search ("libparallax.so.1"), and last, in a source checkout, the
+default build directory's (build/clients/c/libparallax.so.1).
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     # PREFIX/lib/python3.X/dist-packages/parallax -> PREFIX/lib
     installed = os.path.normpath(os.path.join(here, "..", "..", "..", "libparallax.so.1"))
-    return [installed, "libparallax.so.1"]
+    # In a source checkout (clients/python/parallax), the default build directory's library.
+    source_build = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "clients",
+                                                 "c", "libparallax.so.1"))
+    return [installed, "libparallax.so.1", source_build]
 
 
 def _load():

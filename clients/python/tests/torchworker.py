@@ -92,13 +92,8 @@ def sampled_softmax_matches_reference(px):
         loss.backward()
         # reference: the same formula on the whole batch, dense
         s = sampler.sample(sampled, step)
-        tl = (hidden * ref_w[targets, :-1]).sum(-1) + ref_w[targets, -1] \
-            - torch.log(sampler.expected_count(targets, sampled)).float()
-        sl_ = hidden @ ref_w[s, :-1].t() + ref_w[s, -1] \
-            - torch.log(sampler.expected_count(s, sampled)).float()
-        sl_ = sl_.masked_fill(targets[:, None] == s[None, :], float("-inf"))
-        ref_loss = nn.functional.cross_entropy(torch.cat([tl[:, None], sl_], 1),
-                                               torch.zeros(world * 4, dtype=torch.int64))
+        ref_loss = pxt.sampled_softmax_loss(hidden, targets, s, ref_w[targets], ref_w[s],
+                                            sampler)
         ref_loss.backward()
         with torch.no_grad():
             ref_w -= 0.5 * ref_w.grad

@@ -2,7 +2,8 @@
 EmbeddingBag, SampledSoftmax) and the dense DDP-style wrapper."""
 
 from .session import default_client, set_default_client
-from .sparse import Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax
+from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
+                     sampled_softmax_loss)
 
 __all__ = ["default_client", "set_default_client", "Embedding", "EmbeddingBag",
-           "LogUniformSampler", "SampledSoftmax"]
+           "LogUniformSampler", "SampledSoftmax", "sampled_softmax_loss"]

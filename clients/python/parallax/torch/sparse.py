@@ -203,6 +203,25 @@ class LogUniformSampler:
         return -torch.expm1(num_sampled * torch.log1p(-p))
 
 
+def sampled_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, sampled: torch.Tensor,
+                         w_true: torch.Tensor, w_sampled: torch.Tensor,
+                         sampler: LogUniformSampler) -> torch.Tensor:
+    """TensorFlow's sampled_softmax_loss (mean over the batch): hidden B x dim, targets B,
+    sampled S shared negatives; w_true B x (dim + 1) and w_sampled S x (dim + 1) are the
+    targets' and the samples' weight rows, bias last. A dense reference model calls it with
+    rows indexed from an ordinary table."""
+    num_sampled = sampled.shape[0]
+    true_logits = (hidden * w_true[:, :-1]).sum(-1) + w_true[:, -1]
+    sampled_logits = hidden @ w_sampled[:, :-1].t() + w_sampled[:, -1]
+    true_logits = true_logits - torch.log(sampler.expected_count(targets, num_sampled)).float()
+    sampled_logits = sampled_logits - torch.log(
+        sampler.expected_count(sampled, num_sampled)).float()
+    hits = targets[:, None] == sampled[None, :]  # accidental hits are not negatives
+    sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
+    logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
+    return F.cross_entropy(logits, torch.zeros(targets.shape[0], dtype=torch.int64))
+
+
 class SampledSoftmax(_SparseModule):
     """A softmax output layer over num_classes whose weights (and biases, the last column)
     are a sparse table: training computes TensorFlow's sampled_softmax_loss — each
@@ -238,17 +257,8 @@ class SampledSoftmax(_SparseModule):
         self.step += 1
         rows, inverse = self._rows(torch.cat([targets, sampled]))
         b = targets.shape[0]
-        w_true, w_sampled = rows[inverse[:b]], rows[inverse[b:]]
-        true_logits = (hidden * w_true[:, :-1]).sum(-1) + w_true[:, -1]
-        sampled_logits = hidden @ w_sampled[:, :-1].t() + w_sampled[:, -1]
-        true_logits = true_logits - torch.log(
-            self.sampler.expected_count(targets, self.num_sampled)).float()
-        sampled_logits = sampled_logits - torch.log(
-            self.sampler.expected_count(sampled, self.num_sampled)).float()
-        hits = targets[:, None] == sampled[None, :]
-        sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
-        logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-        return F.cross_entropy(logits, torch.zeros(b, dtype=torch.int64))
+        return sampled_softmax_loss(hidden, targets, sampled, rows[inverse[:b]],
+                                    rows[inverse[b:]], self.sampler)
 
     def full_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """log softmax over every class (B x num_classes), from the table's current values."""

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Trains the word-level language model on the King James Bible through Parallax.
+
+Run one process per worker under a launcher that sets PARALLAX_* (tools/px-cluster),
+torchrun (LOCAL_RANK/LOCAL_WORLD_SIZE) or srun; `tools/quickstart demo` runs it on
+2 nodes x 2 workers. --reference trains the same model in this one process with plain
+PyTorch on the whole global batch instead (the equivalence test's baseline).
+
+Prints, from global rank 0: per step the global batch's mean loss and words/s; at the end
+the held-out perplexity (exact softmax over the whole vocabulary) and each Parallax
+variable's route, density alpha and bytes, per node. --json FILE writes the losses too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+try:
+    import parallax  # noqa: F401  (installed, or on PYTHONPATH)
+except ImportError:  # a source checkout: the package next door
+    sys.path.insert(0, os.path.join(_HERE, "..", "..", "clients", "python"))
+import corpus as corpus_mod  # noqa: E402
+from model import LMConfig, ParallaxLM, ReferenceLM  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--batch", type=int, default=16, help="sequences per worker per step")
+    p.add_argument("--bptt", type=int, default=20, help="tokens per sequence")
+    p.add_argument("--embed", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--sampled", type=int, default=256, help="sampled-softmax negatives")
+    p.add_argument("--route", default="hybrid", help="sparse route of both tables")
+    p.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens scored")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--reference", type=int, default=0, metavar="WORKERS",
+                   help="train in this process on the global batch of WORKERS workers")
+    p.add_argument("--json", default="", help="write per-step losses and final state here")
+    p.add_argument("--cache", default="/tmp/parallax-kjv-corpus.pt")
+    return p.parse_args()
+
+
+def batches(ids: torch.Tensor, rows: int, bptt: int, first_row: int, count: int):
+    """Step t's inputs and targets: rows first_row..first_row+count of the global streams."""
+    streams = corpus_mod.streams(ids, rows)
+    t = 0
+    while True:
+        if t + bptt + 1 > streams.shape[1]:
+            t = 0
+        chunk = streams[first_row:first_row + count, t:t + bptt + 1]
+        yield chunk[:, :-1], chunk[:, 1:]
+        t += bptt
+
+
+def run_reference(args, cfg, corpus) -> None:
+    model = ReferenceLM(cfg)
+    optimizers = model.optimizers()
+    data = batches(corpus.train, args.reference * args.batch, args.bptt, 0,
+                   args.reference * args.batch)
+    losses = []
+    for step in range(args.steps):
+        x, y = next(data)
+        for o in optimizers:
+            o.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        for o in optimizers:
+            o.step()
+        losses.append(loss.item())
+        if step % args.log_every == 0 or step == args.steps - 1:
+            print(f"reference step {step:4d}  loss {losses[-1]:.5f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"losses": losses,
+                       "embedding_sum": model.embedding.weight.double().sum().item(),
+                       "softmax_sum": model.softmax_table.weight.double().sum().item(),
+                       "body_sum": sum(p.double().sum().item()
+                                       for p in model.body.parameters())}, f)
+
+
+def route_report(client, model) -> list:
+    lines = []
+    for var, kind in ((model.embedding.variable, "sparse"), (model.softmax.variable, "sparse")):
+        s = var.stats()
+        alpha = s.rows_pulled / max(1, s.pull_steps * client.world.local_size * var.rows)
+        route = ["hybrid", "ps", "allgatherv", "allreduce"][var.options.route]
+        lines.append(f"  node {client.world.node_index}  {var.name:<14} {kind:<6} "
+                     f"route {route:<10} alpha {alpha:.4f}  rows {var.rows}x{var.dim}  "
+                     f"sent {s.bytes_sent / 2**20:8.2f} MiB  received "
+                     f"{s.bytes_received / 2**20:8.2f} MiB")
+    for var in getattr(model.body, "variables", lambda: [])():
+        s = var.stats()
+        lines.append(f"  node {client.world.node_index}  {var.name:<14} dense  "
+                     f"route allreduce  {var.count} values  reduced {s.bytes / 2**20:8.2f} MiB "
+                     f"in {s.ops} steps")
+    return lines
+
+
+def run_parallax(args, cfg, corpus) -> None:
+    import parallax
+    import parallax.torch as pxt
+    client = parallax.Client(timeout=120, op_timeout=300)
+    pxt.set_default_client(client)
+    world = client.world
+    model = ParallaxLM(cfg, client)
+    model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body")
+    optimizer = torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)
+    data = batches(corpus.train, world.world_size * args.batch, args.bptt,
+                   world.rank * args.batch, args.batch)
+    loss_var = client.dense("lm.loss", 1, np.float64, op="mean")
+    lead = world.rank == 0
+    if lead:
+        print(f"parallax: {world.node_count} nodes x {world.local_size} workers, vocabulary "
+              f"{cfg.vocab}, {world.world_size * args.batch * args.bptt} tokens per step "
+              f"(KJV Bible, {len(corpus.train)} training tokens)", flush=True)
+    losses = []
+    words_per_step = world.world_size * args.batch * args.bptt
+    client.barrier()
+    t_start = time.monotonic()
+    for step in range(args.steps):
+        t0 = time.monotonic()
+        x, y = next(data)
+        optimizer.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        mean = np.array([loss.item()])
+        loss_var.allreduce(mean).wait()
+        losses.append(float(mean[0]))
+        dt = time.monotonic() - t0
+        if lead and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"step {step:4d}  loss {losses[-1]:.4f}  words/s {words_per_step / dt:8.0f}",
+                  flush=True)
+    train_s = time.monotonic() - t_start
+
+    # Held-out perplexity: each worker scores its share with the exact softmax.
+    model.eval()
+    per_worker = args.eval_tokens // world.world_size
+    valid = corpus.valid[world.rank * per_worker:(world.rank + 1) * per_worker + 1]
+    nll = np.zeros(2)
+    with torch.no_grad():
+        for start in range(0, len(valid) - 1, 512):
+            x = valid[start:start + 512]
+            y = valid[start + 1:start + 513]
+            x = x[:len(y)]
+            logp = model.log_probs(x[None, :])
+            nll[0] += -logp.gather(1, y[:, None]).sum().item()
+            nll[1] += len(y)
+    client.dense("lm.eval", 2, np.float64).allreduce(nll).wait()
+    report = route_report(client, model)
+    client.barrier()
+    if lead:
+        print(f"trained {args.steps} steps in {train_s:.1f} s: "
+              f"{args.steps * words_per_step / train_s:.0f} words/s overall")
+        print(f"held-out perplexity {math.exp(nll[0] / nll[1]):.1f} over {int(nll[1])} tokens "
+              f"(a uniform guess: {cfg.vocab})")
+    # One report per node, in node order.
+    for node in range(world.node_count):
+        if world.node_index == node and world.local_rank == 0:
+            if node == 0:
+                print("variables (per node):")
+            print("\n".join(report), flush=True)
+        client.barrier()
+    if args.json and lead:
+        with open(args.json, "w") as f:
+            json.dump({"losses": losses,
+                       "embedding_sum": model.embedding.state_dict()["weight"].double().sum().item(),
+                       "softmax_sum": model.softmax.state_dict()["weight"].double().sum().item(),
+                       "body_sum": sum(p.double().sum().item()
+                                       for p in model.body.parameters())}, f)
+    client.barrier()
+    client.close()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)  # several workers share this machine's cores
+    corpus = corpus_mod.load(cache=args.cache)
+    cfg = LMConfig(vocab=corpus.vocab_size, embed=args.embed, hidden=args.hidden,
+                   num_sampled=args.sampled, route=args.route)
+    if args.reference:
+        run_reference(args, cfg, corpus)
+    else:
+        run_parallax(args, cfg, corpus)
+
+
+if __name__ == "__main__":
+    main()
