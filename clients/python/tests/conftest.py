@@ -121,3 +121,47 @@ def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: i
     results.sort(key=lambda r: r["rank"])
     assert len(results) == nodes * per_node, p.stderr
     return results
+
+
+def run_script_workers(script: str, daemon: Daemon, scenario: str, n: int, *args: str,
+                       timeout: float = 120) -> list:
+    """run_workers for another worker script (same protocol: SCENARIO ARGS, JSON last line)."""
+    env = daemon.env()
+    procs = [subprocess.Popen([PYTHON, script, scenario, *args], text=True,
+                              env=dict(env, PARALLAX_LOCAL_RANK=str(r), PARALLAX_LOCAL_SIZE=str(n)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in range(n)]
+    results = []
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"worker {r} of '{scenario}' did not finish in {timeout} s")
+        if p.returncode != 0:
+            raise AssertionError(f"worker {r} of '{scenario}' exited {p.returncode}:\n{err}"
+                                 f"\ndaemon log:\n{daemon.log_text()}")
+        lines = [l for l in out.splitlines() if l.strip()]
+        results.append({"rc": p.returncode, "stderr": err, **json.loads(lines[-1])})
+    return results
+
+
+def run_script_cluster(script: str, nodes: int, per_node: int, scenario: str, *args: str,
+                       timeout: int = 180) -> list:
+    """run_cluster for another worker script (results in $PXPY_RESULT_DIR/<rank>.json)."""
+    out_dir = tempfile.mkdtemp(prefix="pxpy-cluster-")
+    env = dict(os.environ, PXPY_RESULT_DIR=out_dir)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [_require("PX_CLUSTER"), "--nodes", str(nodes), "--workers-per-node", str(per_node),
+           "--daemon", _require("PARALLAXD"), "--timeout", str(timeout), "--job",
+           f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, script, scenario, *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+    assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    results = []
+    for name in os.listdir(out_dir):
+        with open(os.path.join(out_dir, name)) as f:
+            results.append(json.load(f))
+    results.sort(key=lambda r: r["rank"])
+    assert len(results) == nodes * per_node, p.stderr
+    return results
