@@ -17,6 +17,12 @@
 //
 //   px-bench sparse ...   (bench_sparse.cc)
 //
+//   px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2] [--links 1,0,lo]
+//                        [--steps N] [--sleep-ms MS] [--peers ddp,ddp-copy] [--daemon PATH]
+//     A many-tensor dense step (ResNet-50's 161 gradients, synthetic compute;
+//     tools/bench/torch_dense.py): parallax.torch.DistributedDataParallel against torch DDP
+//     on gloo, 25 MB buckets, synchronized and under no_sync() (compute alone).
+//
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
@@ -432,6 +438,129 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
   return 0;
 }
 
+// `px-bench torch-dense`: a many-tensor dense training step (ResNet-50's 161 gradient
+// tensors, 25.6 M float32, synthetic compute; tools/bench/torch_dense.py) with
+// parallax.torch.DistributedDataParallel against torch DDP on gloo, both with 25 MB
+// buckets, on the same px-cluster links. Per system: the synchronized step and the same
+// step under no_sync() (compute alone), each the median (min, max) over steps of the
+// slowest rank's forward + backward.
+std::map<std::string, StepSummary> collect_results(const std::string& command, const char* what) {
+  std::map<std::string, StepSummary> out;
+  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
+  if (!p) return out;
+  char line[512];
+  while (fgets(line, sizeof line, p)) {
+    char name[64];
+    unsigned long long bytes;
+    StepSummary t;
+    if (sscanf(line, "RESULT %63s %llu %lf %lf %lf", name, &bytes, &t.median, &t.min, &t.max) == 5)
+      out[name] = t;
+  }
+  if (pclose(p) != 0)
+    fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", what);
+  return out;
+}
+
+int bench_torch_dense(int argc, char** argv) {
+  bool json = false;
+  std::string nodes_list = "4", per_node_list = "1,2", links_list = "1,0", peers_list = "ddp";
+  std::string daemon = default_daemon_path();
+  int steps = 20;
+  double sleep_ms = 0.5;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--json")
+      json = true;
+    else if (a == "--nodes")
+      nodes_list = value();
+    else if (a == "--workers-per-node")
+      per_node_list = value();
+    else if (a == "--links")
+      links_list = value();
+    else if (a == "--peers")
+      peers_list = value();
+    else if (a == "--steps")
+      steps = std::max(1, std::stoi(value()));
+    else if (a == "--sleep-ms")
+      sleep_ms = std::stod(value());
+    else if (a == "--daemon")
+      daemon = value();
+    else
+      die("unknown option " + a);
+  }
+  std::string source = PX_SOURCE_DIR;
+  std::string script = source + "/tools/bench/torch_dense.py";
+  // The worker imports the package from the source tree and loads this build's library.
+  std::string pythonpath = source + "/clients/python";
+  if (const char* old = getenv("PYTHONPATH")) pythonpath += std::string(":") + old;
+  setenv("PYTHONPATH", pythonpath.c_str(), 1);
+  setenv("PARALLAX_LIB", (tools_dir() + "/../clients/c/libparallax.so.1").c_str(), 1);
+  if (system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0)
+    die("/usr/bin/python3 cannot import torch (install python3-torch)");
+  char args[64];
+  snprintf(args, sizeof args, " %d %g", steps, sleep_ms);
+  if (json)
+    printf(
+        "{\"scenario\":\"torch-dense\",\"cores\":%u,\"timing\":\"%s; forward+backward\","
+        "\"model\":\"resnet50 shapes: 161 float32 tensors, 25557032 values\","
+        "\"bucket_cap_mb\":25,\"sleep_ms_per_tensor\":%g,\"steps\":%d,\"results\":[",
+        std::thread::hardware_concurrency(), kTimingMethod, sleep_ms, steps);
+  else
+    printf("timing: %s; seconds per forward+backward: median (min, max)\n", kTimingMethod);
+  bool first = true;
+  int port = 29561;
+  for (const std::string& n_text : split(nodes_list)) {
+    for (const std::string& w_text : split(per_node_list)) {
+      for (const std::string& link : split(links_list)) {
+        std::string mode =
+            link == "lo" ? "--mode loopback"
+                         : "--mode netns" + (link == "0" ? std::string() : " --link-gbit " + link);
+        std::string label = link == "lo"
+                                ? "loopback"
+                                : (link == "0" ? "netns-unlimited" : "netns-" + link + "gbit");
+        std::string base = source + "/tools/px-cluster --nodes " + n_text + " --workers-per-node " +
+                           w_text + " " + mode + " --timeout 1800";
+        std::map<std::string, std::map<std::string, StepSummary>> by_system;
+        by_system["parallax"] = collect_results(
+            base + " --daemon " + daemon + " -- /usr/bin/python3 " + script + " parallax" + args,
+            "parallax");
+        for (const std::string& peer : split(peers_list))
+          by_system[peer] = collect_results(base + " --no-daemons -- /usr/bin/python3 " + script +
+                                                " " + peer + args + " " + std::to_string(port++),
+                                            peer.c_str());
+        for (auto& [system_name, r] : by_system) {
+          StepSummary step = r[system_name + "-sync"], compute = r[system_name + "-compute"];
+          StepSummary ddp = by_system["ddp"]["ddp-sync"];
+          double vs_ddp = step.median > 0 && ddp.median > 0 ? ddp.median / step.median : 0;
+          if (json) {
+            printf(
+                "%s{\"system\":\"%s\",\"nodes\":%s,\"workers_per_node\":%s,\"link\":\"%s\","
+                "\"step_s\":%.6f,\"step_min_s\":%.6f,\"step_max_s\":%.6f,\"compute_s\":%.6f,"
+                "\"compute_min_s\":%.6f,\"compute_max_s\":%.6f,\"ddp_step_over_this\":%.3f}",
+                first ? "" : ",", system_name.c_str(), n_text.c_str(), w_text.c_str(),
+                label.c_str(), step.median, step.min, step.max, compute.median, compute.min,
+                compute.max, vs_ddp);
+            first = false;
+          } else {
+            printf(
+                "%-9s N=%s W=%s %-15s step %.3f (%.3f, %.3f)  compute %.3f (%.3f, %.3f)  "
+                "ddp/this %.2fx\n",
+                system_name.c_str(), n_text.c_str(), w_text.c_str(), label.c_str(), step.median,
+                step.min, step.max, compute.median, compute.min, compute.max, vs_ddp);
+          }
+          fflush(stdout);
+        }
+      }
+    }
+  }
+  if (json) printf("]}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -444,12 +573,16 @@ int main(int argc, char** argv) {
             "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
             "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
             "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
-            "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n");
+            "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
+            "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
+            "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
+            "                            [--peers ddp,ddp-copy] [--daemon PATH]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
   if (scenario == "sparse") return bench_sparse(argc - 2, argv + 2);
   if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
+  if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
     return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
@@ -488,5 +621,6 @@ int main(int argc, char** argv) {
   if (scenario == "allreduce")
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
-  die("unknown scenario '" + scenario + "' (this build has: local, allreduce, sparse)");
+  die("unknown scenario '" + scenario +
+      "' (this build has: local, allreduce, sparse, torch-dense)");
 }

@@ -83,8 +83,10 @@ class ParallaxLM(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.softmax(self.body(self.embedding(x)), y)
 
-    def log_probs(self, x: torch.Tensor) -> torch.Tensor:
-        return self.softmax.full_log_probs(self.body(self.embedding(x)))
+    def log_probs(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """Exact log-probabilities of every word after each position; table: the softmax
+        table (self.softmax.state_dict()["weight"], read once per evaluation)."""
+        return self.softmax.full_log_probs(self.body(self.embedding(x)), table)
 
 
 class ReferenceLM(nn.Module):

@@ -35,7 +35,7 @@ from model import LMConfig, ParallaxLM, ReferenceLM  # noqa: E402
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=16, help="sequences per worker per step")
     p.add_argument("--bptt", type=int, default=20, help="tokens per sequence")
     p.add_argument("--embed", type=int, default=64)
@@ -99,7 +99,8 @@ def route_report(client, model) -> list:
                      f"route {route:<10} alpha {alpha:.4f}  rows {var.rows}x{var.dim}  "
                      f"sent {s.bytes_sent / 2**20:8.2f} MiB  received "
                      f"{s.bytes_received / 2**20:8.2f} MiB")
-    for var in getattr(model.body, "variables", lambda: [])():
+    for bucket in model.body.buckets:
+        var = bucket.variable
         s = var.stats()
         lines.append(f"  node {client.world.node_index}  {var.name:<14} dense  "
                      f"route allreduce  {var.count} values  reduced {s.bytes / 2**20:8.2f} MiB "
@@ -149,12 +150,13 @@ def run_parallax(args, cfg, corpus) -> None:
     per_worker = args.eval_tokens // world.world_size
     valid = corpus.valid[world.rank * per_worker:(world.rank + 1) * per_worker + 1]
     nll = np.zeros(2)
+    table = model.softmax.state_dict()["weight"]
     with torch.no_grad():
         for start in range(0, len(valid) - 1, 512):
             x = valid[start:start + 512]
             y = valid[start + 1:start + 513]
             x = x[:len(y)]
-            logp = model.log_probs(x[None, :])
+            logp = model.log_probs(x[None, :], table)
             nll[0] += -logp.gather(1, y[:, None]).sum().item()
             nll[1] += len(y)
     client.dense("lm.eval", 2, np.float64).allreduce(nll).wait()

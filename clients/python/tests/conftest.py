@@ -122,3 +122,15 @@ def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: i
     results.sort(key=lambda r: r["rank"])
     assert len(results) == nodes * per_node, p.stderr
     return results
+
+
+def run_script_workers(script: str, daemon: Daemon, scenario: str, n: int, *args: str,
+                       timeout: float = 120) -> list:
+    """run_workers for another worker script (same protocol: SCENARIO ARGS, JSON last line)."""
+    return run_workers(daemon, scenario, n, *args, timeout=timeout, worker=script)
+
+
+def run_script_cluster(script: str, nodes: int, per_node: int, scenario: str, *args: str,
+                       timeout: int = 180) -> list:
+    """run_cluster for another worker script (results in $PXPY_RESULT_DIR/<rank>.json)."""
+    return run_cluster(nodes, per_node, scenario, *args, timeout=timeout, worker=script)

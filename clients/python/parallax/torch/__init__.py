@@ -1,9 +1,17 @@
-"""PyTorch integration: sparse layers whose tables live in the daemons (Embedding,
-EmbeddingBag, SampledSoftmax) and the dense DDP-style wrapper."""
+"""PyTorch integration: parallax.torch.
 
+Dense (ddp.py): DistributedDataParallel, DistributedOptimizer, broadcast_parameters,
+broadcast_optimizer_state. Sparse (sparse.py): Embedding, EmbeddingBag, SampledSoftmax,
+whose tables live in the daemons. client() is the process's default parallax.Client.
+"""
+
+from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
+                  broadcast_optimizer_state, broadcast_parameters, client)
 from .session import default_client, set_default_client
 from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
                      sampled_softmax_loss)
 
-__all__ = ["default_client", "set_default_client", "Embedding", "EmbeddingBag",
-           "LogUniformSampler", "SampledSoftmax", "sampled_softmax_loss"]
+__all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
+           "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
+           "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
+           "SampledSoftmax", "sampled_softmax_loss"]

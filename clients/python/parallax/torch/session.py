@@ -1,26 +1,19 @@
-"""The process's default client for parallax.torch layers: one connection per process,
-made from the environment (PARALLAX_*, torchrun or Slurm variables) on first use."""
+"""The process's default client for parallax.torch: one connection per process, made from
+the environment (PARALLAX_*, torchrun or Slurm variables) on first use and shared by the
+dense wrappers and the sparse layers given no client= (it lives in ddp.client())."""
 
 from __future__ import annotations
 
-import atexit
-from typing import Optional
-
 import parallax
 
-_client: Optional[parallax.Client] = None
+from . import ddp
 
 
 def default_client() -> parallax.Client:
-    """The process's client, connected on first use and closed at exit."""
-    global _client
-    if _client is None or _client._handle is None:
-        _client = parallax.Client()
-        atexit.register(_client.close)
-    return _client
+    """The process's client, connected on first use."""
+    return ddp.client()
 
 
 def set_default_client(client: parallax.Client) -> None:
-    """Makes layers created without client= use this one."""
-    global _client
-    _client = client
+    """Makes wrappers and layers created without client= use this one."""
+    ddp._default_client = client

@@ -260,9 +260,12 @@ class SampledSoftmax(_SparseModule):
         return sampled_softmax_loss(hidden, targets, sampled, rows[inverse[:b]],
                                     rows[inverse[b:]], self.sampler)
 
-    def full_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """log softmax over every class (B x num_classes), from the table's current values."""
-        table = self._table.read_all()
+    def full_log_probs(self, hidden: torch.Tensor,
+                       table: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """log softmax over every class (B x num_classes). table: the whole table, as
+        state_dict()["weight"] gives it (read once and pass it when scoring many batches);
+        None reads it now."""
+        table = self._table.read_all() if table is None else table
         return F.log_softmax(hidden.reshape(-1, self.dim) @ table[:, :-1].t() + table[:, -1],
                              dim=-1)
 

@@ -1,0 +1,65 @@
+"""The equivalence test: the language model trained on 2 nodes x 2 workers through Parallax
+reaches the same loss after 20 steps as one plain-PyTorch process given the same global
+batch and the same initialisation.
+
+Tolerance 1e-4 relative: both runs do the same float32 arithmetic in a different order
+(each worker's gradient is a quarter of the batch, averaged by the daemons; the reference
+sums the whole batch at once), so they differ by rounding, ~1e-7 relative per operation.
+Twenty steps of Adam and Adagrad amplify that to ~1e-6..1e-5 here; 1e-4 leaves a margin and
+is still far below what a real difference does (one worker's gradient lost, a row applied
+twice, a mean taken as a sum, an optimizer off by a step: each moves the loss by > 1e-2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+
+from conftest import PACKAGE_ROOT, _require
+
+TRAIN = os.path.join(os.path.dirname(PACKAGE_ROOT), "..", "tools", "lm", "train.py")
+STEPS = 20
+ARGS = ["--steps", str(STEPS), "--batch", "8", "--bptt", "16", "--hidden", "64",
+        "--sampled", "128", "--eval-tokens", "1024", "--log-every", "5"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_2x2_cluster_matches_one_process_on_the_global_batch():
+    work = tempfile.mkdtemp(prefix="pxpy-lm-")
+    ref_json, px_json = os.path.join(work, "ref.json"), os.path.join(work, "px.json")
+    ref = subprocess.run([sys.executable, TRAIN, "--reference", "4", "--json", ref_json, *ARGS],
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    run = subprocess.run([_require("PX_CLUSTER"), "--nodes", "2", "--workers-per-node", "2",
+                          "--daemon", _require("PARALLAXD"), "--timeout", "300", "--job",
+                          f"lm-{uuid.uuid4().hex[:6]}", "--", sys.executable, TRAIN,
+                          "--json", px_json, *ARGS],
+                         env=_env(), capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(ref_json) as f:
+        expected = json.load(f)
+    with open(px_json) as f:
+        got = json.load(f)
+    assert len(got["losses"]) == STEPS
+    for step in (0, STEPS - 1):
+        e, g = expected["losses"][step], got["losses"][step]
+        assert abs(g - e) <= 1e-4 * abs(e), (step, g, e)
+    # The loss must have moved, or the comparison says nothing.
+    assert got["losses"][-1] < got["losses"][0] - 0.1, got["losses"]
+    for key in ("embedding_sum", "softmax_sum", "body_sum"):
+        e, g = expected[key], got[key]
+        assert abs(g - e) <= 1e-4 * max(1.0, abs(e)), (key, g, e)
+    # The demo's report: perplexity and a route line per table per node.
+    assert "held-out perplexity" in run.stdout
+    for node in (0, 1):
+        for table in ("lm.embedding", "lm.softmax"):
+            assert f"node {node}  {table}" in run.stdout, run.stdout

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Worker of `px-bench torch-dense`: a many-tensor dense training step, one process per
+worker, under tools/px-cluster (with daemons for parallax, --no-daemons for ddp).
+
+    torch_dense.py SYSTEM STEPS SLEEP_MS [PORT]
+      SYSTEM: parallax (parallax.torch.DistributedDataParallel, 25 MB buckets) or
+              ddp (torch DDP on gloo, 25 MB buckets, gradient_as_bucket_view=True) or
+              ddp-copy (the same with DDP's default gradient_as_bucket_view=False)
+
+The model has ResNet-50's 161 parameter tensors (25,557,032 float32 values: 53 convs,
+53 BatchNorms' weight and bias, the classifier), in torchvision's registration order.
+Compute is synthetic: forward is a chain of one cheap autograd Function per parameter, so
+backward visits the parameters in reverse order, and each Function's backward sleeps
+SLEEP_MS (an accelerator busy with the layer: the CPU is left free, as with a GPU
+backward) and then writes the parameter's gradient (a fresh tensor of its shape, as a
+real backward does); AccumulateGrad then adds it into p.grad and the system's hook fires,
+as in a real backward.
+
+Timing, as every px-bench scenario: each step starts after a barrier; each rank times
+forward + backward (until loss.backward() returns, when both systems have averaged the
+gradients); a step's time is the maximum over all ranks (gathered after the timed loop);
+rank 0 prints the median, min and max over the steps:
+    RESULT <system>-sync <bytes> <median> <min> <max>
+then the same steps under the system's no_sync() (compute alone, no communication):
+    RESULT <system>-compute <bytes> <median> <min> <max>
+"""
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+WARMUP = 3
+
+
+def resnet50_shapes():
+    """The shapes of torchvision's resnet50().parameters(), in order."""
+    shapes = []
+
+    def conv_bn(cin, cout, k):
+        shapes.extend([(cout, cin, k, k), (cout,), (cout,)])
+
+    conv_bn(3, 64, 7)
+    inplanes = 64
+    for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for i in range(blocks):
+            conv_bn(inplanes, planes, 1)
+            conv_bn(planes, planes, 3)
+            conv_bn(planes, planes * 4, 1)
+            if i == 0:  # downsample, registered after the block's bn3
+                conv_bn(inplanes, planes * 4, 1)
+            inplanes = planes * 4
+    shapes.extend([(1000, 2048), (1000,)])
+    return shapes
+
+
+class Layer(torch.autograd.Function):
+    """y = x (a scalar); backward: sleep (the accelerator's work), then a fresh gradient
+    for the parameter filled with `value`."""
+
+    @staticmethod
+    def forward(ctx, x, p, sleep_s, value):
+        ctx.shape, ctx.sleep_s, ctx.value = p.shape, sleep_s, value
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.sleep_s > 0:
+            time.sleep(ctx.sleep_s)
+        return g, torch.full(ctx.shape, ctx.value), None, None
+
+
+class SyntheticResNet50(nn.Module):
+    def __init__(self, sleep_s, value):
+        super().__init__()
+        self.params = nn.ParameterList(nn.Parameter(torch.zeros(s)) for s in resnet50_shapes())
+        self.sleep_s, self.value = sleep_s, value
+
+    def forward(self, x):
+        for p in self.params:
+            x = Layer.apply(x, p, self.sleep_s, self.value)
+        return x
+
+
+def main():
+    system, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    port = int(sys.argv[4]) if len(sys.argv) > 4 else 29561
+    per_node = int(os.environ.get("PX_CLUSTER_WORKERS_PER_NODE", "1"))
+    rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
+    world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
+    torch.set_num_threads(1)
+    model = SyntheticResNet50(sleep_ms / 1000, float(rank + 1))
+    nbytes = sum(p.numel() * 4 for p in model.parameters())
+    assert len(list(model.parameters())) == 161 and nbytes == 25557032 * 4
+
+    if system == "parallax":
+        import parallax
+        import parallax.torch as pxt
+        client = parallax.Client(arena_bytes=512 << 20, timeout=120, op_timeout=600)
+        wrapped = pxt.DistributedDataParallel(model, client=client, bucket_cap_mb=25)
+        barrier = lambda: client.barrier(600)  # noqa: E731
+
+        def per_step_max(times):
+            t = client.empty(len(times), "float64")
+            t[:] = times
+            client.dense(f"timing{len(times)}.{per_step_max.n}", len(times), "float64",
+                         op="max").allreduce(t).wait()
+            per_step_max.n += 1
+            return sorted(t.tolist())
+        per_step_max.n = 0
+    else:
+        import torch.distributed as dist
+        master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
+        dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
+                                world_size=world)
+        wrapped = nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=25, gradient_as_bucket_view=(system == "ddp"))
+        barrier = dist.barrier
+
+        def per_step_max(times):
+            t = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return sorted(t.tolist())
+
+    x = torch.zeros(())
+
+    def run(n, sync):
+        times = []
+        for _ in range(n):
+            model.zero_grad(set_to_none=False)
+            barrier()
+            start = time.perf_counter()
+            if sync:
+                wrapped(x).backward()
+            else:
+                with wrapped.no_sync():
+                    wrapped(x).backward()
+            times.append(time.perf_counter() - start)
+        return times
+
+    run(WARMUP, True)  # connections, page faults, DDP's bucket rebuild after iteration 1
+    synced = run(steps, True)
+    # Sanity: every rank's gradient is rank + 1, so the mean is (world + 1) / 2.
+    got = model.params[0].grad[0, 0, 0, 0].item()
+    if abs(got - (world + 1) / 2) > 1e-5:
+        print(f"WARNING: {system} rank {rank}: gradient {got}, expected {(world + 1) / 2}",
+              file=sys.stderr)
+    run(WARMUP, False)
+    local = run(steps, False)
+    for kind, times in (("sync", synced), ("compute", local)):
+        worst = per_step_max(times)
+        if rank == 0:
+            print(f"RESULT {system}-{kind} {nbytes} {worst[len(worst) // 2]:.6f} "
+                  f"{worst[0]:.6f} {worst[-1]:.6f}", flush=True)
+    barrier()
+    if system == "parallax":
+        client.close()
+    else:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
