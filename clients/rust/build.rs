@@ -19,7 +19,10 @@ fn main() {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir);
         return;
     }
-    if let Ok(out) = Command::new("pkg-config").args(["--libs", "parallax"]).output() {
+    if let Ok(out) = Command::new("pkg-config")
+        .args(["--libs", "parallax"])
+        .output()
+    {
         if out.status.success() {
             let libs = String::from_utf8_lossy(&out.stdout).into_owned();
             for token in libs.split_whitespace() {

@@ -89,12 +89,13 @@ impl ConnectOptions {
 
     /// Connects (`px_connect`), waiting until every local worker of the job has.
     pub fn connect(&self) -> Result<Client> {
-        let socket = match &self.socket {
-            Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-                Error::invalid(format!("socket path {:?} contains a NUL byte", p))
-            })?),
-            None => None,
-        };
+        let socket =
+            match &self.socket {
+                Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                    Error::invalid(format!("socket path {:?} contains a NUL byte", p))
+                })?),
+                None => None,
+            };
         let job = match &self.job {
             Some(j) => Some(c_arg("job name", j)?),
             None => None,
@@ -196,7 +197,14 @@ impl Client {
         let mut var = ptr::null_mut();
         // SAFETY: live client, NUL-terminated name, var is written.
         check(unsafe {
-            sys::px_register_dense(self.raw, cname.as_ptr(), T::DTYPE.raw(), count as u64, op.raw(), &mut var)
+            sys::px_register_dense(
+                self.raw,
+                cname.as_ptr(),
+                T::DTYPE.raw(),
+                count as u64,
+                op.raw(),
+                &mut var,
+            )
         })?;
         Ok(DenseVar::new(self, var, name, count))
     }
@@ -214,7 +222,15 @@ impl Client {
         let mut var = ptr::null_mut();
         // SAFETY: live client, NUL-terminated name, a whole options struct; var is written.
         check(unsafe {
-            sys::px_register_sparse(self.raw, cname.as_ptr(), sys::PX_F32, rows, dim as u64, &o, &mut var)
+            sys::px_register_sparse(
+                self.raw,
+                cname.as_ptr(),
+                sys::PX_F32,
+                rows,
+                dim as u64,
+                &o,
+                &mut var,
+            )
         })?;
         Ok(SparseVar::new(self, var, name, rows, dim))
     }
@@ -229,8 +245,9 @@ impl Client {
     /// Writes every sparse variable of the job to `dir` (`px_checkpoint`).
     pub fn checkpoint(&self, dir: impl AsRef<Path>, timeout: Duration) -> Result<()> {
         let dir = dir.as_ref();
-        let path = CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| Error::invalid(format!("checkpoint path {:?} contains a NUL byte", dir)))?;
+        let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
+            Error::invalid(format!("checkpoint path {:?} contains a NUL byte", dir))
+        })?;
         // SAFETY: live client, NUL-terminated path.
         check(unsafe { sys::px_checkpoint(self.raw, path.as_ptr(), duration_ms(timeout).max(1)) })
     }
@@ -260,7 +277,11 @@ impl Client {
         // SAFETY: px_alloc returned `bytes` bytes, 64-byte aligned, owned by us.
         unsafe { ptr::write_bytes(p as *mut u8, 0, bytes) };
         lock_blocks().push((p as usize, bytes));
-        Ok(ArenaBuffer::new(self, NonNull::new(p).expect("px_alloc returned NULL"), len))
+        Ok(ArenaBuffer::new(
+            self,
+            NonNull::new(p).expect("px_alloc returned NULL"),
+            len,
+        ))
     }
 
     /// The message of the last failed call made with this client, on any thread
@@ -268,13 +289,20 @@ impl Client {
     pub fn last_error(&self) -> String {
         let mut len: u64 = 0;
         // SAFETY: size 0 with a NULL buffer only reports the length.
-        if unsafe { sys::px_client_last_error(self.raw, ptr::null_mut(), 0, &mut len) } != sys::PX_OK {
+        if unsafe { sys::px_client_last_error(self.raw, ptr::null_mut(), 0, &mut len) }
+            != sys::PX_OK
+        {
             return String::new();
         }
         let mut buf = vec![0u8; len as usize + 1];
         // SAFETY: buf holds len + 1 bytes.
         let s = unsafe {
-            sys::px_client_last_error(self.raw, buf.as_mut_ptr() as *mut c_char, buf.len() as u64, &mut len)
+            sys::px_client_last_error(
+                self.raw,
+                buf.as_mut_ptr() as *mut c_char,
+                buf.len() as u64,
+                &mut len,
+            )
         };
         if s != sys::PX_OK {
             return String::new();
@@ -317,7 +345,9 @@ impl Drop for Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("world", &self.world).finish()
+        f.debug_struct("Client")
+            .field("world", &self.world)
+            .finish()
     }
 }
 
@@ -332,7 +362,10 @@ fn lock_blocks() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
 }
 
 pub(crate) fn overlaps_arena_block(addr: usize, bytes: usize) -> bool {
-    bytes > 0 && lock_blocks().iter().any(|&(a, n)| addr < a + n && a < addr + bytes)
+    bytes > 0
+        && lock_blocks()
+            .iter()
+            .any(|&(a, n)| addr < a + n && a < addr + bytes)
 }
 
 /// Elements in the shared arena (`px_alloc`), dereferencing to a slice; freed on drop.
@@ -354,7 +387,12 @@ unsafe impl<'c, T: Element> Sync for ArenaBuffer<'c, T> {}
 
 impl<'c, T: Element> ArenaBuffer<'c, T> {
     fn new(client: &'c Client, ptr: NonNull<T>, len: usize) -> Self {
-        ArenaBuffer { ptr, len, client, busy: AtomicUsize::new(0) }
+        ArenaBuffer {
+            ptr,
+            len,
+            client,
+            busy: AtomicUsize::new(0),
+        }
     }
 
     /// The client whose arena holds it.

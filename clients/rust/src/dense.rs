@@ -26,7 +26,13 @@ unsafe impl<'c, T: Element> Sync for DenseVar<'c, T> {}
 
 impl<'c, T: Element> DenseVar<'c, T> {
     pub(crate) fn new(client: &'c Client, raw: *mut sys::px_var, name: &str, count: usize) -> Self {
-        DenseVar { client, raw, name: name.to_owned(), count, _element: PhantomData }
+        DenseVar {
+            client,
+            raw,
+            name: name.to_owned(),
+            count,
+            _element: PhantomData,
+        }
     }
 
     /// The registered name.
@@ -73,7 +79,13 @@ impl<'c, T: Element> DenseVar<'c, T> {
         let o = op_options(0);
         submit(out.busy, |r| unsafe {
             // SAFETY: both buffers hold count elements and stay borrowed for 'a.
-            sys::px_allreduce_ex(self.raw, input.as_ptr() as *const c_void, out.ptr as *mut c_void, &o, r)
+            sys::px_allreduce_ex(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
         })
     }
 
@@ -87,7 +99,13 @@ impl<'c, T: Element> DenseVar<'c, T> {
         let o = op_options(0);
         submit(out.busy, |r| unsafe {
             // SAFETY: in == out is allowed; count elements borrowed for 'a.
-            sys::px_allreduce_ex(self.raw, out.ptr as *const c_void, out.ptr as *mut c_void, &o, r)
+            sys::px_allreduce_ex(
+                self.raw,
+                out.ptr as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
         })
     }
 
@@ -126,7 +144,11 @@ impl<'c, T: Element> DenseVar<'c, T> {
     }
 
     /// Broadcasts the root's `buffer` into every worker's `buffer`.
-    pub fn broadcast_in_place<'a, O>(&'a self, root: usize, buffer: &'a mut O) -> Result<Request<'a>>
+    pub fn broadcast_in_place<'a, O>(
+        &'a self,
+        root: usize,
+        buffer: &'a mut O,
+    ) -> Result<Request<'a>>
     where
         O: OutBuffer<T> + ?Sized,
     {
@@ -136,7 +158,13 @@ impl<'c, T: Element> DenseVar<'c, T> {
         let o = op_options(root_i32);
         submit(out.busy, |r| unsafe {
             // SAFETY: in == out is allowed; count elements borrowed for 'a.
-            sys::px_broadcast_ex(self.raw, out.ptr as *const c_void, out.ptr as *mut c_void, &o, r)
+            sys::px_broadcast_ex(
+                self.raw,
+                out.ptr as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
         })
     }
 
@@ -166,7 +194,13 @@ impl<'c, T: Element> DenseVar<'c, T> {
         let o = op_options(0);
         submit(out.busy, |r| unsafe {
             // SAFETY: sizes checked above; buffers borrowed for 'a.
-            sys::px_allgather_ex(self.raw, input.as_ptr() as *const c_void, out.ptr as *mut c_void, &o, r)
+            sys::px_allgather_ex(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
         })
     }
 
@@ -192,7 +226,9 @@ impl<'c, T: Element> DenseVar<'c, T> {
                 w.world_size
             )));
         }
-        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c as usize));
+        let total = counts
+            .iter()
+            .try_fold(0usize, |sum, &c| sum.checked_add(c as usize));
         let total = total.ok_or_else(|| Error::invalid("allgatherv: counts overflow"))?;
         self.expect_len("allgatherv", "input", input.len(), counts[w.rank] as usize)?;
         self.expect_len("allgatherv", "output", out.len, total)?;

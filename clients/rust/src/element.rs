@@ -154,7 +154,11 @@ fn ordinary<T>(ptr: *mut T, len: usize) -> Result<OutParts<'static, T>> {
              (&mut buffer), not a slice of it, so it stays locked while parallaxd writes it",
         ));
     }
-    Ok(OutParts { ptr, len, busy: None })
+    Ok(OutParts {
+        ptr,
+        len,
+        busy: None,
+    })
 }
 
 impl<T: Element> SealedOut<T> for [T] {
@@ -181,7 +185,11 @@ impl<T: Element, const N: usize> OutBuffer<T> for [T; N] {}
 impl<'c, T: Element> SealedOut<T> for ArenaBuffer<'c, T> {
     fn out_parts(&mut self) -> Result<OutParts<'_, T>> {
         let (ptr, len, busy) = self.parts_for_operation()?;
-        Ok(OutParts { ptr, len, busy: Some(busy) })
+        Ok(OutParts {
+            ptr,
+            len,
+            busy: Some(busy),
+        })
     }
 }
 impl<'c, T: Element> OutBuffer<T> for ArenaBuffer<'c, T> {}

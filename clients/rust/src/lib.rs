@@ -175,7 +175,10 @@ pub struct Error {
 impl Error {
     /// An error with this status and message.
     pub fn new(status: Status, message: impl Into<String>) -> Error {
-        Error { status, message: message.into() }
+        Error {
+            status,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn invalid(message: impl Into<String>) -> Error {

@@ -30,7 +30,12 @@ unsafe impl<'a> Sync for Request<'a> {}
 impl<'a> Request<'a> {
     /// Wraps a request libparallax just returned; `busy` has been counted up.
     pub(crate) fn new(raw: *mut sys::px_request, busy: Option<&'a AtomicUsize>) -> Request<'a> {
-        Request { raw, settled: false, busy, _borrows: PhantomData }
+        Request {
+            raw,
+            settled: false,
+            busy,
+            _borrows: PhantomData,
+        }
     }
 
     /// The raw handle, for calls this crate does not wrap. Do not free it.
@@ -55,7 +60,14 @@ impl<'a> Request<'a> {
         let call_message = unsafe { c_string(sys::px_last_error()) };
         // SAFETY: a live request; the message lives until px_request_free.
         let message = unsafe { c_string(sys::px_request_error(self.raw)) };
-        Error::new(Status::from_raw(status), if message.is_empty() { call_message } else { message })
+        Error::new(
+            Status::from_raw(status),
+            if message.is_empty() {
+                call_message
+            } else {
+                message
+            },
+        )
     }
 
     /// Waits up to `timeout` for the operation. `Err` with [`Status::Timeout`] leaves it
@@ -156,7 +168,10 @@ impl<'a> Drop for Request<'a> {
 
 impl<'a> std::fmt::Debug for Request<'a> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request").field("raw", &self.raw).field("settled", &self.settled).finish()
+        f.debug_struct("Request")
+            .field("raw", &self.raw)
+            .field("settled", &self.settled)
+            .finish()
     }
 }
 

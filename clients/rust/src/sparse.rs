@@ -211,8 +211,20 @@ unsafe impl<'c> Send for SparseVar<'c> {}
 unsafe impl<'c> Sync for SparseVar<'c> {}
 
 impl<'c> SparseVar<'c> {
-    pub(crate) fn new(client: &'c Client, raw: *mut sys::px_var, name: &str, rows: u64, dim: usize) -> Self {
-        SparseVar { client, raw, name: name.to_owned(), rows, dim }
+    pub(crate) fn new(
+        client: &'c Client,
+        raw: *mut sys::px_var,
+        name: &str,
+        rows: u64,
+        dim: usize,
+    ) -> Self {
+        SparseVar {
+            client,
+            raw,
+            name: name.to_owned(),
+            rows,
+            dim,
+        }
     }
 
     /// The registered name.
@@ -267,7 +279,14 @@ impl<'c> SparseVar<'c> {
         let opts = op_options(0);
         submit(o.busy, |r| unsafe {
             // SAFETY: n indices and n * dim values, borrowed for 'a.
-            sys::px_pull_rows_ex(self.raw, indices.as_ptr(), indices.len() as u64, o.ptr as *mut c_void, &opts, r)
+            sys::px_pull_rows_ex(
+                self.raw,
+                indices.as_ptr(),
+                indices.len() as u64,
+                o.ptr as *mut c_void,
+                &opts,
+                r,
+            )
         })
     }
 
@@ -277,7 +296,14 @@ impl<'c> SparseVar<'c> {
         let opts = op_options(0);
         submit(None, |r| unsafe {
             // SAFETY: n indices and n * dim values, borrowed for 'a.
-            sys::px_push_rows_ex(self.raw, indices.as_ptr(), indices.len() as u64, grads.as_ptr() as *const c_void, &opts, r)
+            sys::px_push_rows_ex(
+                self.raw,
+                indices.as_ptr(),
+                indices.len() as u64,
+                grads.as_ptr() as *const c_void,
+                &opts,
+                r,
+            )
         })
     }
 
@@ -287,7 +313,14 @@ impl<'c> SparseVar<'c> {
         let opts = op_options(0);
         submit(None, |r| unsafe {
             // SAFETY: n indices and n * dim values, borrowed for 'a.
-            sys::px_load_rows_ex(self.raw, indices.as_ptr(), indices.len() as u64, values.as_ptr() as *const c_void, &opts, r)
+            sys::px_load_rows_ex(
+                self.raw,
+                indices.as_ptr(),
+                indices.len() as u64,
+                values.as_ptr() as *const c_void,
+                &opts,
+                r,
+            )
         })
     }
 
@@ -301,7 +334,14 @@ impl<'c> SparseVar<'c> {
         let opts = op_options(0);
         submit(o.busy, |r| unsafe {
             // SAFETY: n indices and n * dim values, borrowed for 'a.
-            sys::px_read_rows_ex(self.raw, indices.as_ptr(), indices.len() as u64, o.ptr as *mut c_void, &opts, r)
+            sys::px_read_rows_ex(
+                self.raw,
+                indices.as_ptr(),
+                indices.len() as u64,
+                o.ptr as *mut c_void,
+                &opts,
+                r,
+            )
         })
     }
 }

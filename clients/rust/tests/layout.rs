@@ -76,13 +76,19 @@ fn init_functions_fill_sizes_and_defaults() {
         o.assume_init()
     };
     assert_eq!(o.struct_size as usize, size_of::<sys::px_op_options>());
-    assert_eq!((o.memory_kind, o.device, o.priority, o.root), (sys::PX_MEMORY_HOST, -1, 0, 0));
+    assert_eq!(
+        (o.memory_kind, o.device, o.priority, o.root),
+        (sys::PX_MEMORY_HOST, -1, 0, 0)
+    );
     assert!(o.stream.is_null());
 
     let s = parallax::SparseOptions::new().to_raw();
     assert_eq!(s.struct_size as usize, size_of::<sys::px_sparse_options>());
     assert_eq!((s.optimizer, s.learning_rate), (sys::PX_OPT_SGD, 0.01));
-    assert_eq!((s.route, s.consistency), (sys::PX_ROUTE_HYBRID, sys::PX_SYNC));
+    assert_eq!(
+        (s.route, s.consistency),
+        (sys::PX_ROUTE_HYBRID, sys::PX_SYNC)
+    );
 }
 
 #[test]
@@ -94,7 +100,10 @@ fn abi_version_and_status_names() {
         assert!(s.name().starts_with("PX_"), "{}", s.name());
     }
     assert_eq!(parallax::Status::Index.name(), "PX_ERR_INDEX");
-    assert_eq!(parallax::Status::from_raw(99), parallax::Status::Unknown(99));
+    assert_eq!(
+        parallax::Status::from_raw(99),
+        parallax::Status::Unknown(99)
+    );
     assert_eq!(parallax::Status::Unknown(99).name(), "PX_STATUS_UNKNOWN");
 }
 

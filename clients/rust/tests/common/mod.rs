@@ -17,7 +17,12 @@ pub fn socket() -> String {
 
 pub fn unique_job(tag: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("rust-{}-{}-{}", tag, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "rust-{}-{}-{}",
+        tag,
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn connect(job: &str, rank: u32, size: u32) -> Client {
