@@ -191,11 +191,6 @@ function register_dense(c::Client, name::AbstractString, ::Type{T}, count::Integ
     return DenseVar{T}(c, h[], String(name), Int(count))
 end
 
-"""
-    Parallax.stats(v) -> PxVarStats
-
-The daemon's counters for a variable on this node (`px_var_stats_get`).
-"""
 function stats(handle::Ptr{Cvoid})
     st = Ref(PxVarStats(sizeof(PxVarStats), zeros(UInt64, 14)...))
     check(px_var_stats_get(handle, st))
@@ -340,8 +335,12 @@ function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::In
     return SparseVar(c, h[], String(name), Int(rows), Int(dim))
 end
 
-stats(v::DenseVar) = stats(v.handle)
-stats(v::SparseVar) = stats(v.handle)
+"""
+    Parallax.stats(v::Union{DenseVar,SparseVar}) -> PxVarStats
+
+The daemon's counters for a variable on this node (`px_var_stats_get`).
+"""
+stats(v::Union{DenseVar,SparseVar}) = stats(v.handle)
 
 function rows_op(call, what, s::SparseVar, indices::DenseVector{Int64}, rows::DenseArray{Float32},
                  out)
