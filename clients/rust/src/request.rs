@@ -74,18 +74,19 @@ impl<'a> Request<'a> {
     /// pending (wait again, or drop it to cancel); any other outcome is final and repeats.
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
         // SAFETY: a live request (freed only in drop).
-        let status = unsafe { sys::px_wait(self.raw, duration_ms(timeout)) };
+        let mut status = unsafe { sys::px_wait(self.raw, duration_ms(timeout)) };
         if status == sys::PX_ERR_TIMEOUT && !self.settled {
             // SAFETY: this thread's message of the px_wait that just timed out.
             let message = unsafe { c_string(sys::px_last_error()) };
-            // The daemon's stall deadline (step_stall_ms) completes a request with TIMEOUT
-            // too: only a request still pending stays unsettled.
+            // Either still pending, or completed since (its result is px_test's), or
+            // failed by the daemon's stall deadline (step_stall_ms), also a TIMEOUT.
             let mut done = 0;
             // SAFETY: live request; done is written.
-            unsafe { sys::px_test(self.raw, &mut done) };
+            let tested = unsafe { sys::px_test(self.raw, &mut done) };
             if done == 0 {
                 return Err(Error::new(Status::Timeout, message));
             }
+            status = tested;
         }
         self.settle();
         if status == sys::PX_OK {

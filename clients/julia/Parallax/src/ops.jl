@@ -63,9 +63,11 @@ function Base.wait(r::Request; timeout::Real = 30.0)
         status = px_wait(h, timeout_ms(slice))
         if status == PX_ERR_TIMEOUT && !r.settled
             message = unsafe_string(px_last_error())
+            # Either still pending, or completed since (its result is px_test's), or
+            # failed by the daemon's stall deadline (step_stall_ms), also a TIMEOUT.
             done = Ref{Int32}(0)
-            px_test(h, done)
-            if done[] == 0  # still running; else the daemon's stall deadline failed it
+            tested = px_test(h, done)
+            if done[] == 0
                 if time() >= deadline
                     message = replace(message, r"within \d+ ms" =>
                                       "within $(timeout_ms(timeout)) ms")
@@ -74,6 +76,7 @@ function Base.wait(r::Request; timeout::Real = 30.0)
                 yield()
                 continue
             end
+            status = tested
         end
         settle!(r)
         status == PX_OK && return nothing
