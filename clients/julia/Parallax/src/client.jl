@@ -210,19 +210,20 @@ function alloc(c::Client, ::Type{T}, n::Integer) where {T<:Element}
     return finalizer(release!, b)
 end
 
-# Frees the block unless an operation may still write it. Returns whether it was freed.
+# The finalizer, and close: hands the block back, unless an operation may still write it
+# (its request was collected or closed before completing, without a successful cancel):
+# then the block is leaked, never reused under the daemon.
 function release!(b::ArenaBuffer)
-    b.busy[] > 0 && return false
-    Threads.atomic_xchg!(b.freed, true) && return true
-    px_free(b.client.handle, Ptr{Cvoid}(b.ptr))
+    Threads.atomic_xchg!(b.freed, true) && return nothing
+    b.busy[] == 0 && px_free(b.client.handle, Ptr{Cvoid}(b.ptr))
     Threads.atomic_sub!(b.client.arenas, 1)
-    return true
+    return nothing
 end
 
 function Base.close(b::ArenaBuffer)
-    release!(b) || throw(ArgumentError(
+    b.busy[] > 0 && throw(ArgumentError(
         "close(::ArenaBuffer): an operation that writes it is still in flight"))
-    return nothing
+    return release!(b)
 end
 
 Base.size(b::ArenaBuffer) = (b.len,)

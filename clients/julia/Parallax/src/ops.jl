@@ -148,6 +148,10 @@ end
 # Submits through call(options, out_request) and wraps the request; out (an ArenaBuffer)
 # counts it in flight. The caller preserves the buffers across the call.
 function submit(call, client::Client, out, buffers::Tuple; root::Integer = 0)
+    for b in buffers
+        b isa ArenaBuffer && b.freed[] &&
+            throw(ArgumentError("an ArenaBuffer given to an operation was closed"))
+    end
     req = Ref{Ptr{Cvoid}}(C_NULL)
     check(call(op_options(root), req))
     arena = out isa ArenaBuffer ? out : nothing
