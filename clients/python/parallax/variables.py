@@ -110,33 +110,28 @@ class DenseVariable(_Variable):
             raise invalid(f"{what} of '{self.name}' has {buf.count} elements; "
                           f"{count} expected")
 
+    def _same_size_op(self, fn, op: str, x: Any, out: Any, opts: _lib.OpOptions) -> Request:
+        """An operation whose in and out both hold the variable's count (out None: x)."""
+        out = x if out is None else out
+        bin_ = _buffers.as_buffer(x, f"{op} input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"{op} output of '{self.name}'", True)
+        self._check(bin_, f"{op} input", self.count)
+        self._check(bout, f"{op} output", self.count)
+        req = ctypes.c_void_p()
+        status = fn(self._h(), bin_.address, bout.address, ctypes.byref(opts),
+                    ctypes.byref(req))
+        return self.client._request(status, req, self._describe(op), out,
+                                    (bin_.owner, bout.owner))
+
     def allreduce(self, x: Any, out: Any = None, *, priority: int = 0) -> Request:
         """Reduces x across every worker into out (None: into x, in place)."""
-        out = x if out is None else out
-        bin_ = _buffers.as_buffer(x, f"allreduce input of '{self.name}'", False)
-        bout = _buffers.as_buffer(out, f"allreduce output of '{self.name}'", True)
-        self._check(bin_, "allreduce input", self.count)
-        self._check(bout, "allreduce output", self.count)
-        opts = _op_options(priority)
-        req = ctypes.c_void_p()
-        status = _lib.lib.px_allreduce_ex(self._h(), bin_.address, bout.address,
-                                          ctypes.byref(opts), ctypes.byref(req))
-        return self.client._request(status, req, self._describe("allreduce"), out,
-                                    (bin_.owner, bout.owner))
+        return self._same_size_op(_lib.lib.px_allreduce_ex, "allreduce", x, out,
+                                  _op_options(priority))
 
     def broadcast(self, x: Any, out: Any = None, *, root: int = 0) -> Request:
         """The root worker's x into out (None: into x) on every worker."""
-        out = x if out is None else out
-        bin_ = _buffers.as_buffer(x, f"broadcast input of '{self.name}'", False)
-        bout = _buffers.as_buffer(out, f"broadcast output of '{self.name}'", True)
-        self._check(bin_, "broadcast input", self.count)
-        self._check(bout, "broadcast output", self.count)
-        opts = _op_options(root=root)
-        req = ctypes.c_void_p()
-        status = _lib.lib.px_broadcast_ex(self._h(), bin_.address, bout.address,
-                                          ctypes.byref(opts), ctypes.byref(req))
-        return self.client._request(status, req, self._describe("broadcast"), out,
-                                    (bin_.owner, bout.owner))
+        return self._same_size_op(_lib.lib.px_broadcast_ex, "broadcast", x, out,
+                                  _op_options(root=root))
 
     def _new_like(self, x: Any, count: int) -> Any:
         if _buffers.is_tensor(x):
