@@ -47,7 +47,8 @@ def parse_args():
     p.add_argument("--reference", type=int, default=0, metavar="WORKERS",
                    help="train in this process on the global batch of WORKERS workers")
     p.add_argument("--json", default="", help="write per-step losses and final state here")
-    p.add_argument("--cache", default="/tmp/parallax-kjv-corpus.pt")
+    # Tokenised once per machine; bump the suffix when corpus.py changes what it makes.
+    p.add_argument("--cache", default="/tmp/parallax-kjv-corpus-v1.pt")
     return p.parse_args()
 
 
