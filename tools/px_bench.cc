@@ -23,6 +23,10 @@
 //     tools/bench/torch_dense.py): parallax.torch.DistributedDataParallel against torch DDP
 //     on gloo, 25 MB buckets, synchronized and under no_sync() (compute alone).
 //
+//   px-bench lm [--json] [--nodes 2,4] [--link-gbit 1] ...   (tools/bench/lm.py)
+//     The demo's language model at vocabulary 800,000 through Parallax and through torch
+//     DDP with dense and with sparse embeddings: words/s, compute and exposed communication.
+//
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
@@ -34,6 +38,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -563,6 +568,21 @@ int bench_torch_dense(int argc, char** argv) {
 
 }  // namespace
 
+// `px-bench lm`: the language model through Parallax and through torch DDP (dense and
+// sparse embeddings); a Python driver (tools/bench/lm.py) that starts one px-cluster per
+// system and N and prints one JSON object. Run as is, with this build's daemon.
+int bench_lm(int argc, char** argv) {
+  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/lm.py";
+  std::string daemon = default_daemon_path();
+  std::vector<std::string> args = {"/usr/bin/python3", script, "--daemon", daemon};
+  for (int i = 0; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> c_args;
+  for (std::string& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  execv(c_args[0], c_args.data());
+  die("cannot run /usr/bin/python3 " + script + ": " + strerror(errno));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
     fprintf(stderr,
@@ -576,13 +596,17 @@ int main(int argc, char** argv) {
             "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
             "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
             "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
-            "                            [--peers ddp,ddp-copy] [--daemon PATH]\n");
+            "                            [--peers ddp,ddp-copy] [--daemon PATH]\n"
+            "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
+            "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
+            "                   [--steps N] (tools/bench/lm.py --help)\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
   if (scenario == "sparse") return bench_sparse(argc - 2, argv + 2);
   if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
   if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
+  if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
     return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
@@ -622,5 +646,5 @@ int main(int argc, char** argv) {
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
   die("unknown scenario '" + scenario +
-      "' (this build has: local, allreduce, sparse, torch-dense)");
+      "' (this build has: local, allreduce, sparse, torch-dense, lm)");
 }
