@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Checks that the Rust and Julia bindings declare exactly what include/parallax_c.h does.
+"""Checks that the Rust, Julia and Python bindings declare exactly what
+include/parallax_c.h does.
 
     check_bindings.py --header include/parallax_c.h --rust clients/rust/src/sys.rs
     check_bindings.py --header include/parallax_c.h --julia clients/julia/Parallax/src
+    check_bindings.py --header include/parallax_c.h --python clients/python/parallax/_lib.py
     check_bindings.py --self-test
 
 From the header it takes every PX_API function (name, return and parameter types), every
@@ -13,7 +15,10 @@ in a `// check_bindings: omit px_name: reason` comment), every `#[repr(C)]` stru
 like a header struct must have the same fields and types in order, every header struct a
 Rust one, and every enum value and define a `pub const` of that value. Julia: every
 `ccall((:px_name, lib), Ret, (Args...,), ...)` likewise (a `# check_bindings: omit` comment
-for the rest), and every struct `PxCamelCase` mirroring `px_camel_case`. Python stdlib only.
+for the rest), and every struct `PxCamelCase` mirroring `px_camel_case`. Python (ctypes,
+`_lib.py`): every `_SIGNATURES` entry likewise (a function left out must have its `_ex`
+variant there), every `Structure` `CamelCase` mirroring `px_camel_case`, every status
+constant. Python stdlib only.
 """
 import argparse
 import ast
@@ -472,23 +477,157 @@ def check_julia(header, text):
 
 
 # --- self-test ----------------------------------------------------------------------
-def self_test(header_path, rust_path, julia_dir):
+# --- Python (ctypes) ----------------------------------------------------------------
+PY_BASE = {
+    "c_uint32": {"uint32_t"}, "c_int32": {"int32_t"}, "c_uint64": {"uint64_t"},
+    "c_int64": {"int64_t"}, "c_int": {"int"}, "c_double": {"double"}, "c_char": {"char"},
+}
+
+
+def _py_type(node, aliases):
+    """A ctypes annotation from the AST: ("base", name), ("ptr", inner), ("void_p",),
+    ("char_p",), ("struct", class) or None for a restype of None."""
+    if isinstance(node, ast.Constant) and node.value is None:
+        return ("void",)
+    if isinstance(node, ast.Name):
+        if node.id in aliases:
+            return _py_type(aliases[node.id], aliases)
+        if node.id == "c_void_p":
+            return ("void_p",)
+        if node.id == "c_char_p":
+            return ("char_p",)
+        if node.id in PY_BASE:
+            return ("base", node.id)
+        return ("struct", node.id)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "POINTER":
+        return ("ptr", _py_type(node.args[0], aliases))
+    raise ValueError("cannot read the ctypes type %s" % ast.dump(node))
+
+
+def py_struct_name(c_name):
+    """px_connect_options -> ConnectOptions (the Python module's naming)."""
+    return "".join(w.capitalize() for w in c_name[3:].split("_"))
+
+
+def py_same(header, ct, pt):
+    """Whether the ctypes type pt passes what the C type ct is."""
+    kind = header.type_kind(ct)
+    if pt[0] == "void":
+        return ct == ("base", "void")
+    if kind == "enum":
+        return pt == ("base", "c_int")
+    if ct[0] == "base":
+        return pt[0] == "base" and ct[1] in PY_BASE[pt[1]]
+    pointee = ct[2]
+    if pt[0] == "char_p":
+        return pointee == ("base", "char")
+    if pt[0] == "void_p":  # opaque handles and void* travel as void*
+        return header.type_kind(pointee) == "opaque" or pointee == ("base", "void")
+    if pt[0] != "ptr":
+        return False
+    inner = pt[1]
+    if inner[0] == "void_p":  # px_client**, px_request* const*, void**
+        return pointee[0] == "ptr" and (header.type_kind(pointee[2]) == "opaque"
+                                        or pointee[2] == ("base", "void"))
+    if inner[0] == "struct":
+        return header.type_kind(pointee) == "struct" and py_struct_name(pointee[1]) == inner[1]
+    return py_same(header, pointee, inner)
+
+
+def check_python(header, text):
+    """The ctypes module (clients/python/parallax/_lib.py): _SIGNATURES against the header's
+    functions (a function it leaves out must have its _ex variant declared), its Structure
+    classes against the header's structs, its constants against the enum values."""
+    errors = []
+    tree = ast.parse(text)
+    aliases, signatures, structs, consts = {}, None, {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                if target.id == "_SIGNATURES":
+                    signatures = node.value
+                elif target.id.startswith("_") and target.id[1:].isupper():
+                    aliases[target.id] = node.value
+                elif isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+                    consts["PX_" + target.id] = node.value.value
+            elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Call):
+                names = [e.id for e in target.elts]  # F32, F64, ... = range(6)
+                start = node.value.args[0].value if len(node.value.args) == 2 else 0
+                for i, n in enumerate(names):
+                    consts["PX_" + n] = start + i
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.Assign) and item.targets[0].id == "_fields_":
+                    structs[node.name] = [(e.elts[0].value, _py_type(e.elts[1], aliases))
+                                          for e in item.value.elts]
+    if signatures is None:
+        return ["python: no _SIGNATURES table"]
+    declared = {}
+    for key, value in zip(signatures.keys, signatures.values):
+        restype, argtypes = value.elts
+        declared[key.value] = (_py_type(restype, aliases),
+                               [_py_type(a, aliases) for a in argtypes.elts])
+    for name, (ret, args) in declared.items():
+        if name not in header.functions:
+            errors.append("python: %s is not in the header" % name)
+            continue
+        cret, cparams = header.functions[name]
+        if not py_same(header, cret, ret):
+            errors.append("python: %s returns %s, not C's %s" % (name, ret, c_type_str(cret)))
+        if len(args) != len(cparams):
+            errors.append("python: %s takes %d arguments; the header's takes %d"
+                          % (name, len(args), len(cparams)))
+            continue
+        for i, ((pname, ct), pt) in enumerate(zip(cparams, args)):
+            if not py_same(header, ct, pt):
+                errors.append("python: %s argument %d (%s): %s is not C's %s"
+                              % (name, i + 1, pname, pt, c_type_str(ct)))
+    for name in sorted(header.functions):
+        if name not in declared and name + "_ex" not in declared:
+            errors.append("python: %s is not declared (nor its _ex variant)" % name)
+    for cname, cfields in sorted(header.structs.items()):
+        pname = py_struct_name(cname)
+        if pname not in structs:
+            errors.append("python: no Structure %s for %s" % (pname, cname))
+            continue
+        pfields = structs[pname]
+        if [f for f, _ in pfields] != [f for f, _ in cfields]:
+            errors.append("python: %s has fields %s; the header's has %s"
+                          % (pname, ", ".join(f for f, _ in pfields),
+                             ", ".join(f for f, _ in cfields)))
+            continue
+        for (fname, ct), (_, pt) in zip(cfields, pfields):
+            if not py_same(header, ct, pt):
+                errors.append("python: %s.%s: %s is not C's %s" % (pname, fname, pt,
+                                                                   c_type_str(ct)))
+    for name, value in sorted(header.enum_values.items()):
+        if name.startswith("PX_ERR_") and name not in consts:
+            errors.append("python: status %s (= %d) is not declared" % (name, value))
+        if name in consts and consts[name] != value:
+            errors.append("python: %s is %d; the header says %d" % (name, consts[name], value))
+    return errors
+
+
+def self_test(header_path, rust_path, julia_dir, python_path):
     """Feeds wrong declarations and expects each to be reported."""
     header = Header(read(header_path))
     rust = read(rust_path)
     julia = read_julia(julia_dir)
+    python = read(python_path)
     failures = []
+    checkers = {"rust": check_rust, "julia": check_julia, "python": check_python}
 
     def expect(lang, text, mutated, needle):
         if mutated == text:
             failures.append("self-test: the mutation for %r did not apply" % needle)
             return
-        errs = (check_rust if lang == "rust" else check_julia)(header, mutated)
+        errs = checkers[lang](header, mutated)
         if not any(needle in e for e in errs):
             failures.append("self-test: %s mutation not caught (wanted %r, got %s)"
                             % (lang, needle, errs or "no errors"))
 
-    if check_rust(header, rust) or check_julia(header, julia):
+    if check_rust(header, rust) or check_julia(header, julia) or check_python(header, python):
         failures.append("self-test: the bindings as they are must pass first")
     expect("rust", rust, rust.replace("timeout_ms: i64) -> px_status;\n    pub fn px_test",
                                       "timeout_ms: i32) -> px_status;\n    pub fn px_test"),
@@ -527,6 +666,18 @@ def self_test(header_path, rust_path, julia_dir):
     expect("julia", julia, julia.replace("const PX_ERR_CANCELLED = Cint(15)",
                                          "const PX_ERR_CANCELLED = Cint(16)"),
            "PX_ERR_CANCELLED is 16; the header says 15")
+    expect("python", python, python.replace('"px_wait": (c_int, [_P, c_int64]),',
+                                            '"px_wait": (c_int, [_P, c_int32]),'),
+           "px_wait argument 2 (timeout_ms)")
+    expect("python", python, python.replace('"px_barrier": (c_int, [_P, c_int64]),',
+                                            '"px_barrier": (c_int, [_P]),'),
+           "px_barrier takes 1 arguments; the header's takes 2")
+    expect("python", python, python.replace('("init_seed", c_uint64)', '("init_seed", c_int64)'),
+           "SparseOptions.init_seed")
+    expect("python", python, python.replace('    "px_request_cancel": (c_int, [_P]),\n', ""),
+           "px_request_cancel is not declared")
+    expect("python", python, python.replace("ERR_CANCELLED = 15", "ERR_CANCELLED = 16"),
+           "PX_ERR_CANCELLED is 16; the header says 15")
     # The header side: a struct field parsed from "double a, b" and a const pointer.
     assert ("init_high", ("base", "double")) in header.structs["px_sparse_options"]
     assert header.functions["px_wait_all"][1][0][1] == \
@@ -559,6 +710,7 @@ def main():
     ap.add_argument("--header", default=os.path.join(root, "include", "parallax_c.h"))
     ap.add_argument("--rust", help="the Rust sys module")
     ap.add_argument("--julia", help="the Julia module's src directory (or one file)")
+    ap.add_argument("--python", help="the Python package's ctypes module (_lib.py)")
     ap.add_argument("--self-test", action="store_true",
                     help="also prove that wrong declarations are caught")
     args = ap.parse_args()
@@ -568,19 +720,23 @@ def main():
         errors += check_rust(header, read(args.rust))
     if args.julia:
         errors += check_julia(header, read_julia(args.julia))
+    if args.python:
+        errors += check_python(header, read(args.python))
     if args.self_test:
         errors += self_test(args.header,
                             args.rust or os.path.join(here, "rust", "src", "sys.rs"),
-                            args.julia or os.path.join(here, "julia", "Parallax", "src"))
-    if not (args.rust or args.julia or args.self_test):
-        ap.error("nothing to check: give --rust, --julia or --self-test")
+                            args.julia or os.path.join(here, "julia", "Parallax", "src"),
+                            args.python or os.path.join(here, "python", "parallax", "_lib.py"))
+    if not (args.rust or args.julia or args.python or args.self_test):
+        ap.error("nothing to check: give --rust, --julia, --python or --self-test")
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
         print("%d mismatch(es) between the bindings and %s" % (len(errors), args.header),
               file=sys.stderr)
         return 1
-    checked = [n for n, v in (("rust", args.rust), ("julia", args.julia)) if v]
+    checked = [n for n, v in (("rust", args.rust), ("julia", args.julia),
+                              ("python", args.python)) if v]
     print("%s: %d functions, %d structs, %d enum values match the header%s"
           % (" and ".join(checked) or "self-test", len(header.functions), len(header.structs),
              len(header.enum_values), "; self-test caught every mutation" if args.self_test

@@ -18,6 +18,12 @@
  * is freed (or its client disconnected) returns PX_ERR_CANCELLED. The client never holds its
  * lock across a blocking call: a px_checkpoint on one thread does not delay px_wait on
  * another.
+ *
+ * Bindings wrap this header and nothing else: Python (clients/python/parallax/_lib.py,
+ * ctypes), Rust (clients/rust/src/sys.rs) and Julia (clients/julia/Parallax). A change here
+ * changes them in the same commit; clients/check_bindings.py (the ctest tests named
+ * clients/LANGUAGE-bindings-match-header) compares every function, struct and enum value
+ * with their declarations.
  */
 #ifndef PARALLAX_C_H
 #define PARALLAX_C_H

@@ -1,4 +1,5 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.3).
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.3), checked against the
+header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
 library is found, in order, at $PARALLAX_LIB, next to an installed package
