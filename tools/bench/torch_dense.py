@@ -85,6 +85,63 @@ class SyntheticResNet50(nn.Module):
         return x
 
 
+def install_trace(engine):
+    """PX_TORCH_DENSE_TRACE=1 (diagnosis, parallax only): timestamps of the engine's hooks,
+    bucket submissions and completions per step, printed to stderr per rank."""
+    import parallax.request
+    events = []
+    clock = time.perf_counter
+    ready, launch, sync = engine.on_grad_ready, engine._launch, engine.synchronize
+    wait = parallax.request.Request.wait
+
+    def on_ready(i):
+        t = clock()
+        ready(i)
+        events.append(("hook", i, t, clock()))
+
+    def on_launch(b):
+        t = clock()
+        launch(b)
+        events.append(("submit", b.index, t, clock()))
+
+    def on_sync():
+        t = clock()
+        sync()
+        events.append(("sync", -1, t, clock()))
+
+    def on_wait(self, timeout=None):
+        t = clock()
+        out = wait(self, timeout)
+        events.append(("wait", self.what, t, clock()))
+        return out
+    engine.on_grad_ready, engine._launch, engine.synchronize = on_ready, on_launch, on_sync
+    parallax.request.Request.wait = on_wait
+    return events
+
+
+def print_trace(rank, events, times):
+    """Per step: where its time went (ms from the first hook)."""
+    steps, current = [], []
+    for e in events:
+        current.append(e)
+        if e[0] == "sync":
+            steps.append(current)
+            current = []
+    for k, step in enumerate(steps):
+        t0 = step[0][2]
+        hooks = [e for e in step if e[0] == "hook"]
+        hook_ms = sum(e[3] - e[2] for e in hooks) * 1e3
+        submits = " ".join(f"b{e[1]}@{(e[2] - t0) * 1e3:.0f}+{(e[3] - e[2]) * 1e3:.1f}"
+                           for e in step if e[0] == "submit")
+        waits = " ".join(f"{e[1].split(chr(39))[1]}:{(e[3] - t0) * 1e3:.0f}"
+                         for e in step if e[0] == "wait")
+        sync = step[-1]
+        print(f"TRACE rank {rank} step {k} total {times[k] * 1e3:.0f} ms: hooks {len(hooks)} "
+              f"in {hook_ms:.1f} ms; last hook {(hooks[-1][3] - t0) * 1e3:.0f}; submit {submits}; "
+              f"sync {(sync[2] - t0) * 1e3:.0f}-{(sync[3] - t0) * 1e3:.0f}; done {waits}",
+              file=sys.stderr, flush=True)
+
+
 def main():
     system, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     port = int(sys.argv[4]) if len(sys.argv) > 4 else 29561
@@ -126,6 +183,9 @@ def main():
             return sorted(t.tolist())
 
     x = torch.zeros(())
+    trace = os.environ.get("PX_TORCH_DENSE_TRACE") and system == "parallax"
+    if trace:
+        events = install_trace(wrapped._engine)
 
     def run(n, sync):
         times = []
@@ -142,7 +202,11 @@ def main():
         return times
 
     run(WARMUP, True)  # connections, page faults, DDP's bucket rebuild after iteration 1
+    if trace:
+        events.clear()
     synced = run(steps, True)
+    if trace:
+        print_trace(rank, events, synced)
     # Sanity: every rank's gradient is rank + 1, so the mean is (world + 1) / 2.
     got = model.params[0].grad[0, 0, 0, 0].item()
     if abs(got - (world + 1) / 2) > 1e-5:
@@ -156,10 +220,14 @@ def main():
             print(f"RESULT {system}-{kind} {nbytes} {worst[len(worst) // 2]:.6f} "
                   f"{worst[0]:.6f} {worst[-1]:.6f}", flush=True)
     barrier()
+    sys.stdout.flush()
     if system == "parallax":
         client.close()
     else:
-        dist.destroy_process_group()
+        # torch 1.13's ProcessGroupGloo destructor (run by DDP's Reducer at exit) can join a
+        # thread that waits for the GIL the destructor holds: a hang at exit in about one
+        # run of ten. Everything is measured and printed: leave without the teardown.
+        os._exit(0)
 
 
 if __name__ == "__main__":
