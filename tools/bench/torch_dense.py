@@ -23,6 +23,8 @@ rank 0 prints the median, min and max over the steps:
     RESULT <system>-sync <bytes> <median> <min> <max>
 then the same steps under the system's no_sync() (compute alone, no communication):
     RESULT <system>-compute <bytes> <median> <min> <max>
+and, for each, the CPU cores busy on average during the timed steps: the whole machine,
+the parallaxd daemons, the workers (CPU <system>-<kind> <busy> <daemons> <workers>).
 """
 import os
 import sys
@@ -83,6 +85,33 @@ class SyntheticResNet50(nn.Module):
         for p in self.params:
             x = Layer.apply(x, p, self.sleep_s, self.value)
         return x
+
+
+def cpu_sample():
+    """(machine-wide busy seconds, parallaxd seconds, torch_dense.py workers' seconds) of
+    CPU so far: /proc is not namespaced by px-cluster's netns, so rank 0 sees every node's
+    processes. Busy includes the kernel's TCP and softirq work wherever it is charged."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v) - v[3] - v[4]  # minus idle and iowait
+    daemons = workers = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        used = int(fields[11]) + int(fields[12])  # utime + stime
+        if cmd.split(b"\0")[0].endswith(b"parallaxd"):
+            daemons += used
+        elif b"torch_dense.py" in cmd:
+            workers += used
+    return busy / tick, daemons / tick, workers / tick
 
 
 def install_trace(engine):
@@ -189,6 +218,8 @@ def main():
 
     def run(n, sync):
         times = []
+        run.cpu = cpu_sample() if rank == 0 else None
+        run.start = time.perf_counter()
         for _ in range(n):
             model.zero_grad(set_to_none=False)
             barrier()
@@ -199,12 +230,16 @@ def main():
                 with wrapped.no_sync():
                     wrapped(x).backward()
             times.append(time.perf_counter() - start)
+        if rank == 0:  # CPU-seconds per second of the timed loop (barriers included)
+            wall = time.perf_counter() - run.start
+            run.cores = [(b - a) / wall for a, b in zip(run.cpu, cpu_sample())]
         return times
 
     run(WARMUP, True)  # connections, page faults, DDP's bucket rebuild after iteration 1
     if trace:
         events.clear()
     synced = run(steps, True)
+    cores = {"sync": run.cores if rank == 0 else None}
     if trace:
         print_trace(rank, events, synced)
     # Sanity: every rank's gradient is rank + 1, so the mean is (world + 1) / 2.
@@ -214,11 +249,14 @@ def main():
               file=sys.stderr)
     run(WARMUP, False)
     local = run(steps, False)
+    cores["compute"] = run.cores if rank == 0 else None
     for kind, times in (("sync", synced), ("compute", local)):
         worst = per_step_max(times)
         if rank == 0:
             print(f"RESULT {system}-{kind} {nbytes} {worst[len(worst) // 2]:.6f} "
                   f"{worst[0]:.6f} {worst[-1]:.6f}", flush=True)
+            print("CPU {}-{} {:.3f} {:.3f} {:.3f}".format(system, kind, *cores[kind]),
+                  flush=True)
     barrier()
     sys.stdout.flush()
     if system == "parallax":
