@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -449,8 +450,15 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
 // buckets, on the same px-cluster links. Per system: the synchronized step and the same
 // step under no_sync() (compute alone), each the median (min, max) over steps of the
 // slowest rank's forward + backward.
-std::map<std::string, StepSummary> collect_results(const std::string& command, const char* what) {
-  std::map<std::string, StepSummary> out;
+// A worker's RESULT lines (per-step times) and CPU lines (cores busy: machine, daemons,
+// workers) by name ("parallax-sync", ...).
+struct TorchRun {
+  std::map<std::string, StepSummary> steps;
+  std::map<std::string, std::array<double, 3>> cores;
+};
+
+TorchRun collect_results(const std::string& command, const char* what) {
+  TorchRun out;
   FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
   if (!p) return out;
   char line[512];
@@ -458,8 +466,11 @@ std::map<std::string, StepSummary> collect_results(const std::string& command, c
     char name[64];
     unsigned long long bytes;
     StepSummary t;
+    std::array<double, 3> c{};
     if (sscanf(line, "RESULT %63s %llu %lf %lf %lf", name, &bytes, &t.median, &t.min, &t.max) == 5)
-      out[name] = t;
+      out.steps[name] = t;
+    else if (sscanf(line, "CPU %63s %lf %lf %lf", name, &c[0], &c[1], &c[2]) == 4)
+      out.cores[name] = c;
   }
   if (pclose(p) != 0)
     fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", what);
@@ -529,7 +540,7 @@ int bench_torch_dense(int argc, char** argv) {
                                 : (link == "0" ? "netns-unlimited" : "netns-" + link + "gbit");
         std::string base = source + "/tools/px-cluster --nodes " + n_text + " --workers-per-node " +
                            w_text + " " + mode + " --timeout 1800";
-        std::map<std::string, std::map<std::string, StepSummary>> by_system;
+        std::map<std::string, TorchRun> by_system;
         by_system["parallax"] = collect_results(
             base + " --daemon " + daemon + " -- /usr/bin/python3 " + script + " parallax" + args,
             "parallax");
@@ -538,24 +549,30 @@ int bench_torch_dense(int argc, char** argv) {
                                                 " " + peer + args + " " + std::to_string(port++),
                                             peer.c_str());
         for (auto& [system_name, r] : by_system) {
-          StepSummary step = r[system_name + "-sync"], compute = r[system_name + "-compute"];
-          StepSummary ddp = by_system["ddp"]["ddp-sync"];
+          StepSummary step = r.steps[system_name + "-sync"];
+          StepSummary compute = r.steps[system_name + "-compute"];
+          StepSummary ddp = by_system["ddp"].steps["ddp-sync"];
+          std::array<double, 3> cs = r.cores[system_name + "-sync"];
+          std::array<double, 3> cc = r.cores[system_name + "-compute"];
           double vs_ddp = step.median > 0 && ddp.median > 0 ? ddp.median / step.median : 0;
           if (json) {
             printf(
                 "%s{\"system\":\"%s\",\"nodes\":%s,\"workers_per_node\":%s,\"link\":\"%s\","
                 "\"step_s\":%.6f,\"step_min_s\":%.6f,\"step_max_s\":%.6f,\"compute_s\":%.6f,"
-                "\"compute_min_s\":%.6f,\"compute_max_s\":%.6f,\"ddp_step_over_this\":%.3f}",
+                "\"compute_min_s\":%.6f,\"compute_max_s\":%.6f,\"ddp_step_over_this\":%.3f,"
+                "\"cores_busy\":{\"step\":{\"machine\":%.2f,\"daemons\":%.2f,\"workers\":%.2f},"
+                "\"compute\":{\"machine\":%.2f,\"daemons\":%.2f,\"workers\":%.2f}}}",
                 first ? "" : ",", system_name.c_str(), n_text.c_str(), w_text.c_str(),
                 label.c_str(), step.median, step.min, step.max, compute.median, compute.min,
-                compute.max, vs_ddp);
+                compute.max, vs_ddp, cs[0], cs[1], cs[2], cc[0], cc[1], cc[2]);
             first = false;
           } else {
             printf(
                 "%-9s N=%s W=%s %-15s step %.3f (%.3f, %.3f)  compute %.3f (%.3f, %.3f)  "
-                "ddp/this %.2fx\n",
+                "ddp/this %.2fx  cores busy in the step: %.2f (daemons %.2f, workers %.2f)\n",
                 system_name.c_str(), n_text.c_str(), w_text.c_str(), label.c_str(), step.median,
-                step.min, step.max, compute.median, compute.min, compute.max, vs_ddp);
+                step.min, step.max, compute.median, compute.min, compute.max, vs_ddp, cs[0], cs[1],
+                cs[2]);
           }
           fflush(stdout);
         }

@@ -23,6 +23,8 @@ rank 0 prints the median, min and max over the steps:
     RESULT <system>-sync <bytes> <median> <min> <max>
 then the same steps under the system's no_sync() (compute alone, no communication):
     RESULT <system>-compute <bytes> <median> <min> <max>
+and, for each, the CPU cores busy on average during the timed steps: the whole machine,
+the parallaxd daemons, the workers (CPU <system>-<kind> <busy> <daemons> <workers>).
 """
 import os
 import sys
@@ -85,6 +87,90 @@ class SyntheticResNet50(nn.Module):
         return x
 
 
+def cpu_sample():
+    """(machine-wide busy seconds, parallaxd seconds, torch_dense.py workers' seconds) of
+    CPU so far: /proc is not namespaced by px-cluster's netns, so rank 0 sees every node's
+    processes. Busy includes the kernel's TCP and softirq work wherever it is charged."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v) - v[3] - v[4]  # minus idle and iowait
+    daemons = workers = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        used = int(fields[11]) + int(fields[12])  # utime + stime
+        if cmd.split(b"\0")[0].endswith(b"parallaxd"):
+            daemons += used
+        elif b"torch_dense.py" in cmd:
+            workers += used
+    return busy / tick, daemons / tick, workers / tick
+
+
+def install_trace(engine):
+    """PX_TORCH_DENSE_TRACE=1 (diagnosis, parallax only): timestamps of the engine's hooks,
+    bucket submissions and completions per step, printed to stderr per rank."""
+    import parallax.request
+    events = []
+    clock = time.perf_counter
+    ready, launch, sync = engine.on_grad_ready, engine._launch, engine.synchronize
+    wait = parallax.request.Request.wait
+
+    def on_ready(i):
+        t = clock()
+        ready(i)
+        events.append(("hook", i, t, clock()))
+
+    def on_launch(b):
+        t = clock()
+        launch(b)
+        events.append(("submit", b.index, t, clock()))
+
+    def on_sync():
+        t = clock()
+        sync()
+        events.append(("sync", -1, t, clock()))
+
+    def on_wait(self, timeout=None):
+        t = clock()
+        out = wait(self, timeout)
+        events.append(("wait", self.what, t, clock()))
+        return out
+    engine.on_grad_ready, engine._launch, engine.synchronize = on_ready, on_launch, on_sync
+    parallax.request.Request.wait = on_wait
+    return events
+
+
+def print_trace(rank, events, times):
+    """Per step: where its time went (ms from the first hook)."""
+    steps, current = [], []
+    for e in events:
+        current.append(e)
+        if e[0] == "sync":
+            steps.append(current)
+            current = []
+    for k, step in enumerate(steps):
+        t0 = step[0][2]
+        hooks = [e for e in step if e[0] == "hook"]
+        hook_ms = sum(e[3] - e[2] for e in hooks) * 1e3
+        submits = " ".join(f"b{e[1]}@{(e[2] - t0) * 1e3:.0f}+{(e[3] - e[2]) * 1e3:.1f}"
+                           for e in step if e[0] == "submit")
+        waits = " ".join(f"{e[1].split(chr(39))[1]}:{(e[3] - t0) * 1e3:.0f}"
+                         for e in step if e[0] == "wait")
+        sync = step[-1]
+        print(f"TRACE rank {rank} step {k} total {times[k] * 1e3:.0f} ms: hooks {len(hooks)} "
+              f"in {hook_ms:.1f} ms; last hook {(hooks[-1][3] - t0) * 1e3:.0f}; submit {submits}; "
+              f"sync {(sync[2] - t0) * 1e3:.0f}-{(sync[3] - t0) * 1e3:.0f}; done {waits}",
+              file=sys.stderr, flush=True)
+
+
 def main():
     system, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     port = int(sys.argv[4]) if len(sys.argv) > 4 else 29561
@@ -126,9 +212,14 @@ def main():
             return sorted(t.tolist())
 
     x = torch.zeros(())
+    trace = os.environ.get("PX_TORCH_DENSE_TRACE") and system == "parallax"
+    if trace:
+        events = install_trace(wrapped._engine)
 
     def run(n, sync):
         times = []
+        run.cpu = cpu_sample() if rank == 0 else None
+        run.start = time.perf_counter()
         for _ in range(n):
             model.zero_grad(set_to_none=False)
             barrier()
@@ -139,10 +230,18 @@ def main():
                 with wrapped.no_sync():
                     wrapped(x).backward()
             times.append(time.perf_counter() - start)
+        if rank == 0:  # CPU-seconds per second of the timed loop (barriers included)
+            wall = time.perf_counter() - run.start
+            run.cores = [(b - a) / wall for a, b in zip(run.cpu, cpu_sample())]
         return times
 
     run(WARMUP, True)  # connections, page faults, DDP's bucket rebuild after iteration 1
+    if trace:
+        events.clear()
     synced = run(steps, True)
+    cores = {"sync": run.cores if rank == 0 else None}
+    if trace:
+        print_trace(rank, events, synced)
     # Sanity: every rank's gradient is rank + 1, so the mean is (world + 1) / 2.
     got = model.params[0].grad[0, 0, 0, 0].item()
     if abs(got - (world + 1) / 2) > 1e-5:
@@ -150,16 +249,23 @@ def main():
               file=sys.stderr)
     run(WARMUP, False)
     local = run(steps, False)
+    cores["compute"] = run.cores if rank == 0 else None
     for kind, times in (("sync", synced), ("compute", local)):
         worst = per_step_max(times)
         if rank == 0:
             print(f"RESULT {system}-{kind} {nbytes} {worst[len(worst) // 2]:.6f} "
                   f"{worst[0]:.6f} {worst[-1]:.6f}", flush=True)
+            print("CPU {}-{} {:.3f} {:.3f} {:.3f}".format(system, kind, *cores[kind]),
+                  flush=True)
     barrier()
+    sys.stdout.flush()
     if system == "parallax":
         client.close()
     else:
-        dist.destroy_process_group()
+        # torch 1.13's ProcessGroupGloo destructor (run by DDP's Reducer at exit) can join a
+        # thread that waits for the GIL the destructor holds: a hang at exit in about one
+        # run of ten. Everything is measured and printed: leave without the teardown.
+        os._exit(0)
 
 
 if __name__ == "__main__":
