@@ -1,10 +1,7 @@
 """The dense half of parallax.torch: a DDP-style wrapper, a Horovod-style optimizer, and
-broadcasts of parameters and optimizer state, over a node's parallaxd.
-
-Gradients live in the shared arena as views into flat buckets (DDP's
-gradient_as_bucket_view): AccumulateGrad writes a parameter's gradient straight into its
-bucket, and the bucket is allreduced in place (mean over every worker) the moment its last
-gradient is ready, while the rest of backward runs. Nothing is copied on the way.
+broadcasts of parameters and optimizer state. Gradients are views into flat arena buckets
+(DDP's gradient_as_bucket_view), each allreduced in place (mean over every worker) the
+moment its last gradient is ready, while the rest of backward runs: nothing is copied.
 
 Each bucket is its own Parallax dense variable, and a variable's n-th allreduce is its step
 n on every worker: buckets may therefore be submitted and complete in any order on
@@ -240,9 +237,9 @@ class _Bucket:
 def _assign_buckets(named: List[Tuple[str, torch.Tensor]], cap_bytes: int,
                     first_cap_bytes: int) -> List[_Bucket]:
     """DDP's assignment: parameters in reverse registration order (about the order backward
-    produces their gradients), one open bucket per dtype, a bucket closed once it holds at
-    least its limit (the first one per dtype a small one, so that communication starts
-    early; then the cap). A parameter larger than the cap gets a bucket of its own."""
+    produces their gradients), one open bucket per dtype, closed once it holds at least its
+    limit (the first one per dtype small, so that communication starts early; then the
+    cap). A parameter larger than the cap closes the bucket it joins."""
     open_: Dict[torch.dtype, _Bucket] = {}
     closed_count: Dict[torch.dtype, int] = {}
     done: List[_Bucket] = []
@@ -330,7 +327,7 @@ class _GradBuckets:
         registration while the others wait on it."""
         c, w = self.client, self.client.world_size
         per = np.array([[_fingerprint((str(b.dtype), [tuple(s.param.shape) for s in b.slots])),
-                         b.numel, _bytes_code(b.dtype)] for b in self.buckets], np.int64)
+                         b.numel, _buffers.dtype_code(b.dtype)] for b in self.buckets], np.int64)
         mine = np.array([len(self.buckets), _fingerprint(per.tolist())], np.int64)
         summary = c.dense(f"{self.name}.layout", 2, np.int64)
         rows = np.asarray(summary.allgather(mine).wait()).reshape(w, 2)
@@ -474,10 +471,9 @@ class _GradBuckets:
         self._round_open = False
 
     def abandon(self) -> None:
-        """Ends a round that failed: requests still in flight are cancelled (so that nothing
-        writes the buckets later, and the other workers' same steps fail at once instead of
-        waiting for this one), and the state is reset. The job cannot go on after this (as
-        with DDP after a failed collective)."""
+        """Ends a failed round: requests in flight are cancelled (nothing writes the buckets
+        later, and the other workers' same steps fail at once instead of waiting for this
+        one). The job cannot go on after this (as with DDP after a failed collective)."""
         for b in self.buckets:
             if b.request is not None:
                 try:
@@ -487,8 +483,7 @@ class _GradBuckets:
         self._reset()
 
     def check_idle(self, where: str) -> None:
-        """Raises if a round was left half done (a backward interrupted by an exception that
-        did not come from here): its buckets were never synchronized."""
+        """Raises if a round was left half done (a backward interrupted by an exception)."""
         if self._round_open:
             pending = [b.var.name for b in self.buckets if b.request is not None]
             self.abandon()
@@ -501,24 +496,17 @@ class _GradBuckets:
                 for b in self.buckets]
 
 
-def _bytes_code(dtype: torch.dtype) -> int:
-    return {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
-            torch.bfloat16: _lib.BF16}[dtype]
-
-
 # --- the wrappers -------------------------------------------------------------------------
 class DistributedDataParallel(torch.nn.Module):
-    """torch's DistributedDataParallel over Parallax: wraps a module; after
-    loss.backward() every parameter's .grad is the mean over all workers, and a view into a
-    flat arena bucket (allreduced in place, zero copy, overlapping the rest of backward).
+    """torch's DistributedDataParallel over Parallax: after loss.backward() every
+    parameter's .grad is the mean over all workers, a view into a flat arena bucket.
 
-    At construction rank 0's parameters and buffers are broadcast to every worker (as DDP),
-    and the workers check that they bucket the same shapes (Mismatch otherwise). With
-    broadcast_buffers, rank 0's buffers (BatchNorm statistics) are broadcast at each
-    training forward. Parameters unused in a backward contribute zeros: find_unused_parameters
-    is always on, at no cost beyond the buckets holding them being submitted at the end of
-    backward. first_bucket_mb is DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES).
-    name prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
+    At construction rank 0's parameters and buffers are broadcast (as DDP; init_sync) and
+    the workers check that they bucket the same shapes (Mismatch otherwise). With
+    broadcast_buffers, rank 0's buffers are broadcast at each training forward. Parameters
+    unused in a backward contribute zeros (find_unused_parameters is always on).
+    first_bucket_mb is DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). name
+    prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None,
