@@ -148,13 +148,12 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], Iterable[Any]],
     it in the same order with the same layout; a different layout raises Mismatch."""
     c = client or globals()["client"]()
     named = _named_tensors(params)
-    if not named:
-        return
     for n, t in named:
         if t.device.type != "cpu":
             raise invalid(f"broadcast_parameters: '{n}' is on {t.device}; Parallax needs host "
                           "memory until GPU support lands")
-    _broadcast_once(c, named, root_rank, name or _unique_name(c, "px.torch.broadcast"))
+    if named:
+        _broadcast_once(c, named, root_rank, name or _unique_name(c, "px.torch.broadcast"))
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
@@ -282,8 +281,6 @@ class _GradBuckets:
             if p.requires_grad and id(p) not in seen:  # tied weights: reduced once
                 seen.add(id(p))
                 unique.append((n, p))
-        if not unique:
-            raise invalid(f"'{name}': no parameter requires a gradient; nothing to reduce")
         for n, p in unique:
             if p.device.type != "cpu":
                 raise invalid(f"'{name}': parameter '{n}' is on {p.device}; Parallax needs "
@@ -291,8 +288,9 @@ class _GradBuckets:
             if p.dtype not in _GRAD_DTYPES:
                 raise invalid(f"'{name}': parameter '{n}' is {p.dtype}; gradients must be "
                               "float32, float64, float16 or bfloat16")
-        if passes < 1:
-            raise invalid(f"'{name}': backward_passes_per_step must be at least 1")
+        if not unique or passes < 1:
+            raise invalid(f"'{name}': " + ("backward_passes_per_step must be at least 1"
+                                           if unique else "no parameter requires a gradient"))
         self.client, self.name, self.passes = c, name, passes
         self.end_of_backward = end_of_backward
         self.sync = True
@@ -592,8 +590,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._engine.info()
 
     def synchronize(self) -> None:
-        """Waits until every gradient is the mean over all workers (buckets not submitted
-        yet are submitted now). step() calls it unless skip_synchronize()."""
+        """Submits the buckets left and waits: every gradient is then the mean over all
+        workers. step() calls it unless skip_synchronize()."""
         self._engine.synchronize()
         self._synchronized = True
 
@@ -618,8 +616,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        # Zeroing while buckets are being reduced in place would race the daemon (Horovod
-        # refuses this too).
+        # Zeroing buckets being reduced in place would race the daemon (Horovod refuses too).
         self._engine.check_idle("zero_grad() called after backward() and before step() or "
                                 "synchronize()")
         super(self.__class__, self).zero_grad(set_to_none)
@@ -630,12 +627,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          client: Optional[Client] = None, bucket_cap_mb: float = 25.0,
                          backward_passes_per_step: int = 1, *, name: str = "opt",
                          first_bucket_mb: float = 1.0) -> torch.optim.Optimizer:
-    """Horovod's DistributedOptimizer over Parallax: an optimizer of the same class as
-    `optimizer` (isinstance holds) whose step() first waits for the gradients' mean over
-    all workers. Gradients are reduced in arena buckets as backward produces them (the
-    engine of DistributedDataParallel); with backward_passes_per_step = k a bucket is
-    submitted once its gradients were accumulated over k backward passes (scale the loss
-    by 1/k for a mean). Use synchronize() + skip_synchronize() to clip gradients."""
+    """Horovod's DistributedOptimizer: an optimizer of `optimizer`'s class whose step()
+    first waits for the gradients' mean over all workers, reduced in arena buckets as
+    backward produces them (DistributedDataParallel's engine). With
+    backward_passes_per_step = k a bucket goes once accumulated over k backward passes
+    (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients."""
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
