@@ -1,10 +1,7 @@
 """The dense half of parallax.torch: a DDP-style wrapper, a Horovod-style optimizer, and
-broadcasts of parameters and optimizer state, over a node's parallaxd.
-
-Gradients live in the shared arena as views into flat buckets (DDP's
-gradient_as_bucket_view): AccumulateGrad writes a parameter's gradient straight into its
-bucket, and the bucket is allreduced in place (mean over every worker) the moment its last
-gradient is ready, while the rest of backward runs. Nothing is copied on the way.
+broadcasts of parameters and optimizer state. Gradients are views into flat arena buckets
+(DDP's gradient_as_bucket_view), each allreduced in place (mean over every worker) the
+moment its last gradient is ready, while the rest of backward runs: nothing is copied.
 
 Each bucket is its own Parallax dense variable, and a variable's n-th allreduce is its step
 n on every worker: buckets may therefore be submitted and complete in any order on
@@ -151,13 +148,12 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], Iterable[Any]],
     it in the same order with the same layout; a different layout raises Mismatch."""
     c = client or globals()["client"]()
     named = _named_tensors(params)
-    if not named:
-        return
     for n, t in named:
         if t.device.type != "cpu":
             raise invalid(f"broadcast_parameters: '{n}' is on {t.device}; Parallax needs host "
                           "memory until GPU support lands")
-    _broadcast_once(c, named, root_rank, name or _unique_name(c, "px.torch.broadcast"))
+    if named:
+        _broadcast_once(c, named, root_rank, name or _unique_name(c, "px.torch.broadcast"))
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
@@ -240,9 +236,9 @@ class _Bucket:
 def _assign_buckets(named: List[Tuple[str, torch.Tensor]], cap_bytes: int,
                     first_cap_bytes: int) -> List[_Bucket]:
     """DDP's assignment: parameters in reverse registration order (about the order backward
-    produces their gradients), one open bucket per dtype, a bucket closed once it holds at
-    least its limit (the first one per dtype a small one, so that communication starts
-    early; then the cap). A parameter larger than the cap gets a bucket of its own."""
+    produces their gradients), one open bucket per dtype, closed once it holds at least its
+    limit (the first one per dtype small, so that communication starts early; then the
+    cap). A parameter larger than the cap closes the bucket it joins."""
     open_: Dict[torch.dtype, _Bucket] = {}
     closed_count: Dict[torch.dtype, int] = {}
     done: List[_Bucket] = []
@@ -285,8 +281,6 @@ class _GradBuckets:
             if p.requires_grad and id(p) not in seen:  # tied weights: reduced once
                 seen.add(id(p))
                 unique.append((n, p))
-        if not unique:
-            raise invalid(f"'{name}': no parameter requires a gradient; nothing to reduce")
         for n, p in unique:
             if p.device.type != "cpu":
                 raise invalid(f"'{name}': parameter '{n}' is on {p.device}; Parallax needs "
@@ -294,8 +288,9 @@ class _GradBuckets:
             if p.dtype not in _GRAD_DTYPES:
                 raise invalid(f"'{name}': parameter '{n}' is {p.dtype}; gradients must be "
                               "float32, float64, float16 or bfloat16")
-        if passes < 1:
-            raise invalid(f"'{name}': backward_passes_per_step must be at least 1")
+        if not unique or passes < 1:
+            raise invalid(f"'{name}': " + ("backward_passes_per_step must be at least 1"
+                                           if unique else "no parameter requires a gradient"))
         self.client, self.name, self.passes = c, name, passes
         self.end_of_backward = end_of_backward
         self.sync = True
@@ -330,7 +325,7 @@ class _GradBuckets:
         registration while the others wait on it."""
         c, w = self.client, self.client.world_size
         per = np.array([[_fingerprint((str(b.dtype), [tuple(s.param.shape) for s in b.slots])),
-                         b.numel, _bytes_code(b.dtype)] for b in self.buckets], np.int64)
+                         b.numel, _buffers.dtype_code(b.dtype)] for b in self.buckets], np.int64)
         mine = np.array([len(self.buckets), _fingerprint(per.tolist())], np.int64)
         summary = c.dense(f"{self.name}.layout", 2, np.int64)
         rows = np.asarray(summary.allgather(mine).wait()).reshape(w, 2)
@@ -474,10 +469,9 @@ class _GradBuckets:
         self._round_open = False
 
     def abandon(self) -> None:
-        """Ends a round that failed: requests still in flight are cancelled (so that nothing
-        writes the buckets later, and the other workers' same steps fail at once instead of
-        waiting for this one), and the state is reset. The job cannot go on after this (as
-        with DDP after a failed collective)."""
+        """Ends a failed round: requests in flight are cancelled (nothing writes the buckets
+        later, and the other workers' same steps fail at once instead of waiting for this
+        one). The job cannot go on after this (as with DDP after a failed collective)."""
         for b in self.buckets:
             if b.request is not None:
                 try:
@@ -487,8 +481,7 @@ class _GradBuckets:
         self._reset()
 
     def check_idle(self, where: str) -> None:
-        """Raises if a round was left half done (a backward interrupted by an exception that
-        did not come from here): its buckets were never synchronized."""
+        """Raises if a round was left half done (a backward interrupted by an exception)."""
         if self._round_open:
             pending = [b.var.name for b in self.buckets if b.request is not None]
             self.abandon()
@@ -501,24 +494,17 @@ class _GradBuckets:
                 for b in self.buckets]
 
 
-def _bytes_code(dtype: torch.dtype) -> int:
-    return {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
-            torch.bfloat16: _lib.BF16}[dtype]
-
-
 # --- the wrappers -------------------------------------------------------------------------
 class DistributedDataParallel(torch.nn.Module):
-    """torch's DistributedDataParallel over Parallax: wraps a module; after
-    loss.backward() every parameter's .grad is the mean over all workers, and a view into a
-    flat arena bucket (allreduced in place, zero copy, overlapping the rest of backward).
+    """torch's DistributedDataParallel over Parallax: after loss.backward() every
+    parameter's .grad is the mean over all workers, a view into a flat arena bucket.
 
-    At construction rank 0's parameters and buffers are broadcast to every worker (as DDP),
-    and the workers check that they bucket the same shapes (Mismatch otherwise). With
-    broadcast_buffers, rank 0's buffers (BatchNorm statistics) are broadcast at each
-    training forward. Parameters unused in a backward contribute zeros: find_unused_parameters
-    is always on, at no cost beyond the buckets holding them being submitted at the end of
-    backward. first_bucket_mb is DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES).
-    name prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
+    At construction rank 0's parameters and buffers are broadcast (as DDP; init_sync) and
+    the workers check that they bucket the same shapes (Mismatch otherwise). With
+    broadcast_buffers, rank 0's buffers are broadcast at each training forward. Parameters
+    unused in a backward contribute zeros (find_unused_parameters is always on).
+    first_bucket_mb is DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). name
+    prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None,
@@ -604,8 +590,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._engine.info()
 
     def synchronize(self) -> None:
-        """Waits until every gradient is the mean over all workers (buckets not submitted
-        yet are submitted now). step() calls it unless skip_synchronize()."""
+        """Submits the buckets left and waits: every gradient is then the mean over all
+        workers. step() calls it unless skip_synchronize()."""
         self._engine.synchronize()
         self._synchronized = True
 
@@ -630,8 +616,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        # Zeroing while buckets are being reduced in place would race the daemon (Horovod
-        # refuses this too).
+        # Zeroing buckets being reduced in place would race the daemon (Horovod refuses too).
         self._engine.check_idle("zero_grad() called after backward() and before step() or "
                                 "synchronize()")
         super(self.__class__, self).zero_grad(set_to_none)
@@ -642,12 +627,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          client: Optional[Client] = None, bucket_cap_mb: float = 25.0,
                          backward_passes_per_step: int = 1, *, name: str = "opt",
                          first_bucket_mb: float = 1.0) -> torch.optim.Optimizer:
-    """Horovod's DistributedOptimizer over Parallax: an optimizer of the same class as
-    `optimizer` (isinstance holds) whose step() first waits for the gradients' mean over
-    all workers. Gradients are reduced in arena buckets as backward produces them (the
-    engine of DistributedDataParallel); with backward_passes_per_step = k a bucket is
-    submitted once its gradients were accumulated over k backward passes (scale the loss
-    by 1/k for a mean). Use synchronize() + skip_synchronize() to clip gradients."""
+    """Horovod's DistributedOptimizer: an optimizer of `optimizer`'s class whose step()
+    first waits for the gradients' mean over all workers, reduced in arena buckets as
+    backward produces them (DistributedDataParallel's engine). With
+    backward_passes_per_step = k a bucket goes once accumulated over k backward passes
+    (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients."""
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
