@@ -65,6 +65,9 @@ fn sgd_pull_push_read_give_the_expected_values() {
 
         let stats = table.stats().unwrap();
         assert_eq!((stats.pull_steps, stats.push_steps), (2, 1));
+        // A worker that disconnects fails its peers' pending operations (a read included):
+        // leave together.
+        c.barrier(WAIT).unwrap();
     });
 }
 
