@@ -51,6 +51,9 @@ where
                 s.spawn(move || {
                     let client = connect(job, rank, n);
                     body(&client);
+                    // Leave together: a worker that disconnects fails its peers' pending
+                    // operations. Errors are ignored (a test may have aborted the job).
+                    let _ = client.barrier(std::time::Duration::from_secs(30));
                 })
             })
             .collect();
