@@ -336,15 +336,24 @@ int allreduce_worker(const std::string& sizes_text, int iterations) {
   return 0;
 }
 
-// Runs a shell command and collects its "RESULT system bytes median min max" lines (seconds
-// per step, each step's time being its slowest rank's).
+// Runs a shell command (stderr to /tmp/px-bench-last.err) and hands each line of its
+// output to on_line; says so when the command fails. The scenarios' collectors parse.
+template <typename OnLine>
+void for_each_output_line(const std::string& command, const std::string& what, OnLine on_line) {
+  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
+  if (!p) return;
+  char line[512];
+  while (fgets(line, sizeof line, p)) on_line(line);
+  if (pclose(p) != 0)
+    fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", what.c_str());
+}
+
+// Collects a command's "RESULT system bytes median min max" lines (seconds per step, each
+// step's time being its slowest rank's).
 std::vector<std::pair<uint64_t, StepSummary>> collect(const std::string& command,
                                                       const std::string& system) {
   std::vector<std::pair<uint64_t, StepSummary>> out;
-  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
-  if (!p) return out;
-  char line[512];
-  while (fgets(line, sizeof line, p)) {
+  for_each_output_line(command, system, [&](const char* line) {
     char name[64];
     unsigned long long bytes;
     StepSummary t;
@@ -352,10 +361,7 @@ std::vector<std::pair<uint64_t, StepSummary>> collect(const std::string& command
             5 &&
         system == name)
       out.push_back({bytes, t});
-  }
-  int status = pclose(p);
-  if (status != 0)
-    fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", system.c_str());
+  });
   return out;
 }
 
@@ -459,10 +465,7 @@ struct TorchRun {
 
 TorchRun collect_results(const std::string& command, const char* what) {
   TorchRun out;
-  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
-  if (!p) return out;
-  char line[512];
-  while (fgets(line, sizeof line, p)) {
+  for_each_output_line(command, what, [&](const char* line) {
     char name[64];
     unsigned long long bytes;
     StepSummary t;
@@ -471,9 +474,7 @@ TorchRun collect_results(const std::string& command, const char* what) {
       out.steps[name] = t;
     else if (sscanf(line, "CPU %63s %lf %lf %lf", name, &c[0], &c[1], &c[2]) == 4)
       out.cores[name] = c;
-  }
-  if (pclose(p) != 0)
-    fprintf(stderr, "px-bench: %s run failed (see /tmp/px-bench-last.err)\n", what);
+  });
   return out;
 }
 
@@ -602,21 +603,22 @@ int bench_lm(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
-    fprintf(stderr,
-            "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
-            "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
-            "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
-            "                          [--mtu N (netns links)] [--daemon PATH]\n"
-            "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
-            "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
-            "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
-            "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
-            "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
-            "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
-            "                            [--peers ddp,ddp-copy] [--daemon PATH]\n"
-            "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
-            "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
-            "                   [--steps N] (tools/bench/lm.py --help)\n");
+    fprintf(
+        stderr,
+        "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
+        "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
+        "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
+        "                          [--mtu N (netns links)] [--daemon PATH]\n"
+        "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
+        "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
+        "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
+        "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
+        "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
+        "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
+        "                            [--peers ddp,ddp-copy] [--daemon PATH]\n"
+        "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
+        "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
+        "                   [--steps N] (tools/bench/lm.py --help)\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
