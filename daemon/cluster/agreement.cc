@@ -17,6 +17,7 @@ std::optional<Agreement::Verdict> Agreement::job_joined(int node, const std::str
   world.job = job;
   for (auto& s : sizes) world.local_sizes.push_back(*s);
   world.id = next_id_++;
+  runs_[world.id] = Run{job, std::vector<bool>(static_cast<size_t>(node_count_), false)};
   job_sizes_.erase(job);
   // A new run of the job (every node's workers joined afresh): its variables are agreed on
   // afresh, under new ids.
@@ -68,6 +69,25 @@ std::optional<Agreement::Verdict> Agreement::var_registered(int node, const std:
   }
   v.verdict = verdict;
   return verdict;
+}
+
+std::optional<Agreement::Verdict> Agreement::job_left(int node, const std::string& job,
+                                                      uint32_t barrier_id) {
+  auto it = runs_.find(barrier_id);
+  if (it == runs_.end() || it->second.job != job) return std::nullopt;
+  it->second.left[static_cast<size_t>(node)] = true;
+  for (bool left : it->second.left)
+    if (!left) return std::nullopt;
+  runs_.erase(it);
+  // Every node sends its JobLeft before a later run's JobJoin on the same connection, so no
+  // later run of this name can have registered variables yet: they are all this run's.
+  for (auto v = vars_.lower_bound({job, ""}); v != vars_.end() && v->first.first == job;)
+    v = vars_.erase(v);
+  Verdict end;
+  end.kind = Verdict::Kind::kJobEnd;
+  end.job = job;
+  end.id = barrier_id;
+  return end;
 }
 
 // Every node's shape, each as the words that differ from node 0's (node 0's from node 1's),

@@ -24,14 +24,14 @@ class Agreement {
  public:
   // What the coordinator sends, to every node or to one.
   struct Verdict {
-    enum class Kind { kJobWorld, kVarReady, kVarMismatch };
+    enum class Kind { kJobWorld, kVarReady, kVarMismatch, kJobEnd };
     static constexpr int kEveryNode = -1;
 
     Kind kind = Kind::kJobWorld;
     int to = kEveryNode;  // a node index: only that node needs it (it registered late)
     std::string job;
-    std::string var;                    // kVarReady, kVarMismatch
-    uint32_t id = 0;                    // kJobWorld: the barrier id; kVarReady: the global id
+    std::string var;  // kVarReady, kVarMismatch
+    uint32_t id = 0;  // kJobWorld, kJobEnd: the run's barrier id; kVarReady: the global id
     std::vector<uint32_t> local_sizes;  // kJobWorld: workers on each node, by node
     std::string message;                // kVarMismatch: why, naming the nodes
   };
@@ -53,7 +53,16 @@ class Agreement {
   std::optional<Verdict> var_registered(int node, const std::string& job, const std::string& var,
                                         const Fingerprint& fingerprint);
 
+  // Every local worker of the run `barrier_id` of `job` has left node `node`. Once every node
+  // said so, the run ends everywhere (kJobEnd) and its variables' agreement state is
+  // forgotten. A run this agreement never started, or a node that says it twice, changes
+  // nothing.
+  std::optional<Verdict> job_left(int node, const std::string& job, uint32_t barrier_id);
+
   int node_count() const { return node_count_; }
+  // Runs started and not yet ended everywhere (for tests and leak checks).
+  size_t running() const { return runs_.size(); }
+  size_t variables() const { return vars_.size(); }
 
  private:
   struct Var {
@@ -70,6 +79,11 @@ class Agreement {
   std::function<std::string(int)> node_label_;
   std::map<std::string, std::vector<std::optional<uint32_t>>> job_sizes_;
   std::map<std::pair<std::string, std::string>, Var> vars_;
+  struct Run {
+    std::string job;
+    std::vector<bool> left;  // by node
+  };
+  std::map<uint32_t, Run> runs_;  // by barrier id
   uint32_t next_id_ = 1;
 };
 

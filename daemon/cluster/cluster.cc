@@ -230,8 +230,11 @@ void Cluster::member_handle(Envelope::Reader envelope) {
     case Envelope::Body::JOB_BROKEN: {
       auto broken = body.getJobBroken();
       return events_.job_broken(broken.getJob(), broken.getBarrierId(),
-                                static_cast<int>(broken.getNodeIndex()), broken.getReason());
+                                static_cast<int>(broken.getNodeIndex()), broken.getReason(),
+                                broken.getClean());
     }
+    case Envelope::Body::JOB_END:
+      return events_.job_end(body.getJobEnd().getJob(), body.getJobEnd().getBarrierId());
     default:
       PX_LOG_WARN("cluster: unexpected message from the coordinator");
   }
@@ -268,14 +271,26 @@ void Cluster::register_var(const std::string& job, const std::string& var,
   send_to_coordinator(frame_envelope(*message));
 }
 
-void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id,
-                                const std::string& why) {
+void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why,
+                                bool clean) {
   auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
     auto broken = b.initJobBroken();
     broken.setJob(job);
     broken.setBarrierId(barrier_id);
     broken.setNodeIndex(static_cast<uint32_t>(config_.node_index));
     broken.setReason(why);
+    broken.setClean(clean);
+  });
+  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
+  send_to_coordinator(frame_envelope(*message));
+}
+
+void Cluster::report_job_left(const std::string& job, uint32_t barrier_id) {
+  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+    auto left = b.initJobLeft();
+    left.setJob(job);
+    left.setBarrierId(barrier_id);
+    left.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
   if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
   send_to_coordinator(frame_envelope(*message));

@@ -35,10 +35,13 @@ class Cluster {
     std::function<void(const std::string& job, const std::string& var, const std::string& why)>
         var_mismatch;
     std::function<void(int node, const std::string& why)> node_lost;
-    // Another node's part of a started job broke (relayed by the coordinator).
+    // Another node's part of a started job broke (relayed by the coordinator); clean: one of
+    // its workers left with px_disconnect.
     std::function<void(const std::string& job, uint32_t barrier_id, int node,
-                       const std::string& why)>
+                       const std::string& why, bool clean)>
         job_broken;
+    // Every node's workers of this run of the job have left: free what it holds.
+    std::function<void(const std::string& job, uint32_t barrier_id)> job_end;
   };
 
   Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
@@ -56,7 +59,12 @@ class Cluster {
   void join_job(const std::string& job, uint32_t local_size);
   void register_var(const std::string& job, const std::string& var, const Fingerprint& fingerprint);
   // Tells every other node that this node's part of a started job broke.
-  void report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why);
+  // clean: a worker left with px_disconnect (news, not a failure).
+  void report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why,
+                         bool clean);
+  // Every local worker of the run has left this node (the coordinator ends it once every
+  // node said so: job_end).
+  void report_job_left(const std::string& job, uint32_t barrier_id);
 
  private:
   struct Connection;

@@ -159,6 +159,17 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
         deliver(*verdict);
       return;
     }
+    case Envelope::Body::JOB_LEFT: {
+      auto left = body.getJobLeft();
+      if (left.getNodeIndex() != static_cast<uint32_t>(node)) {
+        PX_LOG_WARN("cluster: %s reported that another node's workers left; ignored",
+                    node_label(node).c_str());
+        return;
+      }
+      if (auto verdict = agreement_.job_left(node, left.getJob(), left.getBarrierId()))
+        deliver(*verdict);
+      return;
+    }
     case Envelope::Body::JOB_BROKEN: {
       if (body.getJobBroken().getNodeIndex() != static_cast<uint32_t>(node)) {
         PX_LOG_WARN("cluster: %s reported a broken job for another node; ignored",
@@ -204,6 +215,12 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
         mismatch.setJob(verdict.job);
         mismatch.setName(verdict.var);
         mismatch.setMessage(verdict.message);
+        return;
+      }
+      case Kind::kJobEnd: {
+        auto end = b.initJobEnd();
+        end.setJob(verdict.job);
+        end.setBarrierId(verdict.id);
         return;
       }
     }

@@ -48,6 +48,10 @@ Job::Job(std::string name, int local_size)
   variables_.push_back(std::move(barrier));
 }
 
+bool Job::needs_departed(const Variable& var) const {
+  return !departed_.empty() && (!var.fingerprint.sparse || departed_here_);
+}
+
 int Job::connected() const {
   int n = 0;
   for (const auto& m : members_) n += m != nullptr;

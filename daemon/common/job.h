@@ -119,6 +119,17 @@ class Job {
   uint32_t barrier_id() const { return barrier_id_; }
   void set_barrier_id(uint32_t id) { barrier_id_ = id; }
   void mark_broken(std::string why) { broken_ = std::move(why); }
+  // Non-empty once a worker of the started job left with px_disconnect (here or on another
+  // node): steps that need it fail (see needs_departed), the rest goes on.
+  const std::string& departed() const { return departed_; }
+  void mark_departed(const std::string& why, bool here) {
+    if (departed_.empty() || (here && !departed_here_)) departed_ = why;
+    departed_here_ = departed_here_ || here;
+  }
+  // Whether a step of var needs the departed worker: dense steps and barriers always (every
+  // worker of every node takes part); sparse steps when it was a local worker (the local
+  // workers submit each step together).
+  bool needs_departed(const Variable& var) const;
 
   // The local workers by rank (empty slots: not connected yet, or gone). The front puts its
   // sessions here; lower layers see only their Completer side.
@@ -138,6 +149,8 @@ class Job {
   int local_size_;
   bool ready_ = false;
   std::string broken_;
+  std::string departed_;
+  bool departed_here_ = false;
   JobWorld world_;
   uint32_t barrier_id_ = 0;
   std::vector<std::shared_ptr<Completer>> members_;

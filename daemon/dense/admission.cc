@@ -115,6 +115,7 @@ Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& 
   // learnt of it may have exited since.
   if (var->poison_status != PX_OK) return refuse(var->poison_status, var->poison_message);
   if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + suffix);
+  if (step_op && job.needs_departed(*var)) return refuse(PX_ERR_PEER_LOST, job.departed() + suffix);
   std::string invalid = check_buffers(*var, job.world(), worker.arena(), entry);
   Admission a;
   a.var = var;

@@ -41,6 +41,10 @@ void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
   for (auto& var : job.variables()) fail_variable(*var, status, why);
 }
 
+void Scheduler::fail_pending(Variable& var, px_status status, const std::string& why) {
+  fail_pending_steps(var, status, why);
+}
+
 bool Scheduler::withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,
                          const std::string& reason, std::string* message) {
   return withdraw_from_step(job, local_rank, worker, request_id, reason, message);

@@ -41,6 +41,9 @@ class Scheduler {
   // variable's steps already running.
   void fail_variable(Variable& var, px_status status, const std::string& why);
   void fail_job(Job& job, px_status status, const std::string& why);
+  // Only the variable's steps not started yet (a worker left cleanly: those under way can
+  // finish).
+  void fail_pending(Variable& var, px_status status, const std::string& why);
 
   // A worker's px_request_cancel (or a timed-out px_barrier): see withdraw_from_step.
   bool withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,

@@ -15,6 +15,7 @@
 
 #include "daemon/common/log.h"
 #include "daemon/common/loop_thread.h"
+#include "daemon/common/loop_timer.h"
 #include "daemon/front/session.h"
 #include "daemon/sparse/sparse_router.h"
 
@@ -159,13 +160,26 @@ bool Server::start_cluster(std::string* error) {
   };
   events.node_lost = [this](int, const std::string& why) { on_node_lost(why); };
   events.job_broken = [this](const std::string& name, uint32_t barrier_id, int node,
-                             const std::string& why) {
+                             const std::string& why, bool clean) {
     auto it = jobs_.find(name);
     if (it == jobs_.end() || it->second->barrier_id() != barrier_id) return;  // gone, or a rerun
     Job& job = *it->second;
     if (!job.broken().empty()) return;
-    PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
-    break_job(job, why, true);
+    if (clean) {
+      PX_LOG_INFO("job '%s': %s; its collectives fail from now on", name.c_str(), why.c_str());
+    } else {
+      PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
+    }
+    if (clean) return worker_left(job, why, false);
+    break_job(job, why, Break::kFailure);
+  };
+  events.job_end = [this](const std::string& name, uint32_t barrier_id) {
+    auto it = ended_here_.find(barrier_id);
+    if (it == ended_here_.end()) return;
+    PX_LOG_INFO("job '%s' ended on every node: its state here is freed", name.c_str());
+    // Its posted receives (a sparse table's, for other nodes' requests) hold its tables.
+    stop_job_traffic(*it->second, "job '" + name + "' ended on every node");
+    ended_here_.erase(it);
   };
   cluster_ =
       std::make_unique<Cluster>(&loop_, cluster_config(config_), *fabric_, std::move(events));
@@ -193,26 +207,46 @@ void Server::on_node_lost(const std::string& why) {
   cluster_broken_ = why;
   PX_LOG_ERROR("%s; every job on this node fails from now on (restart the cluster)", why.c_str());
   if (fabric_) fabric_->fail_all(why);
+  ended_here_.clear();  // no JobEnd will come; fail_all cancelled their receives
   for (auto& [name, job] : jobs_) {
     if (!job->broken().empty()) continue;
-    break_job(*job, why, false);  // fail_all stopped every peer's traffic already
+    break_job(*job, why, Break::kNodeLost);
   }
 }
 
-void Server::break_job(Job& job, const std::string& why, bool stop_traffic) {
+void Server::break_job(Job& job, const std::string& why, Break how) {
   job.mark_broken(why);
   scheduler_.fail_job(job, PX_ERR_PEER_LOST, why);
-  if (stop_traffic && fabric_ && job.barrier_id() != 0) {
-    std::vector<uint32_t> ids{job.barrier_id()};
-    for (auto& var : job.variables())
-      if (var->global_id != 0) ids.push_back(var->global_id);
-    fabric_->fail_variables(ids, why);
-  }
+  if (how == Break::kFailure) stop_job_traffic(job, why);
   // Steps waiting for the nodes to agree on a variable see the broken job and fail.
   for (auto& var : job.variables()) {
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();
   }
+}
+
+void Server::worker_left(Job& job, const std::string& why, bool here) {
+  // What needs the departed worker fails now and from now on (admission refuses it): every
+  // dense step and barrier, which need every worker of every node, and, on its own node,
+  // every step (local workers submit each step together). What does not need it goes on:
+  // sparse reads, loads and, on other nodes, sparse steps, served by every node's shards
+  // until the job ends everywhere.
+  job.mark_departed(why, here);
+  for (auto& var : job.variables())
+    if (here || !var->fingerprint.sparse) scheduler_.fail_pending(*var, PX_ERR_PEER_LOST, why);
+  if (!fabric_ || job.barrier_id() == 0) return;
+  // Collectives under way that the departed worker took part in finish within moments
+  // (their last messages are already on the wire); one still running after the grace waits
+  // for a step some node never started: it fails then, not at its worker's deadline.
+  uint32_t run = job.barrier_id();
+  LoopTimer::start(&loop_, kWorkerLeftGraceMs, [this, run, why] {
+    std::shared_ptr<Job> left = find_run(run);
+    if (!left || !fabric_) return;  // ended everywhere already
+    std::vector<uint32_t> ids{left->barrier_id()};
+    for (auto& var : left->variables())
+      if (!var->fingerprint.sparse && var->global_id != 0) ids.push_back(var->global_id);
+    fabric_->fail_variables(ids, why);
+  });
 }
 
 void Server::on_fatal(const std::string& why) {
@@ -415,15 +449,46 @@ void Server::leave_job(Session& session, const std::string& why) {
   if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session)
     job->members()[static_cast<size_t>(rank)].reset();
   if (job->ready() && job->broken().empty()) {
-    // A clean px_disconnect is how a job ends: other nodes may still read its shards, so
-    // only a worker that died (or broke the protocol) stops the job on every node.
+    // The job cannot complete another step without this worker: its steps fail here and,
+    // relayed, on every other node at once (not at their deadlines). A worker that left
+    // cleanly lets operations already under way finish; one that died fails them all.
     bool died = !session.left_cleanly();
     std::string reason = session.label() + " " + why;
-    break_job(*job, reason, died);
-    if (died && cluster_ && job->barrier_id() != 0)
-      cluster_->report_job_broken(job->name(), job->barrier_id(), reason);
+    if (died) {
+      break_job(*job, reason, Break::kFailure);
+    } else {
+      worker_left(*job, reason, true);
+    }
+    if (cluster_ && job->barrier_id() != 0)
+      cluster_->report_job_broken(job->name(), job->barrier_id(), reason, !died);
   }
-  if (job->connected() == 0) jobs_.erase(it);
+  if (job->connected() > 0) return;
+  jobs_.erase(it);
+  if (cluster_ && job->barrier_id() != 0 && cluster_broken_.empty()) {
+    // Other nodes may still be sending to this node's shards and receives: they stay until
+    // every node's workers have left (the coordinator's JobEnd, events.job_end).
+    ended_here_[job->barrier_id()] = job;
+    cluster_->report_job_left(job->name(), job->barrier_id());
+    return;
+  }
+  stop_job_traffic(*job, "job '" + job->name() + "' ended");
+}
+
+std::shared_ptr<Job> Server::find_run(uint32_t barrier_id) const {
+  auto ended = ended_here_.find(barrier_id);
+  if (ended != ended_here_.end()) return ended->second;
+  for (auto& [name, job] : jobs_)
+    if (job->barrier_id() == barrier_id) return job;
+  return nullptr;
+}
+
+void Server::stop_job_traffic(Job& job, const std::string& why) {
+  if (fabric_ && job.barrier_id() != 0) {
+    std::vector<uint32_t> ids{job.barrier_id()};
+    for (auto& var : job.variables())
+      if (var->global_id != 0) ids.push_back(var->global_id);
+    fabric_->fail_variables(ids, why);
+  }
 }
 
 void Server::on_stall_check(uv_timer_t* timer) {
@@ -444,9 +509,9 @@ void Server::on_stall_check(uv_timer_t* timer) {
 
 void Server::abort_job(Job& job, const std::string& why) {
   if (!job.broken().empty()) return;
-  break_job(job, why, true);
+  break_job(job, why, Break::kFailure);
   if (cluster_ && job.barrier_id() != 0)
-    cluster_->report_job_broken(job.name(), job.barrier_id(), why);
+    cluster_->report_job_broken(job.name(), job.barrier_id(), why, false);
 }
 
 void Server::forget_session(uint64_t id) {

@@ -70,10 +70,22 @@ class Server {
   void job_complete_locally(const std::shared_ptr<Job>& job);
   void activate(const std::shared_ptr<Job>& job);
   void on_node_lost(const std::string& why);  // why names the node
-  // Fails every operation of a started job, pending or in flight; with stop_traffic, also
-  // its messages on the fabric (peers may never send what they wait for).
-  void break_job(Job& job, const std::string& why, bool stop_traffic);
+  // Fails every operation of a started job, pending or in flight. kFailure (a worker died,
+  // a step failed): the job's messages on the fabric stop too (peers may never send what
+  // they wait for). kNodeLost: fail_all stopped the fabric already.
+  enum class Break { kFailure, kNodeLost };
+  void break_job(Job& job, const std::string& why, Break how);
+  // A worker of a started job left with px_disconnect, on this node (here) or another: see
+  // the .cc for what fails and what goes on.
+  void worker_left(Job& job, const std::string& why, bool here);
   void on_fatal(const std::string& why);
+  // Cancels the job's posted fabric receives (a sparse table's, for other nodes' requests,
+  // hold the table) and fails its messages that still arrive.
+  void stop_job_traffic(Job& job, const std::string& why);
+  // A started run of a job by its barrier id, running or ended here; null if gone.
+  std::shared_ptr<Job> find_run(uint32_t barrier_id) const;
+  // After a worker left cleanly, how long operations under way get to finish.
+  static constexpr uint64_t kWorkerLeftGraceMs = 2000;
 
   DaemonConfig config_;
   uv_loop_t loop_{};
@@ -87,6 +99,9 @@ class Server {
   uint64_t next_session_id_ = 1;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
+  // Cluster: started jobs whose local workers have all left, by barrier id; kept (their
+  // shards may still be in use by other nodes) until every node's have (Cluster job_end).
+  std::map<uint32_t, std::shared_ptr<Job>> ended_here_;
   std::mutex posted_mutex_;
   std::vector<std::function<void()>> posted_;
   ThreadPool pool_;

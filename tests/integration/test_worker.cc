@@ -534,6 +534,8 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"cluster-mismatch", {}, {}, "shapes that differ across nodes"},
     {"steady", {"dir"}, {}, "allreduces until a stop file appears in --dir (cluster faults)"},
     {"collectives", {}, {}, "px_broadcast, px_allgather, px_allgatherv against a reference"},
+    {"job-churn", {"rows:n"}, {}, "one short sparse + dense job (job-end tests)"},
+    {"leave-early", {}, {}, "the last worker leaves; the others' next allreduce fails at once"},
 };
 
 const ScenarioSpec* find_spec(const std::string& name) {
@@ -609,6 +611,10 @@ int main(int argc, char** argv) {
     rc = scenario_cluster_mismatch(c);
   else if (scenario == "collectives")
     rc = run_collectives_scenario(c);
+  else if (scenario == "job-churn")
+    rc = run_job_churn(c, flags);
+  else if (scenario == "leave-early")
+    rc = run_leave_early(c);
   else if (abi13)
     rc = run_abi_scenario(c, scenario);
   else

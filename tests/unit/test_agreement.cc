@@ -260,3 +260,29 @@ TEST_CASE("agreement: messages name nodes as they are known when the message is 
         "variable 'w' of job 'job' differs across nodes: node 0 (10.0.0.1:7070): f32[1] sum, "
         "node 1 (10.0.0.2:7070): f32[2] sum");
 }
+
+TEST_CASE("agreement: a run ends once every node's workers left, and its state goes") {
+  Agreement agreement(3, label);
+  REQUIRE(!agreement.job_joined(0, "j", 1));
+  REQUIRE(!agreement.job_joined(1, "j", 1));
+  std::optional<Verdict> world = agreement.job_joined(2, "j", 1);
+  REQUIRE(world);
+  uint32_t run = world->id;
+  for (int node = 0; node < 3; ++node) agreement.var_registered(node, "j", "v", dense(4));
+  CHECK(agreement.running() == 1);
+  CHECK(agreement.variables() == 1);
+  CHECK(!agreement.job_left(0, "j", run));
+  CHECK(!agreement.job_left(0, "j", run));  // said twice: still one node
+  CHECK(!agreement.job_left(2, "j", run));
+  CHECK(!agreement.job_left(1, "j", run + 100));  // a run never started
+  CHECK(!agreement.job_left(1, "other", run));    // the id of another job's run
+  std::optional<Verdict> end = agreement.job_left(1, "j", run);
+  REQUIRE(end);
+  CHECK(end->kind == Kind::kJobEnd);
+  CHECK(end->to == Verdict::kEveryNode);
+  CHECK(end->job == "j");
+  CHECK(end->id == run);
+  CHECK(agreement.running() == 0);
+  CHECK(agreement.variables() == 0);
+  CHECK(!agreement.job_left(1, "j", run));  // over: a late repeat changes nothing
+}

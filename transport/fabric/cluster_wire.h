@@ -12,11 +12,12 @@
 
 namespace px {
 
-constexpr uint32_t kClusterProtocolVersion = 7;  // 2: sparse, 3: JobBroken, 4: partitions,
+constexpr uint32_t kClusterProtocolVersion = 8;  // 2: sparse, 3: JobBroken, 4: partitions,
                                                  // 5: sparse header and rows in one message,
                                                  // 6: sparse requests per partition group,
                                                  // 7: Heartbeat (a version-6 daemon would
-                                                 // drop a node that sends one)
+                                                 // drop a node that sends one),
+                                                 // 8: JobLeft/JobEnd, JobBroken.clean
 constexpr uint64_t kClusterEpoch = 1;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 

@@ -232,7 +232,10 @@ void FabricEndpoint::fail_variables(const std::vector<uint32_t>& var_ids, const 
   std::vector<TransferCallback> failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (uint32_t id : var_ids) dead_vars_.emplace(id & 0xffffff, why);
+    for (uint32_t id : var_ids)
+      if (dead_vars_.emplace(id & 0xffffff, why).second) dead_order_.push_back(id & 0xffffff);
+    for (; dead_order_.size() > kMaxDeadVars; dead_order_.pop_front())
+      dead_vars_.erase(dead_order_.front());
     auto dead = [&](const Op& op) { return dead_vars_.count(tag_var_id(op.tag)) > 0; };
     for (Op* op : posted_) {
       if (op->is_send || op->abandoned || !op->cancelled.empty() || !dead(*op)) continue;

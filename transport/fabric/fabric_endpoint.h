@@ -73,6 +73,7 @@ class FabricEndpoint : public CollectiveTransport {
   // and fail once the provider gives them back (a peer may still be sending into them);
   // posted sends finish as usual.
   void fail_variables(const std::vector<uint32_t>& var_ids, const std::string& why);
+  static constexpr size_t kMaxDeadVars = 1 << 16;
 
   // Starts the progress thread (after set_peers).
   void start();
@@ -111,6 +112,10 @@ class FabricEndpoint : public CollectiveTransport {
   std::unordered_set<Op*> posted_;
   std::vector<std::string> dead_;  // per peer: why it is dead, empty while alive
   std::unordered_map<uint32_t, std::string> dead_vars_;  // var id -> why its operations fail
+  // dead_vars_'s ids, oldest first: only the last kMaxDeadVars are kept, so a daemon that
+  // runs job after job holds a bounded set, and an id reused once the 24-bit tag ids wrap
+  // (after 16 M variables) is not refused for an old job's sake.
+  std::deque<uint32_t> dead_order_;
   std::atomic<bool> stopping_{false};
   std::thread progress_;
 };

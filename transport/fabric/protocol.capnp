@@ -20,6 +20,8 @@ struct Envelope {
     nodeLost @11 :NodeLost;
     jobBroken @12 :JobBroken;
     heartbeat @13 :Heartbeat;
+    jobLeft @14 :JobLeft;
+    jobEnd @15 :JobEnd;
   }
 }
 
@@ -101,6 +103,24 @@ struct JobBroken {
   barrierId @1 :UInt32;         # tells this run of the job from a later one of the same name
   nodeIndex @2 :UInt32;
   reason @3 :Text;
+  clean @4 :Bool;               # a worker left with px_disconnect (not a failure: logged as
+                                # news, and the job's remaining operations fail at once)
+}
+
+# node -> coordinator: every local worker of a started job has left this node. The node
+# keeps the job's shards and posted receives (other nodes' workers may still use them)
+# until every node said so.
+struct JobLeft {
+  job @0 :Text;
+  barrierId @1 :UInt32;         # the run (a job name is reused by later runs)
+  nodeIndex @2 :UInt32;
+}
+
+# coordinator -> every node: every node's workers of this run have left: free its shards,
+# posted receives and agreement state.
+struct JobEnd {
+  job @0 :Text;
+  barrierId @1 :UInt32;
 }
 
 # Both ways on every joined control connection, every peer_silence_ms / 4, sent by the
