@@ -330,3 +330,33 @@ def test_metrics_config_errors_stop_the_daemon(scratch):
         assert busy.returncode == 1 and "metrics.listen 127.0.0.1:%d" % port in busy.stderr
     finally:
         taken.close()
+
+
+PROBE = r"""
+import json, os, subprocess, sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+subprocess.run([os.environ["OBSERVE_WORKER"], "dense", "3", "100"], check=True)
+if os.environ["PARALLAX_LOCAL_RANK"] == "0":
+    status = json.loads(subprocess.run([os.environ["PXCTL"], "--json", "status"], check=True,
+                                       capture_output=True, text=True).stdout)
+    text = urllib.request.urlopen(status["metrics_url"], timeout=10).read().decode()
+    ops = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+           if s.name == "parallax_operations_total" and s.labels.get("operation") == "allreduce"]
+    print("PROBE " + json.dumps({"node": status["node_index"], "state": status["cluster_state"],
+                                 "up": status["nodes_up"], "allreduces": ops}))
+"""
+
+
+def test_two_node_cluster_under_px_cluster():
+    """px-cluster starts the daemons (metrics on, port 0 each) and the workers; each node's
+    local rank 0 asks its daemon through pxctl (PARALLAX_SOCKET) and scrapes it."""
+    px_cluster = os.environ["PX_CLUSTER"]
+    run = subprocess.run([px_cluster, "--nodes", "2", "--workers-per-node", "2", "--daemon",
+                          os.environ["PARALLAXD"], "--daemon-arg", "--metrics-listen",
+                          "--daemon-arg", "127.0.0.1:0", "--timeout", "120", "--",
+                          "/usr/bin/python3", "-c", PROBE],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    probes = sorted((json.loads(l[len("PROBE "):]) for l in run.stdout.splitlines()
+                     if l.startswith("PROBE ")), key=lambda p: p["node"])
+    assert probes == [{"node": n, "state": "ready", "up": 2, "allreduces": [3.0]} for n in (0, 1)]
