@@ -9,6 +9,7 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
+#include "daemon/observe/step_trace.h"
 #include "transport/collectives/ring_allreduce.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/kernels/reduce.h"
@@ -42,6 +43,7 @@ struct Run {
   unsigned mean_divisor = 1;
   int64_t start_ns = 0;
   int32_t barrier_word = 0;  // what a cluster barrier allreduces
+  StepTrace trace;           // metrics, timeline, stall report (observe/)
 };
 
 // The three kinds of slice work; a plain function pointer, so a slice calls no
@@ -94,11 +96,14 @@ void scale_and_fan_out(Run& run, size_t begin, size_t end) {
 
 void finish(Run& run, px_status status, const std::string& message) {
   Variable& var = *run.var;
+  uint64_t bytes = var.id == 0 ? 0 : var.fingerprint.bytes() * run.workers.size();
   if (status == PX_OK) {
     var.stats.ops += 1;
-    if (var.id != 0) var.stats.bytes += var.fingerprint.bytes() * run.workers.size();
+    var.stats.bytes += bytes;
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
+  trace_finished(run.trace, var.id == 0 ? "barrier" : "allreduce", status,
+                 status == PX_OK ? bytes : 0);
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }
@@ -121,6 +126,7 @@ void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::strin
         !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
     return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
   }
+  trace_stage(run->trace, "fan_out");
   run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
 }
 
@@ -172,6 +178,8 @@ void run_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Va
   run->mean_divisor = static_cast<unsigned>(run->job->world().world_size);
   run->start_ns = monotonic_ns();
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  trace_started(run->trace, run->job, var, var.id == 0 ? "barrier" : "allreduce", step,
+                pending.first_ns);
   for (auto& c : pending.by_rank) {
     char* base = c->worker->arena().base();
     run->workers.push_back(c->worker);
@@ -180,10 +188,15 @@ void run_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Va
     run->outputs.push_back(base + c->out.offset);
   }
   if (!run->context.fabric) {
+    trace_stage(run->trace, "reduce_fan_out");
     run_sliced(run, reduce_and_fan_out, [run] { finish(*run, PX_OK, ""); });
     return;
   }
-  run_sliced(run, reduce_only, [run] { cross_node(run); });
+  trace_stage(run->trace, "local_reduce");
+  run_sliced(run, reduce_only, [run] {
+    trace_stage(run->trace, "cross_node");
+    cross_node(run);
+  });
 }
 
 }  // namespace px

@@ -6,6 +6,7 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
+#include "daemon/observe/step_trace.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
@@ -37,6 +38,7 @@ struct CopyRun {
   uint64_t out_bytes = 0;
   int root = 0;                      // broadcast: global rank
   std::vector<uint64_t> rank_bytes;  // allgather(v): each global rank's block
+  StepTrace trace;                   // metrics, timeline, stall report (observe/)
 
   std::string what() const {
     return std::string(operation_info(opcode).name) + " of '" + var->name + "' step " +
@@ -45,10 +47,13 @@ struct CopyRun {
 };
 
 void finish(CopyRun& run, px_status status, const std::string& message) {
+  uint64_t bytes = run.out_bytes * run.workers.size();
   if (status == PX_OK) {
     run.var->stats.ops += 1;
-    run.var->stats.bytes += run.out_bytes * run.workers.size();
+    run.var->stats.bytes += bytes;
   }
+  const char* name = operation_info(run.opcode).name;  // the route is the collective
+  trace_finished(run.trace, name, status, status == PX_OK ? bytes : 0);
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }
@@ -74,6 +79,7 @@ uint64_t block_offset(const CopyRun& run, int rank) {
 
 // Every local worker's output gets the first's (which holds the whole result).
 void fan_out(const std::shared_ptr<CopyRun>& run) {
+  trace_stage(run->trace, "fan_out");
   std::vector<Copy> copies;
   for (size_t r = 1; r < run->outputs.size(); ++r)
     copies.push_back({run->outputs[r], run->outputs[0], run->out_bytes});
@@ -173,6 +179,7 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
   run->var = &var;
   run->opcode = static_cast<Opcode>(opcode);
   run->step = step;
+  trace_started(run->trace, run->job, var, operation_info(opcode).name, step, pending.first_ns);
   const JobWorld& world = run->job->world();
   uint64_t elem = dtype_size(var.fingerprint.dtype);
   std::string invalid;
@@ -212,8 +219,12 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
            run->inputs[r], run->input_bytes[r]});
   }
   bool cluster = context.fabric && world.node_count > 1;
+  trace_stage(run->trace, "local_copy");
   run_copies(run, std::move(local), [run, cluster] {
-    if (cluster) return across_nodes(run);
+    if (cluster) {
+      trace_stage(run->trace, "cross_node");
+      return across_nodes(run);
+    }
     fan_out(run);
   });
 }

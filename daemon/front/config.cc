@@ -47,6 +47,11 @@ const char kUsage[] =
     "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
     "  --step-stall-ms N      a step a local worker has not submitted this long after\n"
     "                         another did fails with PX_ERR_TIMEOUT (default 60000; 0: never)\n"
+    "observability:\n"
+    "  --metrics-listen H:P   serve Prometheus metrics on http://H:P/metrics (default off;\n"
+    "                         127.0.0.1:9464 is the usual; port 0 picks a free one)\n"
+    "  --stall-report-ms N    log an operation waiting this long, naming whom it waits for\n"
+    "                         (default 10000; 0: never)\n"
     "  --version              print the version and exit\n"
     "  --help                 print this help and exit\n";
 
@@ -91,6 +96,17 @@ std::vector<std::string> split_commas(const std::string& text) {
     start = comma + 1;
   }
   return out;
+}
+
+// "HOST:PORT" as the metrics endpoint binds it: an IPv4 address or name, or [IPv6].
+bool valid_listen_address(const std::string& text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string host = text.substr(0, colon), port = text.substr(colon + 1);
+  uint64_t p = 0;
+  if (!parse_u64(port, &p) || p > 65535) return false;
+  if (host.front() == '[') return host.back() == ']' && host.size() > 2;
+  return host.find(':') == std::string::npos;
 }
 
 // Applies one setting by name: shared by the TOML file and the flags.
@@ -164,6 +180,18 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "timeouts.startup_ms") {
     if (!number(100, 86400000)) return false;
     c->startup_timeout_ms = static_cast<int64_t>(n);
+  } else if (key == "timeouts.stall_report_ms") {
+    if (!number(0, 86400000)) return false;
+    c->stall_report_ms = static_cast<int64_t>(n);
+  } else if (key == "metrics.listen") {
+    if (!valid_listen_address(value)) {
+      *error = key + ": '" + value + "' is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464)";
+      return false;
+    }
+    c->metrics_listen = value;
+  } else if (key == "metrics.max_variables") {
+    if (!number(0, 100000)) return false;
+    c->metrics_max_variables = n;
   } else {
     *error = "unknown setting '" + key + "'";
     return false;
@@ -171,7 +199,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   return true;
 }
 
-const std::set<std::string> kTables = {"fabric", "timeouts"};
+const std::set<std::string> kTables = {"fabric", "timeouts", "metrics"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {
@@ -281,6 +309,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--peer-silence-ms", "timeouts.peer_silence_ms"},
       {"--step-stall-ms", "timeouts.step_stall_ms"},
       {"--startup-timeout-ms", "timeouts.startup_ms"},
+      {"--metrics-listen", "metrics.listen"},
+      {"--stall-report-ms", "timeouts.stall_report_ms"},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -42,6 +42,14 @@ struct DaemonConfig {
   // for them with PX_ERR_TIMEOUT naming the missing worker (on a cluster the job fails on
   // every node: the others cannot complete that step either). 0: never.
   int64_t step_stall_ms = 60000;
+
+  // Observability (README: Observability). The Prometheus endpoint, "HOST:PORT" (port 0: any
+  // free one); empty: off.
+  std::string metrics_listen;
+  // Variables that get per-variable series; the rest are only counted.
+  uint64_t metrics_max_variables = 256;
+  // An operation waiting this long is logged once with who it waits for. 0: not logged.
+  int64_t stall_report_ms = 10000;
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are

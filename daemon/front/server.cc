@@ -16,6 +16,7 @@
 #include "daemon/common/log.h"
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/loop_timer.h"
+#include "daemon/front/admin.h"
 #include "daemon/front/session.h"
 #include "daemon/sparse/sparse_router.h"
 
@@ -37,6 +38,7 @@ Server::Server(DaemonConfig config)
   uv_async_init(&loop_, &async_, on_async);
   async_.data = this;
   scheduler_.sparse().set_restore_dir(config_.restore_dir);
+  observer_ = std::make_unique<Observer>(&loop_, observer_options(config_), observer_hooks(*this));
 }
 
 Server::~Server() {
@@ -98,6 +100,7 @@ bool Server::listen(std::string* error) {
   uv_poll_init(&loop_, &listen_poll_, listen_fd_);
   listen_poll_.data = this;
   uv_poll_start(&listen_poll_, UV_READABLE, on_listen_event);
+  if (!observer_->listen_metrics(error)) return false;
   return config_.node_count > 1 ? start_cluster(error) : true;
 }
 
@@ -158,7 +161,10 @@ bool Server::start_cluster(std::string* error) {
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();  // they see the poison and fail
   };
-  events.node_lost = [this](int, const std::string& why) { on_node_lost(why); };
+  events.node_lost = [this](int node, const std::string& why) {
+    if (cluster_broken_.empty()) lost_node_ = node;
+    on_node_lost(why);
+  };
   events.job_broken = [this](const std::string& name, uint32_t barrier_id, int node,
                              const std::string& why, bool clean) {
     auto it = jobs_.find(name);
@@ -268,6 +274,7 @@ void Server::on_fatal(const std::string& why) {
 int Server::run() {
   // This thread runs the loop from here on: loop-only functions check that they run on it.
   LoopThreadScope loop_thread;
+  observer_->start();
   uv_signal_init(&loop_, &sigint_);
   uv_signal_init(&loop_, &sigterm_);
   sigint_.data = sigterm_.data = this;
@@ -298,6 +305,7 @@ void Server::on_signal(uv_signal_t* handle, int signum) {
 void Server::shutdown() {
   if (stopping_) return;
   stopping_ = true;
+  observer_->stop();
   auto sessions = sessions_;
   for (auto& [id, session] : sessions) session->close("disconnected: parallaxd is shutting down");
   uv_poll_stop(&listen_poll_);

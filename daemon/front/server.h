@@ -15,6 +15,7 @@
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/config.h"
+#include "daemon/observe/observer.h"
 #include "transport/fabric/fabric_endpoint.h"
 
 namespace px {
@@ -58,6 +59,14 @@ class Server {
   std::string node_label() const;
   // "node 2 (10.0.0.3:7070)" on a cluster, "node 0" on a single node.
   std::string node_label(int node) const;
+
+  // What pxctl and the metrics read (daemon/front/admin.cc); loop thread.
+  Observer& observer() { return *observer_; }
+  const std::map<std::string, std::shared_ptr<Job>>& jobs() const { return jobs_; }
+  const std::map<uint64_t, std::shared_ptr<Session>>& sessions() const { return sessions_; }
+  const Cluster* cluster() const { return cluster_.get(); }
+  const std::string& cluster_broken() const { return cluster_broken_; }
+  int lost_node() const { return lost_node_; }  // -1: none
 
  private:
   static void on_listen_event(uv_poll_t* handle, int status, int events);
@@ -110,6 +119,8 @@ class Server {
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::string> jobs_waiting_for_cluster_;
   std::string cluster_broken_;  // set once a node is lost
+  int lost_node_ = -1;          // which
+  std::unique_ptr<Observer> observer_;
   int exit_code_ = 0;
   uv_timer_t exit_timer_{};
   uv_timer_t stall_timer_{};  // step_stall_ms: fails steps a local worker never submitted

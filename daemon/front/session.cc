@@ -11,6 +11,7 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/loop_timer.h"
 #include "daemon/dense/scheduler.h"
+#include "daemon/front/admin.h"
 #include "daemon/front/server.h"
 #include "daemon/sparse/sparse_router.h"
 #include "parallax_c.h"
@@ -172,6 +173,12 @@ void Session::handle_frame(const std::string& payload) {
     case control::Body::Goodbye:
       left_cleanly_ = true;
       return;
+    case control::Body::AdminRequest:
+      if ((state_ == State::kHandshake && !close_after_flush_) || state_ == State::kAdmin) {
+        state_ = State::kAdmin;
+        return handle_admin_request(server_, shared_from_this(), *message->body_as_AdminRequest());
+      }
+      break;
     default:
       break;
   }
@@ -537,6 +544,7 @@ void Session::drain_submissions() {
 void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
   PX_ASSERT_LOOP_THREAD();
   if (state_ != State::kActive) return;
+  server_.observer().request_completed(status);
   CompletionEntry entry{};
   entry.request_id = request_id;
   entry.status = status;
@@ -564,8 +572,9 @@ void Session::complete(uint64_t request_id, px_status status, const std::string&
 void Session::close(const std::string& reason) {
   if (state_ == State::kClosed) return;
   bool was_member = state_ == State::kWaitingForJob || state_ == State::kActive;
+  bool was_admin = state_ == State::kAdmin;  // pxctl comes and goes: not worth a line
   state_ = State::kClosed;
-  if (reason != "refused") PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
+  if (reason != "refused" && !was_admin) PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
   if (was_member && job_) server_.leave_job(*this, reason);
   uv_poll_stop(&socket_poll_);
   uv_close(reinterpret_cast<uv_handle_t*>(&socket_poll_), on_handle_closed);

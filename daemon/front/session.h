@@ -42,6 +42,9 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
 
   uint64_t id() const { return id_; }
   pid_t pid() const { return pid_; }
+  uid_t uid() const { return uid_; }
+  // pxctl's replies (admin.cc).
+  void send_admin_frame(const std::string& frame) { send_frame(frame); }
   Job* job() const { return job_.get(); }
   const std::shared_ptr<Job>& job_ref() const { return job_; }
   int local_rank() const { return local_rank_; }
@@ -50,7 +53,8 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   std::string label() const override;
 
  private:
-  enum class State { kHandshake, kWaitingForJob, kActive, kClosed };
+  // kAdmin: pxctl's connection (admin.h), which never joins a job.
+  enum class State { kHandshake, kWaitingForJob, kActive, kAdmin, kClosed };
 
   static void on_socket_event(uv_poll_t* handle, int status, int events);
   static void on_doorbell(uv_poll_t* handle, int status, int events);

@@ -6,6 +6,7 @@
 
 #include "daemon/common/log.h"
 #include "daemon/common/operation.h"
+#include "daemon/observe/step_trace.h"
 #include "daemon/sparse/sparse_run_state.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
@@ -63,6 +64,7 @@ struct SparseRun {
   std::string error;
   RunState state = RunState::kCreated;  // sparse_run_state.h
   int busy = 0;                         // pool tasks working on the workers' buffers
+  StepTrace trace;  // metrics, timeline, stall report (observe/): its stages are its states
 
   // Every move goes through here; one run_transition_legal does not list is a bug (debug
   // builds abort on it, naming both states).
@@ -120,9 +122,16 @@ void SparseRun::set_state(RunState to) {
   }
 #endif
   state = to;
+  if (to != RunState::kAbandoned && to != RunState::kFinished)
+    trace_stage(trace, run_state_name(to));
 }
 
 namespace {
+
+// The metrics' route label: what the variable's steps run (hybrid runs ps for sparse ones).
+const char* sparse_route_label(Route route) {
+  return route == Route::kHybrid ? "ps" : route_name(route);
+}
 
 // The node a request for row goes to: its owner, or this node's replica.
 int target_node(const SparseTable& table, int64_t row) {
@@ -162,6 +171,7 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   run->start_ns = monotonic_ns();
   run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
+  trace_started(run->trace, run->job, var, sparse_op_name(run->op), step, pending.first_ns);
   for (auto& c : pending.by_rank) {
     Run::Worker w;
     w.worker = c->worker;
@@ -183,6 +193,7 @@ void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Complete
   run->table = var.sparse;
   run->op = operation_info(entry.opcode).sparse_op;
   run->start_ns = monotonic_ns();
+  trace_started(run->trace, run->job, var, sparse_op_name(run->op), 0, 0);
   Run::Worker w;
   char* base = worker->arena().base();
   w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
@@ -545,10 +556,13 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   run.set_state(RunState::kFinished);
   run.table->in_flight.erase(&run);
   Variable& var = *run.var;
+  uint64_t bytes = run.total_rows() * (8 + run.dim() * sizeof(float));
   if (status == PX_OK) {
     var.stats.ops += 1;
-    var.stats.bytes += run.total_rows() * (8 + run.dim() * sizeof(float));
+    var.stats.bytes += bytes;
   }
+  trace_finished(run.trace, sparse_route_label(run.table->options.route), status,
+                 status == PX_OK ? bytes : 0);
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   for (auto& w : run.workers)
     if (w.status == PX_OK) w.worker->complete(w.request_id, status, message);

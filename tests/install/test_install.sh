@@ -41,6 +41,10 @@ for example in "$work/example-pkgconfig" "$work/consumer/example"; do
   ldd "$example" | grep -q "$prefix/lib/libparallax.so.1" ||
     { echo "FAIL: $example does not load the installed libparallax"; exit 1; }
 done
+# pxctl, installed beside px-cluster, asks the installed daemon.
+[ -x "$prefix/bin/pxctl" ] || { echo "FAIL: bin/pxctl was not installed"; exit 1; }
+"$prefix/bin/pxctl" --json status | grep -q "\"pid\":$daemon_pid," ||
+  { echo "FAIL: the installed pxctl could not ask the installed parallaxd"; exit 1; }
 # 3. The Python package, from the prefix only (no PARALLAX_LIB: it finds PREFIX/lib itself).
 site=$(echo "$prefix"/lib/python3*/dist-packages)
 [ -f "$site/parallax/__init__.py" ] || { echo "FAIL: the Python package was not installed"; exit 1; }

@@ -1,0 +1,82 @@
+// What the daemon is doing, as plain data: filled on the loop thread by the front
+// (daemon/front/admin.cc, collect_daemon_state), then read anywhere: pxctl's replies and
+// the Prometheus families (metric_families.h) are both made from it, so they agree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/observe/stall_report.h"
+
+namespace px {
+
+struct WorkerState {
+  int local_rank = 0;
+  int rank = -1;  // global; -1 until the job has its world
+  int pid = 0;
+  bool connected = false;
+};
+
+struct VariableState {
+  std::string job;
+  std::string name;
+  uint32_t id = 0;
+  bool sparse = false;
+  std::string shape;  // Fingerprint::describe()
+  std::string route;  // what its steps run: allreduce, ps, allgatherv, ... (see README)
+  uint64_t ops = 0, bytes = 0, wait_ns = 0, reduce_ns = 0;
+  // Sparse only (px_var_stats' fields).
+  uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
+           bytes_sent = 0, bytes_received = 0;
+  double alpha = 0;         // rows_pulled / (pull_steps * local workers * rows)
+  double unique_alpha = 0;  // rows_unique / (pull_steps * rows)
+  uint32_t pending_steps = 0;
+  std::string failed;  // the variable's failure (mismatch, restore), empty if none
+};
+
+struct JobState {
+  std::string name;
+  std::string state;  // waiting, running, broken
+  std::string broken;
+  int local_size = 0;
+  int connected = 0;
+  int node_count = 1;
+  int world_size = 0;
+  int rank_offset = 0;
+  uint32_t variables = 0;
+  std::vector<WorkerState> workers;
+};
+
+struct PeerState {
+  int index = 0;
+  std::string address;
+  std::string state;  // self, up, lost, joining
+};
+
+struct DaemonState {
+  std::string version;
+  std::string abi;
+  int pid = 0;
+  int64_t uptime_ms = 0;
+  std::string socket;
+  std::string cluster;
+  std::string cluster_state;  // single, forming, ready, broken
+  int node_index = 0;
+  int node_count = 1;
+  std::string node_label;  // "node 1 (127.0.0.1:7070)"; "node 0" on a single node
+  int nodes_up = 1;
+  uint32_t workers = 0;  // connected worker processes (admin connections not counted)
+  std::string metrics_url;
+  std::string timeline_path;
+  uint64_t timeline_events = 0;
+  uint64_t timeline_dropped = 0;
+  int64_t step_stall_ms = 0;
+  int64_t stall_report_ms = 0;
+  std::vector<JobState> jobs;
+  std::vector<VariableState> variables;
+  std::vector<PeerState> peers;
+  std::vector<Stall> stalls;
+};
+
+}  // namespace px
