@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "daemon/cluster/cluster_auth.h"
 #include "daemon/cluster/cluster_internal.h"
 #include "daemon/common/log.h"
 
@@ -168,23 +169,66 @@ void Cluster::on_connected(uv_connect_t* request, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   self->connected(*c);
   self->start_reading(*c);
-  auto message = build(self->config_.cluster, [&](Envelope::Body::Builder b) {
+  // With a cluster secret the Join answers the coordinator's Challenge (member_handle).
+  if (self->config_.secret.empty()) self->send_join(*c, "");
+}
+
+void Cluster::send_join(Connection& c, const std::string& challenge) {
+  if (!config_.secret.empty()) c.nonce = auth_nonce();
+  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
     auto join = b.initJoin();
-    join.setNodeIndex(static_cast<uint32_t>(self->config_.node_index));
-    join.setNodeCount(static_cast<uint32_t>(self->config_.node_count));
-    const std::string& a = self->fabric_.address();
+    auto index = static_cast<uint32_t>(config_.node_index);
+    auto count = static_cast<uint32_t>(config_.node_count);
+    join.setNodeIndex(index);
+    join.setNodeCount(count);
+    const std::string& a = fabric_.address();
     join.setFabricAddress(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
-    join.setFabricProvider(self->fabric_.provider_name());
-    join.setHost(self->config_.nodes.empty()
-                     ? ""
-                     : self->config_.nodes[static_cast<size_t>(self->config_.node_index)]);
+    join.setFabricProvider(fabric_.provider_name());
+    join.setHost(config_.nodes.empty() ? ""
+                                       : config_.nodes[static_cast<size_t>(config_.node_index)]);
+    if (!config_.secret.empty()) {
+      std::string mac =
+          auth_mac(config_.secret, "join", config_.cluster, challenge, c.nonce, index, count);
+      join.setNonce(
+          kj::arrayPtr(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
+      join.setAuth(kj::arrayPtr(reinterpret_cast<const kj::byte*>(mac.data()), mac.size()));
+    }
   });
-  self->write(*c, frame_envelope(*message));
+  write(c, frame_envelope(*message));
 }
 
 void Cluster::member_handle(Envelope::Reader envelope) {
   auto body = envelope.getBody();
-  switch (body.which()) {
+  auto which = body.which();
+  Connection* link = coordinator_link_;
+  if (!coordinator_ && !config_.secret.empty() && link) {
+    if (which == Envelope::Body::CHALLENGE) {
+      auto nonce = body.getChallenge().getNonce();
+      if (!link->nonce.empty() || nonce.size() != kAuthNonceBytes)
+        return events_.fatal("the coordinator at " + hosts_[0] + " sent a malformed challenge");
+      link->peer_nonce.assign(reinterpret_cast<const char*>(nonce.begin()), nonce.size());
+      return send_join(*link, link->peer_nonce);
+    }
+    if (which == Envelope::Body::AUTH_PROOF) {
+      auto auth = body.getAuthProof().getAuth();
+      std::string got(reinterpret_cast<const char*>(auth.begin()), auth.size());
+      std::string want =
+          auth_mac(config_.secret, "coordinator", config_.cluster, link->nonce, link->peer_nonce);
+      if (link->nonce.empty() || !auth_equal(got, want))
+        return events_.fatal("the coordinator at " + hosts_[0] + " (" + link->peer +
+                             ") failed authentication: it does not hold this cluster's secret");
+      link->proven = true;
+      PX_LOG_INFO("cluster '%s': the coordinator at %s proved it holds the cluster secret",
+                  config_.cluster.c_str(), link->peer.c_str());
+      return;
+    }
+    // Only a refusal and heartbeats may come before the proof: nothing an impostor says is
+    // acted on.
+    if (!link->proven && which != Envelope::Body::REJECT && which != Envelope::Body::HEARTBEAT)
+      return events_.fatal("the coordinator at " + hosts_[0] + " (" + link->peer +
+                           ") sent a message before proving it holds the cluster secret");
+  }
+  switch (which) {
     case Envelope::Body::REJECT:
       rejected_ = true;  // its connection closes next: do not try again
       return events_.fatal(std::string("the coordinator refused this node: ") +
@@ -438,6 +482,11 @@ void Cluster::on_startup_deadline(uv_timer_t* timer) {
         missing += (missing.empty() ? "" : ", ") + self->node_label(node);
     return self->abort_rendezvous("nodes missing after " + seconds + ": " + missing);
   }
+  Connection* link = self->coordinator_link_;
+  if (!self->config_.secret.empty() && link && link->connected && link->nonce.empty())
+    return self->events_.fatal("no authentication challenge from the coordinator at " +
+                               self->hosts_[0] + " within " + seconds +
+                               " (does node 0 have the cluster secret, secret_file?)");
   self->events_.fatal("no address table from the coordinator at " + self->hosts_[0] + " within " +
                       seconds + " (is node 0 running, with the same cluster name?)");
 }

@@ -87,6 +87,8 @@ class Cluster {
 
   // Member side.
   void connect_to_coordinator();
+  // The Join, authenticated against challenge (the coordinator's nonce) with a secret.
+  void send_join(Connection& c, const std::string& challenge);
   static void on_connected(uv_connect_t* request, int status);
   static void on_retry_timer(uv_timer_t* timer);
   void member_handle(Envelope::Reader envelope);

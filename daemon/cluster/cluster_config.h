@@ -23,6 +23,8 @@ struct ClusterConfig {
   int64_t startup_timeout_ms = 60000;
   // Nothing (not even a heartbeat) heard on a control connection this long: the node is lost.
   int64_t peer_silence_ms = 10000;
+  // Non-empty: daemons authenticate each other with it at rendezvous (cluster_auth.h).
+  std::string secret;
 };
 
 }  // namespace px

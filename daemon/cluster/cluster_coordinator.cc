@@ -3,6 +3,7 @@
 // relaying what every node must hear.
 #include <algorithm>
 
+#include "daemon/cluster/cluster_auth.h"
 #include "daemon/cluster/cluster_internal.h"
 #include "daemon/common/log.h"
 
@@ -53,6 +54,14 @@ void Cluster::on_connection(uv_stream_t* server, int status) {
   uv_tcp_nodelay(&c.tcp, 1);
   self->connected(c);
   self->start_reading(c);
+  if (!self->config_.secret.empty()) {
+    c.nonce = auth_nonce();
+    auto message = build(self->config_.cluster, [&](Envelope::Body::Builder b) {
+      b.initChallenge().setNonce(
+          kj::arrayPtr(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
+    });
+    self->write(c, frame_envelope(*message));
+  }
 }
 
 void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
@@ -73,6 +82,26 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   std::string claim = "node " + std::to_string(index) + " of " + std::to_string(count) +
                       (host.empty() ? "" : ", host " + host);
   std::string name = "cluster '" + config_.cluster + "'";
+  std::string node_nonce;
+  if (!config_.secret.empty()) {
+    // Before anything the Join says is believed: a daemon without the secret learns nothing
+    // about the cluster and changes nothing in it.
+    auto nonce = join.getNonce();
+    auto auth = join.getAuth();
+    node_nonce.assign(reinterpret_cast<const char*>(nonce.begin()), nonce.size());
+    std::string got(reinterpret_cast<const char*>(auth.begin()), auth.size());
+    if (auth.size() == 0)
+      return refuse(from, claim,
+                    "it sent no authentication: " + name +
+                        " requires the cluster secret (secret_file) on every daemon");
+    if (node_nonce.size() != kAuthNonceBytes ||
+        !auth_equal(got, auth_mac(config_.secret, "join", config_.cluster, from.nonce, node_nonce,
+                                  index, count)))
+      return refuse(from, claim,
+                    "it failed authentication: its cluster secret is not " + name + "'s");
+  } else if (join.getAuth().size() != 0) {
+    return refuse(from, claim, "it authenticates with a cluster secret; " + name + " has none");
+  }
   // No daemon's configuration yields these (index 0 is the coordinator, which does not
   // join, and a daemon checks its index against its own count and kMaxNodeIndex): a garbled
   // or forged Join. The joiner alone is at fault, whenever it comes.
@@ -119,6 +148,15 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
                             hosts_[static_cast<size_t>(node)] + ", connected from " + holder->peer +
                             ", and " + host + ", connected from " + from.peer + ")");
   from.node = node;
+  if (!config_.secret.empty()) {
+    std::string proof =
+        auth_mac(config_.secret, "coordinator", config_.cluster, node_nonce, from.nonce);
+    auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+      b.initAuthProof().setAuth(
+          kj::arrayPtr(reinterpret_cast<const kj::byte*>(proof.data()), proof.size()));
+    });
+    write(from, frame_envelope(*message));
+  }
   node_links_[static_cast<size_t>(node)] = &from;
   auto address = join.getFabricAddress();
   fabric_addresses_[static_cast<size_t>(node)].assign(

@@ -25,6 +25,11 @@ struct Cluster::Connection {
   bool finishing = false;   // closing after its last frame (see finish); nothing is read
   uint64_t finishing_since = 0;
   bool closing = false;
+  // With a cluster secret: the nonce this side sent (coordinator: its Challenge's; member:
+  // its Join's), and (member) whether the coordinator has proven it holds the secret.
+  std::string nonce;
+  std::string peer_nonce;  // member: the coordinator's Challenge
+  bool proven = false;
 };
 
 struct Cluster::WriteRequest {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "daemon/cluster/cluster_auth.h"
 #include "parallax_c.h"
 
 namespace px {
@@ -149,6 +150,8 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     }
   } else if (key == "cluster")
     c->cluster = value;
+  else if (key == "secret_file")
+    c->secret_file = value;
   else if (key == "node_index") {
     if (!number(0, kMaxNodeIndex)) return false;
     c->node_index = static_cast<int>(n);
@@ -297,6 +300,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--ring-capacity", "ring_capacity"},
       {"--log-level", "log_level"},
       {"--cluster", "cluster"},
+      {"--secret-file", "secret_file"},
       {"--node-index", "node_index"},
       {"--node-count", "node_count"},
       {"--nodes", "nodes"},
@@ -356,6 +360,10 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
              std::to_string(c->node_count);
     return false;
   }
+  if (!c->secret_file.empty() && !read_secret_file(c->secret_file, &c->cluster_secret, error)) {
+    *error = "secret_file: " + *error;
+    return false;
+  }
   if (c->fabric_address.empty()) {
     std::string self = !c->nodes.empty() ? c->nodes[static_cast<size_t>(c->node_index)]
                                          : (c->node_index == 0 ? c->coordinator : "");
@@ -377,6 +385,7 @@ ClusterConfig cluster_config(const DaemonConfig& config) {
   c.listen = config.listen;
   c.startup_timeout_ms = config.startup_timeout_ms;
   c.peer_silence_ms = config.peer_silence_ms;
+  c.secret = config.cluster_secret;
   return c;
 }
 

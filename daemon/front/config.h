@@ -24,6 +24,10 @@ struct DaemonConfig {
   // Cluster (node_count > 1). Either nodes (host:port of every node's control port; node 0
   // is the coordinator) or coordinator + node_count.
   std::string cluster = "parallax";
+  // A file holding the cluster's shared secret (mode 0600): daemons authenticate each other
+  // with it at rendezvous. Read by finalize_config into cluster_secret.
+  std::string secret_file;
+  std::string cluster_secret;
   int node_index = 0;
   int node_count = 1;
   std::vector<std::string> nodes;

@@ -17,7 +17,8 @@ constexpr uint32_t kClusterProtocolVersion = 8;  // 2: sparse, 3: JobBroken, 4: 
                                                  // 6: sparse requests per partition group,
                                                  // 7: Heartbeat (a version-6 daemon would
                                                  // drop a node that sends one),
-                                                 // 8: JobLeft/JobEnd, JobBroken.clean
+                                                 // 8: JobLeft/JobEnd, JobBroken.clean,
+                                                 // Challenge/AuthProof
 constexpr uint64_t kClusterEpoch = 1;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 

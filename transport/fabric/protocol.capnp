@@ -22,6 +22,8 @@ struct Envelope {
     heartbeat @13 :Heartbeat;
     jobLeft @14 :JobLeft;
     jobEnd @15 :JobEnd;
+    challenge @16 :Challenge;
+    authProof @17 :AuthProof;
   }
 }
 
@@ -32,6 +34,20 @@ struct Join {
   fabricAddress @2 :Data;       # fi_getname of the node's endpoint
   fabricProvider @3 :Text;
   host @4 :Text;                # for messages only
+  nonce @5 :Data;               # with a cluster secret: the node's nonce (cluster_auth.h)
+  auth @6 :Data;                # with a cluster secret: HMAC over the coordinator's nonce
+}
+
+# coordinator -> node, first on an accepted connection when the cluster has a secret: the
+# nonce the node's Join must authenticate (cluster_auth.h).
+struct Challenge {
+  nonce @0 :Data;
+}
+
+# coordinator -> node, right after accepting its Join when the cluster has a secret: proof
+# that the coordinator holds the secret too (HMAC over the node's nonce).
+struct AuthProof {
+  auth @0 :Data;
 }
 
 # coordinator -> node: this node may not join (a malformed Join, another cluster, or, once
