@@ -42,6 +42,16 @@ struct DaemonConfig {
   // for them with PX_ERR_TIMEOUT naming the missing worker (on a cluster the job fails on
   // every node: the others cannot complete that step either). 0: never.
   int64_t step_stall_ms = 60000;
+
+  // Operating as a service (README: Running parallaxd as a service).
+  std::string log_file;  // "" : stderr (journald under systemd); SIGHUP reopens a file
+  // SIGTERM drains: steps already under way get this long to finish ...
+  int64_t drain_timeout_ms = 30000;
+  // ... then every sparse variable is checkpointed here ("" : into restore_dir; both empty:
+  // nothing is saved), within this long.
+  std::string drain_checkpoint_dir;
+  int64_t drain_checkpoint_timeout_ms = 60000;
+  bool check_only = false;  // --check-config: validate, print a line, exit
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are
