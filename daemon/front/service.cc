@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
-#include <map>
+#include <set>
 
 #include "daemon/common/log.h"
 #include "daemon/dense/admission.h"
@@ -118,6 +118,8 @@ std::string Service::status_line() const {
 void Service::on_sigterm() {
   if (phase_ != Phase::kRunning) {
     PX_LOG_WARN("second SIGTERM: exiting now, without finishing the drain");
+    phase_ = Phase::kDone;  // a checkpoint finishing meanwhile changes nothing now
+    if (checkpoints_) checkpoints_->done = true;
     server_.exit_code_ = 1;
     server_.shutdown();
     return;
@@ -142,10 +144,8 @@ void Service::on_sigterm() {
     for (auto& member : members)
       if (member) std::static_pointer_cast<Session>(member)->refuse(PX_ERR_CONNECT, refusal());
   }
-  if (!started_) return finish(true, "");  // not running yet (cannot happen from a signal)
   steps_deadline_ms_ =
       uv_now(server_.loop()) + static_cast<uint64_t>(server_.config_.drain_timeout_ms);
-  polling_ = true;
   uv_timer_start(&poll_, on_poll, 0, kPollMs);
 }
 
@@ -155,7 +155,6 @@ void Service::on_poll(uv_timer_t* timer) {
   uint64_t in_flight = self->operations_in_flight();
   if (in_flight > 0 && uv_now(timer->loop) < self->steps_deadline_ms_) return;
   uv_timer_stop(timer);
-  self->polling_ = false;
   if (in_flight > 0) self->cut_operations();
   self->start_checkpoint();
 }
@@ -266,14 +265,20 @@ void Service::finish(bool saved, const std::string& summary) {
   std::string why = "parallaxd on " + node() + " drained (SIGTERM) and exits" +
                     (summary.empty() ? "" : "; " + summary);
   PX_LOG_INFO("%s", why.c_str());
-  // Every job ends here and, through the coordinator, on the other nodes.
-  auto jobs = server_.jobs_;
-  bool ended_jobs = false;
-  for (auto& [name, job] : jobs) {
-    if (!job->ready()) continue;
-    server_.abort_job(*job, why);
-    ended_jobs = true;
+  // Every job ends here and, through the coordinator, on the other nodes: also those whose
+  // local workers left during the drain (a clean leave is not relayed by itself, and the
+  // other nodes' workers would otherwise wait for this node until it is lost).
+  std::vector<std::shared_ptr<Job>> jobs = drained_jobs_;
+  for (auto& [name, job] : server_.jobs_)
+    if (job->ready()) jobs.push_back(job);
+  std::set<Job*> ended;
+  for (auto& job : jobs) {
+    if (!ended.insert(job.get()).second) continue;
+    if (job->broken().empty()) server_.break_job(*job, why, true);
+    if (server_.cluster_ && job->barrier_id() != 0)
+      server_.cluster_->report_job_broken(job->name(), job->barrier_id(), why);
   }
+  bool ended_jobs = !ended.empty();
   server_.exit_code_ = saved ? 0 : 1;
   if (!ended_jobs) return server_.shutdown();
   LoopTimer::start(server_.loop(), kExitDelayMs, [this] { server_.shutdown(); });

@@ -100,16 +100,19 @@ bool wait_for_text(const std::string& path, const std::string& part, int timeout
 }
 
 BackgroundWorkers::BackgroundWorkers(const std::string& socket, const std::string& job,
-                                     int local_size, const std::vector<std::string>& args) {
+                                     int local_size, const std::vector<std::string>& args,
+                                     const std::map<std::string, std::string>& extra_env) {
   for (int rank = 0; rank < local_size; ++rank) {
-    std::map<std::string, std::string> env = {{"PARALLAX_SOCKET", socket},
-                                              {"PARALLAX_JOB", job},
-                                              {"PARALLAX_LOCAL_RANK", std::to_string(rank)},
-                                              {"PARALLAX_LOCAL_SIZE", std::to_string(local_size)}};
+    std::map<std::string, std::string> env = extra_env;
+    env.insert({{"PARALLAX_SOCKET", socket},
+                {"PARALLAX_JOB", job},
+                {"PARALLAX_LOCAL_RANK", std::to_string(rank)},
+                {"PARALLAX_LOCAL_SIZE", std::to_string(local_size)}});
     std::vector<std::string> argv = {PX_SERVICE_WORKER_PATH};
     argv.insert(argv.end(), args.begin(), args.end());
-    outputs_.push_back("/tmp/pxt-service-" + job + "-" + std::to_string(getpid()) + "-w" +
-                       std::to_string(rank) + ".out");
+    static int counter = 0;  // two nodes' workers of one job need files of their own
+    outputs_.push_back("/tmp/pxt-service-" + job + "-" + std::to_string(getpid()) + "-" +
+                       std::to_string(counter++) + "-w" + std::to_string(rank) + ".out");
     pids_.push_back(spawn_process(argv, env, outputs_.back()));
   }
 }

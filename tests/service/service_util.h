@@ -37,7 +37,8 @@ bool wait_for_text(const std::string& path, const std::string& part, int timeout
 class BackgroundWorkers {
  public:
   BackgroundWorkers(const std::string& socket, const std::string& job, int local_size,
-                    const std::vector<std::string>& args);
+                    const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& env = {});
   ~BackgroundWorkers();  // kills those still running
   // Waits for every worker (killing those past the deadline).
   std::vector<WorkerResult> collect(int timeout_ms);

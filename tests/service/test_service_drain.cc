@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,4 +129,42 @@ TEST_CASE("service: a second SIGTERM exits at once") {
   CHECK(wait_for_exit(daemon, 10000) == 1);
   CHECK(monotonic_ms() - start < 5000);
   CHECK(contains(read_text(dir + "/d.out"), "second SIGTERM: exiting now"));
+}
+
+TEST_CASE("service: one node of a cluster drains: the job ends everywhere naming it, rows saved") {
+  // Node 1 drains while a 2-node job trains. Its checkpoint asks every node's owners for
+  // their shards (here one machine: one directory), the other node's worker hears that
+  // node 1 drained, and the saved table restores onto a single daemon.
+  ScratchDir scratch("svc-cl");
+  const std::string& dir = scratch.path();
+  std::string checkpoints = dir + "/checkpoints", ready = dir + "/ready";
+  REQUIRE(mkdir(ready.c_str(), 0755) == 0);
+  std::string pushes;
+  {
+    ClusterProcesses cluster("svc-cl", 2, {"--checkpoint-dir", checkpoints});
+    std::map<std::string, std::string> env = {{"PX_TEST_DRAINING_NODE", "1"}};
+    BackgroundWorkers node0(cluster.node(0).socket(), "cl", 1, {"train", ready}, env);
+    BackgroundWorkers node1(cluster.node(1).socket(), "cl", 1, {"train", ready}, env);
+    REQUIRE(wait_for_ready_files(ready, 2, 30000) == 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(cluster.node(1).pid(), SIGTERM);
+    CHECK(cluster.node(1).wait_exit(20000) == 0);
+    std::vector<WorkerResult> results = node0.collect(20000);
+    std::vector<WorkerResult> drained = node1.collect(10000);
+    results.insert(results.end(), drained.begin(), drained.end());
+    CHECK(all_ok(results));
+    std::string log = cluster.node(1).log();
+    INFO(log);
+    // The push steps in the checkpoint: every node's pushes up to the drained node's last.
+    pushes = field(drained[0].output, "pushes");
+    REQUIRE(!pushes.empty());
+    CHECK(contains(
+        log, "drain: saved sparse variable 'emb' of job 'cl' after " + pushes + " push steps"));
+    CHECK(contains(results[0].output, "drained (SIGTERM) and exits"));
+  }
+  CHECK(access((checkpoints + "/cl.emb.node0.shard").c_str(), F_OK) == 0);
+  CHECK(access((checkpoints + "/cl.emb.node1.shard").c_str(), F_OK) == 0);
+  DaemonProcess restored("svc-cl-r", {"--restore", checkpoints});
+  auto verified = run_service_workers(restored.socket(), "cl", 1, {"verify", pushes, "2"});
+  CHECK(all_ok(verified));
 }
