@@ -524,10 +524,12 @@ void Session::drain_submissions() {
     while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
       --budget;
       ++outstanding_;
-      std::string refused;
-      if (server_.service().draining() && !server_.service().admits(*job_, entry, &refused)) {
-        complete(entry.request_id, PX_ERR_PEER_LOST, refused);
-        continue;
+      if (server_.service().draining()) {  // SIGTERM: only what completes a started step
+        std::string refused;
+        if (!server_.service().admits(*job_, entry, &refused)) {
+          complete(entry.request_id, PX_ERR_PEER_LOST, refused);
+          continue;
+        }
       }
       server_.scheduler().submit(job_, local_rank_, self, entry);
     }
