@@ -61,12 +61,6 @@ int check_config(const px::DaemonConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Sparse steps allocate and free buffers of megabytes every step; glibc would mmap and
-  // munmap each one, paying page faults and zeroing every step. Keep them in the heap.
-  // glibc refuses an mmap threshold above 32 MiB (half its arena heap size), and fixing
-  // the trim threshold alone would pin the mmap threshold at its 128 KiB default.
-  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1)
-    fprintf(stderr, "parallaxd: mallopt refused the heap settings; sparse steps will be slower\n");
   px::DaemonConfig config = px::parse_command_line(argc, argv);
   if (config.check_only) return check_config(config);
   px::set_log_level(config.log_level);
@@ -75,6 +69,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "parallaxd: log.file: %s\n", log_error.c_str());
     return 1;
   }
+  // Sparse steps allocate and free buffers of megabytes every step; glibc would mmap and
+  // munmap each one, paying page faults and zeroing every step. Keep them in the heap.
+  // glibc refuses an mmap threshold above 32 MiB (half its arena heap size), and fixing
+  // the trim threshold alone would pin the mmap threshold at its 128 KiB default. Set
+  // after the configuration is checked, so a refused start prints its one line alone
+  // (under the sanitizers, whose allocator refuses mallopt, this warns every start).
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 1 << 30) != 1)
+    PX_LOG_WARN("mallopt refused the heap settings; sparse steps will be slower");
   int ready_fd = -1;
   if (!config.foreground) detach(&ready_fd);
   px::Server server(config);
