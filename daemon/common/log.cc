@@ -1,9 +1,13 @@
 #include "daemon/common/log.h"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 
 namespace px {
@@ -11,7 +15,46 @@ namespace {
 LogLevel g_level = LogLevel::kInfo;
 std::mutex g_mutex;
 const char* const kLevelNames[] = {"error", "warn", "info", "debug"};
+std::string g_file;  // guarded by g_mutex
+
+// Points stderr at path, opened for appending (each line is one write, so lines from the
+// daemon and from libraries never interleave within a line). Caller holds g_mutex.
+bool redirect_stderr(const std::string& path, std::string* error) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    *error = "cannot open log file " + path + ": " + strerror(errno);
+    return false;
+  }
+  fflush(stderr);
+  // dup2 replaces fd 2 atomically: a thread writing meanwhile reaches the old or the new file.
+  if (fd != STDERR_FILENO) {
+    int duplicated = dup2(fd, STDERR_FILENO);
+    int saved_errno = errno;
+    ::close(fd);
+    if (duplicated < 0) {
+      *error = "cannot redirect stderr to " + path + ": " + strerror(saved_errno);
+      return false;
+    }
+  }
+  return true;
+}
 }  // namespace
+
+bool open_log_file(const std::string& path, std::string* error) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!redirect_stderr(path, error)) return false;
+  g_file = path;
+  return true;
+}
+
+bool reopen_log_file(std::string* error) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_file.empty() || redirect_stderr(g_file, error);
+}
+
+const std::string& log_file_path() {
+  return g_file;
+}
 
 void set_log_level(LogLevel level) {
   g_level = level;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "daemon/cluster/cluster_auth.h"
@@ -33,6 +34,13 @@ const char kUsage[] =
     "                         (default 1024): the most requests a worker can have in flight\n"
     "  --log-level LEVEL      error, warn, info (default) or debug\n"
     "  --restore DIR          sparse variables start from their checkpoint in DIR, if any\n"
+    "  --log-file FILE        append the log to FILE, reopened on SIGHUP (default stderr)\n"
+    "  --check-config         check the configuration (file and flags), print OK and exit\n"
+    "service (SIGTERM drains: README, Running parallaxd as a service):\n"
+    "  --drain-timeout-ms N   steps under way get this long to finish (default 30000)\n"
+    "  --checkpoint-dir DIR   where the drain checkpoints sparse variables (default the\n"
+    "                         --restore directory; neither: nothing is saved)\n"
+    "  --checkpoint-timeout-ms N  deadline of that checkpoint (default 60000)\n"
     "cluster:\n"
     "  --cluster NAME         cluster name; every node must use the same (default parallax)\n"
     "  --node-index I         this node's index, 0 is the coordinator\n"
@@ -56,8 +64,15 @@ const char kUsage[] =
     "  --version              print the version and exit\n"
     "  --help                 print this help and exit\n";
 
+// One line, so a refused start shows whole in `systemctl status` and the journal.
 [[noreturn]] void die_usage(const std::string& message) {
-  fprintf(stderr, "parallaxd: %s\n(see parallaxd --help)\n", message.c_str());
+  fprintf(stderr, "parallaxd: %s (see parallaxd --help)\n", message.c_str());
+  exit(2);
+}
+
+// A configuration file's error already names the file and the key.
+[[noreturn]] void die_config(const std::string& message) {
+  fprintf(stderr, "parallaxd: %s\n", message.c_str());
   exit(2);
 }
 
@@ -195,6 +210,16 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "metrics.max_variables") {
     if (!number(0, 100000)) return false;
     c->metrics_max_variables = n;
+  } else if (key == "log.file") {
+    c->log_file = value;
+  } else if (key == "service.drain_timeout_ms") {
+    if (!number(0, 3600000)) return false;
+    c->drain_timeout_ms = static_cast<int64_t>(n);
+  } else if (key == "service.checkpoint_dir") {
+    c->drain_checkpoint_dir = value;
+  } else if (key == "service.checkpoint_timeout_ms") {
+    if (!number(100, 86400000)) return false;
+    c->drain_checkpoint_timeout_ms = static_cast<int64_t>(n);
   } else {
     *error = "unknown setting '" + key + "'";
     return false;
@@ -202,7 +227,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   return true;
 }
 
-const std::set<std::string> kTables = {"fabric", "timeouts", "metrics"};
+const std::set<std::string> kTables = {"fabric", "timeouts", "metrics", "log", "service"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {
@@ -227,10 +252,33 @@ bool toml_value(const toml::node& node, std::string* out) {
   return false;
 }
 
+// What a value of the wrong type is, for the message.
+std::string type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::boolean:
+      return "a boolean; write a string or an integer";
+    case toml::node_type::floating_point:
+      return "a float; write an integer";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array of other than strings";
+    default:
+      return "a date or time";
+  }
+}
+
 }  // namespace
 
 bool load_config_file(const std::string& path, DaemonConfig* config, std::string* error) {
   toml::table root;
+  // toml++ reports a missing file as a parse error at line 0; say what the system says.
+  if (FILE* probe = fopen(path.c_str(), "r")) {
+    fclose(probe);
+  } else {
+    *error = path + ": cannot read the configuration: " + strerror(errno);
+    return false;
+  }
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -248,7 +296,7 @@ bool load_config_file(const std::string& path, DaemonConfig* config, std::string
       for (auto& [sub, subnode] : *table) {
         std::string full = name + "." + std::string(sub.str()), value;
         if (!toml_value(subnode, &value)) {
-          *error = path + ": " + full + " has the wrong type";
+          *error = path + ": " + full + " has the wrong type (" + type_name(subnode) + ")";
           return false;
         }
         if (!apply(config, full, value, error)) {
@@ -260,7 +308,7 @@ bool load_config_file(const std::string& path, DaemonConfig* config, std::string
     }
     std::string value;
     if (!toml_value(node, &value)) {
-      *error = path + ": " + name + " has the wrong type";
+      *error = path + ": " + name + " has the wrong type (" + type_name(node) + ")";
       return false;
     }
     if (!apply(config, name, value, error)) {
@@ -287,7 +335,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
     if (arg == "--config") {
       if (i + 1 >= argc) die_usage("--config needs a file");
       std::string error;
-      if (!load_config_file(argv[i + 1], &config, &error)) die_usage(error);
+      if (!load_config_file(argv[i + 1], &config, &error)) die_config(error);
     }
   }
   static const std::pair<const char*, const char*> kFlags[] = {
@@ -315,6 +363,10 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--startup-timeout-ms", "timeouts.startup_ms"},
       {"--metrics-listen", "metrics.listen"},
       {"--stall-report-ms", "timeouts.stall_report_ms"},
+      {"--log-file", "log.file"},
+      {"--drain-timeout-ms", "service.drain_timeout_ms"},
+      {"--checkpoint-dir", "service.checkpoint_dir"},
+      {"--checkpoint-timeout-ms", "service.checkpoint_timeout_ms"},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -324,6 +376,10 @@ DaemonConfig parse_command_line(int argc, char** argv) {
     }
     if (arg == "--foreground") {
       config.foreground = true;
+      continue;
+    }
+    if (arg == "--check-config") {
+      config.check_only = true;
       continue;
     }
     const char* key = nullptr;
@@ -340,6 +396,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
 }
 
 bool finalize_config(DaemonConfig* c, std::string* error) {
+  if (c->drain_checkpoint_dir.empty()) c->drain_checkpoint_dir = c->restore_dir;
   if (c->default_arena_bytes > c->max_arena_bytes) {
     *error = "arena_bytes is larger than max_arena_bytes";
     return false;

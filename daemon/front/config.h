@@ -54,6 +54,15 @@ struct DaemonConfig {
   uint64_t metrics_max_variables = 256;
   // An operation waiting this long is logged once with who it waits for. 0: not logged.
   int64_t stall_report_ms = 10000;
+  // Operating as a service (README: Running parallaxd as a service).
+  std::string log_file;  // "" : stderr (journald under systemd); SIGHUP reopens a file
+  // SIGTERM drains: steps already under way get this long to finish ...
+  int64_t drain_timeout_ms = 30000;
+  // ... then every sparse variable is checkpointed here ("" : into restore_dir; both empty:
+  // nothing is saved), within this long.
+  std::string drain_checkpoint_dir;
+  int64_t drain_checkpoint_timeout_ms = 60000;
+  bool check_only = false;  // --check-config: validate, print a line, exit
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are

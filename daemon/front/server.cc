@@ -291,6 +291,7 @@ int Server::run() {
     uv_timer_start(&stall_timer_, on_stall_check, every, every);
   }
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
+  service_.start();
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();
   return exit_code_;
@@ -298,6 +299,7 @@ int Server::run() {
 
 void Server::on_signal(uv_signal_t* handle, int signum) {
   auto* self = static_cast<Server*>(handle->data);
+  if (signum == SIGTERM) return self->service_.on_sigterm();  // drains (service.h)
   PX_LOG_INFO("signal %d: shutting down", signum);
   self->shutdown();
 }
@@ -314,6 +316,7 @@ void Server::shutdown() {
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&stall_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  service_.stop();
   if (cluster_) cluster_->stop();
   ::unlink(config_.socket_path.c_str());
 }
@@ -394,6 +397,10 @@ void Server::accept_connections() {
 px_status Server::join_job(const std::shared_ptr<Session>& session, const std::string& name,
                            int local_size, int rank, std::shared_ptr<Job>* job_out,
                            int* assigned_rank, std::string* error) {
+  if (service_.draining()) {
+    *error = service_.refusal();
+    return PX_ERR_CONNECT;
+  }
   auto& job = jobs_[name];
   if (!job) job = std::make_shared<Job>(name, local_size);
   if (job->local_size() != local_size) {

@@ -16,6 +16,7 @@
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/config.h"
 #include "daemon/observe/observer.h"
+#include "daemon/front/service.h"
 #include "transport/fabric/fabric_endpoint.h"
 
 namespace px {
@@ -34,6 +35,8 @@ class Server {
   int run();
 
   const DaemonConfig& config() const { return config_; }
+  // Readiness, watchdog, SIGHUP and the SIGTERM drain (service.h).
+  Service& service() { return service_; }
   uv_loop_t* loop() { return &loop_; }
   Scheduler& scheduler() { return scheduler_; }
 
@@ -69,6 +72,8 @@ class Server {
   int lost_node() const { return lost_node_; }  // -1: none
 
  private:
+  friend class Service;  // the drain walks the sessions and jobs, and ends the daemon
+
   static void on_listen_event(uv_poll_t* handle, int status, int events);
   static void on_async(uv_async_t* handle);
   static void on_signal(uv_signal_t* handle, int signum);
@@ -125,6 +130,7 @@ class Server {
   uv_timer_t exit_timer_{};
   uv_timer_t stall_timer_{};  // step_stall_ms: fails steps a local worker never submitted
   static void on_stall_check(uv_timer_t* timer);
+  Service service_{*this};
 };
 
 }  // namespace px

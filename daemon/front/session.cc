@@ -530,6 +530,14 @@ void Session::drain_submissions() {
   for (;;) {
     while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
       --budget;
+      ++outstanding_;
+      if (server_.service().draining()) {  // SIGTERM: only what completes a started step
+        std::string refused;
+        if (!server_.service().admits(*job_, entry, &refused)) {
+          complete(entry.request_id, PX_ERR_PEER_LOST, refused);
+          continue;
+        }
+      }
       server_.scheduler().submit(job_, local_rank_, self, entry);
     }
     if (closed()) return;
@@ -543,6 +551,7 @@ void Session::drain_submissions() {
 
 void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
   PX_ASSERT_LOOP_THREAD();
+  if (outstanding_ > 0) --outstanding_;
   if (state_ != State::kActive) return;
   server_.observer().request_completed(status);
   CompletionEntry entry{};

@@ -48,6 +48,8 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   Job* job() const { return job_.get(); }
   const std::shared_ptr<Job>& job_ref() const { return job_; }
   int local_rank() const { return local_rank_; }
+  // Operations taken from its ring and not completed yet (the drain waits for them).
+  uint64_t outstanding() const { return outstanding_; }
   const SharedArena& arena() const override { return arena_; }
   // "worker local rank 1 (pid 1234) of job 'train'"
   std::string label() const override;
@@ -89,6 +91,7 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   bool close_after_flush_ = false;
   bool left_cleanly_ = false;
   int open_handles_ = 0;
+  uint64_t outstanding_ = 0;
   uv_poll_t socket_poll_{};
   uv_poll_t doorbell_poll_{};
   bool doorbell_polling_ = false;
