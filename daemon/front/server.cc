@@ -469,13 +469,19 @@ void Server::leave_job(Session& session, const std::string& why) {
     // cleanly lets operations already under way finish; one that died fails them all.
     bool died = !session.left_cleanly();
     std::string reason = session.label() + " " + why;
-    if (died) {
-      break_job(*job, reason, Break::kFailure);
+    if (!died && service_.draining()) {
+      // The drain ends every job here and on the other nodes itself, naming the drain; a
+      // worker it refused, leaving, is news of that, not a cause of its own.
+      job->mark_departed(reason, true);
     } else {
-      worker_left(*job, reason, true);
+      if (died) {
+        break_job(*job, reason, Break::kFailure);
+      } else {
+        worker_left(*job, reason, true);
+      }
+      if (cluster_ && job->barrier_id() != 0)
+        cluster_->report_job_broken(job->name(), job->barrier_id(), reason, !died);
     }
-    if (cluster_ && job->barrier_id() != 0)
-      cluster_->report_job_broken(job->name(), job->barrier_id(), reason, !died);
   }
   if (job->connected() > 0) return;
   jobs_.erase(it);

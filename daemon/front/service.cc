@@ -266,17 +266,17 @@ void Service::finish(bool saved, const std::string& summary) {
                     (summary.empty() ? "" : "; " + summary);
   PX_LOG_INFO("%s", why.c_str());
   // Every job ends here and, through the coordinator, on the other nodes: also those whose
-  // local workers left during the drain (a clean leave is not relayed by itself, and the
-  // other nodes' workers would otherwise wait for this node until it is lost).
+  // local workers left during the drain (a clean leave fails only what needed the worker,
+  // and the other nodes' workers would otherwise go on using this node's shards).
   std::vector<std::shared_ptr<Job>> jobs = drained_jobs_;
   for (auto& [name, job] : server_.jobs_)
     if (job->ready()) jobs.push_back(job);
   std::set<Job*> ended;
   for (auto& job : jobs) {
     if (!ended.insert(job.get()).second) continue;
-    if (job->broken().empty()) server_.break_job(*job, why, true);
+    if (job->broken().empty()) server_.break_job(*job, why, Server::Break::kFailure);
     if (server_.cluster_ && job->barrier_id() != 0)
-      server_.cluster_->report_job_broken(job->name(), job->barrier_id(), why);
+      server_.cluster_->report_job_broken(job->name(), job->barrier_id(), why, false);
   }
   bool ended_jobs = !ended.empty();
   server_.exit_code_ = saved ? 0 : 1;
