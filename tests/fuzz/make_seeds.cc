@@ -217,6 +217,25 @@ void cluster_seeds() {
   });
   seed("heartbeat", name, [](Envelope::Body::Builder b) { b.initHeartbeat().setNodeIndex(3); });
   write_seed("cluster", "all", stream(all));
+  // What reaches the coordinator's verdicts: every node joins a job and registers a variable
+  // (node 3 with another shape), then node 1 registers it again differently.
+  std::string agreement;
+  for (int node = 0; node < kClusterNodes; ++node)
+    agreement += frame_envelope(*build(name, [node](Envelope::Body::Builder b) {
+      auto j = b.initJobJoin();
+      j.setJob("train");
+      j.setLocalSize(static_cast<uint32_t>(node + 1));
+      j.setNodeIndex(static_cast<uint32_t>(node));
+    }));
+  for (int node : {0, 1, 2, 3, 1})
+    agreement += frame_envelope(*build(name, [node](Envelope::Body::Builder b) {
+      auto r = b.initRegisterVar();
+      r.setJob("train");
+      r.setName("w");
+      r.setCount(node == 3 ? 99 : 100);
+      r.setNodeIndex(static_cast<uint32_t>(node));
+    }));
+  write_seed("cluster", "agreement", stream(agreement));
 }
 
 void sparse_seeds() {
