@@ -182,7 +182,19 @@ bool read_manifest(const std::string& path, ManifestData* d, std::string* error)
     d->nodes = m.getNodes();
     d->partitions = m.getPartitions();
     d->shard_files.clear();
-    for (auto f : m.getShardFiles()) d->shard_files.push_back(f);
+    for (auto f : m.getShardFiles()) {
+      // The restore opens <dir>/<name>: a name that is empty, "." or "..", or holds '/' or a
+      // NUL, reached outside the checkpoint's directory, or nowhere (found by
+      // tests/fuzz/checkpoint_fuzz.cc; regressions/checkpoint).
+      std::string name(f.begin(), f.size());
+      if (name.empty() || name == "." || name == ".." ||
+          name.find_first_of(std::string("/\0", 2)) != std::string::npos)
+        throw std::runtime_error("shard file name '" + name + "' is not a plain file name");
+      d->shard_files.push_back(name);
+    }
+    if (d->shard_files.size() != d->nodes)
+      throw std::runtime_error(std::to_string(d->shard_files.size()) + " shard files for " +
+                               std::to_string(d->nodes) + " nodes");
   } catch (const kj::Exception& e) {
     ::close(fd);
     *error = path + " is not a valid checkpoint manifest: " + e.getDescription().cStr();

@@ -17,8 +17,12 @@ class ShardStore {
   // Allocates and initialises every partition that map assigns to node.
   ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options);
 
+  // Within the table, too: a row past its end falls in an owned partition (row % P), and a
+  // request from another node naming one was served from past that partition's array
+  // (found by tests/fuzz/sparse_header_fuzz.cc; regressions/sparse_header).
   bool owns(int64_t row) const {
-    return slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
+    return row >= 0 && static_cast<uint64_t>(row) < map_.rows() &&
+           slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
   }
   uint32_t partition_of(int64_t row) const { return map_.partition_of(static_cast<uint64_t>(row)); }
   size_t dim() const { return dim_; }

@@ -14,7 +14,7 @@ namespace px {
 
 struct Cluster::Connection {
   Connection(Cluster* owner, const std::string& cluster_name)
-      : cluster(owner), reader(cluster_name) {}
+      : cluster(owner), reader(cluster_name, owner->config_.node_count) {}
   Cluster* cluster;
   uv_tcp_t tcp{};
   EnvelopeReader reader;

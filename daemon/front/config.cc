@@ -402,6 +402,12 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     return false;
   }
   if (!c->nodes.empty()) {
+    // The node_count key's range holds for a node list too (found by
+    // tests/fuzz/config_fuzz.cc; regressions/config).
+    if (c->nodes.size() > 128) {
+      *error = "nodes lists " + std::to_string(c->nodes.size()) + " nodes, more than 128";
+      return false;
+    }
     if (c->node_count > 1 && c->node_count != static_cast<int>(c->nodes.size())) {
       *error = "node_count " + std::to_string(c->node_count) + " but nodes lists " +
                std::to_string(c->nodes.size());

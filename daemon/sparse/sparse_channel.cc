@@ -13,8 +13,34 @@ constexpr uint64_t kFirstPart = 0, kRowsPart = 1, kValuesPart = 2;
 constexpr uint64_t kMaxChunks = 1ull << (kTagAlgorithmBits - 2);
 // Largest request accepted from the network (rows per request).
 constexpr uint64_t kMaxRequestRows = 1ull << 32;
+// ... and values (rows x dim): no more than the largest variable holds (2^40 bytes, the
+// session's limit). Without it a few rows of a wide variable asked for terabytes, and
+// count x dim x 4 could wrap, so a payload_bytes equal to the wrapped value passed (found by
+// tests/fuzz/sparse_header_fuzz.cc; regressions/sparse_header).
+constexpr uint64_t kMaxRequestValues = (1ull << 40) / sizeof(float);
 
 }  // namespace
+
+std::string check_sparse_request(const char* first, size_t bytes, int peer, size_t dim,
+                                 SparseRequestHeader* header) {
+  SparseRequestHeader& h = *header;
+  h = SparseRequestHeader{};
+  std::memcpy(&h, first, std::min(bytes, sizeof h));
+  size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
+  if (bytes < sizeof h) return std::to_string(bytes) + " bytes, shorter than a header";
+  if (!sparse_op_valid(h.op)) return "unknown operation " + std::to_string(h.op);
+  if (h.from_node != static_cast<uint32_t>(peer))
+    return "claims to come from node " + std::to_string(h.from_node);
+  if (h.count > kMaxRequestRows || h.count > kMaxRequestValues / std::max<size_t>(dim, 1))
+    return std::to_string(h.count) + " rows of " + std::to_string(dim) + " values";
+  if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim))
+    return "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
+           std::to_string(h.count) + " rows";
+  if (bytes != sizeof h + inline_bytes)
+    return std::to_string(bytes) + " bytes for a header and " +
+           std::to_string(inline_bytes / sizeof(int64_t)) + " inline rows";
+  return "";
+}
 
 // A request from another node, from its header until the reply left.
 struct SparseChannel::Incoming {
@@ -182,24 +208,7 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
   SparseRequestHeader h{};
-  std::memcpy(&h, p.first.data(), std::min(bytes, sizeof h));
-  size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
-  std::string bad;
-  if (bytes < sizeof h) {
-    bad = std::to_string(bytes) + " bytes, shorter than a header";
-  } else if (!sparse_op_valid(h.op)) {
-    bad = "unknown operation " + std::to_string(h.op);
-  } else if (h.from_node != static_cast<uint32_t>(peer)) {
-    bad = "claims to come from node " + std::to_string(h.from_node);
-  } else if (h.count > kMaxRequestRows) {
-    bad = std::to_string(h.count) + " rows";
-  } else if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim_)) {
-    bad = "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
-          std::to_string(h.count) + " rows";
-  } else if (bytes != sizeof h + inline_bytes) {
-    bad = std::to_string(bytes) + " bytes for a header and " +
-          std::to_string(inline_bytes / sizeof(int64_t)) + " inline rows";
-  }
+  std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h);
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
     PX_LOG_ERROR("malformed sparse request from %s (%s); ignoring that node's requests",

@@ -20,6 +20,13 @@
 
 namespace px {
 
+// The checks on the first message of a request from node `peer` (its header, then the rows
+// when inline), made before anything is sized from it: "" with *header filled when it is
+// well-formed, else what is wrong. first holds `bytes` bytes. (A free function so that
+// tests/fuzz/sparse_header_fuzz.cc drives it without a fabric.)
+std::string check_sparse_request(const char* first, size_t bytes, int peer, size_t dim,
+                                 SparseRequestHeader* header);
+
 class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  public:
   // fabric is null on a single node. node_label(i) names node i in errors.

@@ -18,6 +18,54 @@ std::string frame_envelope(capnp::MessageBuilder& message) {
   return frame;
 }
 
+namespace {
+
+bool check_node(const char* what, uint32_t node, int node_count, std::string* error) {
+  if (node < static_cast<uint32_t>(node_count)) return true;
+  *error = std::string(what) + " names node " + std::to_string(node) + " of a cluster of " +
+           std::to_string(node_count);
+  return false;
+}
+
+bool check_local_size(const char* what, uint32_t size, std::string* error) {
+  if (size >= 1 && size <= kMaxWireLocalSize) return true;
+  *error = std::string(what) + " has local size " + std::to_string(size) + ", not in 1.." +
+           std::to_string(kMaxWireLocalSize);
+  return false;
+}
+
+}  // namespace
+
+bool check_envelope(Envelope::Reader envelope, int node_count, std::string* error) {
+  auto body = envelope.getBody();
+  switch (body.which()) {
+    case Envelope::Body::JOB_JOIN:
+      return check_node("JobJoin", body.getJobJoin().getNodeIndex(), node_count, error) &&
+             check_local_size("JobJoin", body.getJobJoin().getLocalSize(), error);
+    case Envelope::Body::JOB_WORLD: {
+      auto sizes = body.getJobWorld().getLocalSizes();
+      if (sizes.size() != static_cast<unsigned>(node_count)) {
+        *error = "JobWorld has " + std::to_string(sizes.size()) + " local sizes for " +
+                 std::to_string(node_count) + " nodes";
+        return false;
+      }
+      for (uint32_t size : sizes)
+        if (!check_local_size("JobWorld", size, error)) return false;
+      return true;
+    }
+    case Envelope::Body::REGISTER_VAR:
+      return check_node("RegisterVar", body.getRegisterVar().getNodeIndex(), node_count, error);
+    case Envelope::Body::NODE_LOST:
+      return check_node("NodeLost", body.getNodeLost().getNodeIndex(), node_count, error);
+    case Envelope::Body::JOB_BROKEN:
+      return check_node("JobBroken", body.getJobBroken().getNodeIndex(), node_count, error);
+    case Envelope::Body::HEARTBEAT:
+      return check_node("Heartbeat", body.getHeartbeat().getNodeIndex(), node_count, error);
+    default:
+      return true;
+  }
+}
+
 bool EnvelopeReader::feed(const char* data, size_t n,
                           const std::function<void(Envelope::Reader)>& visit, std::string* error) {
   buffer_.append(data, n);
@@ -49,6 +97,11 @@ bool EnvelopeReader::feed(const char* data, size_t n,
       // A rejection is readable whatever cluster sent it: it says why we do not belong.
       if (cluster != cluster_ && envelope.getBody().which() != Envelope::Body::REJECT) {
         *error = "cluster name '" + cluster + "', this daemon's is '" + cluster_ + "'";
+        return false;
+      }
+      std::string bad;
+      if (!check_envelope(envelope, node_count_, &bad)) {
+        *error = "malformed message: " + bad;
         return false;
       }
       visit(envelope);

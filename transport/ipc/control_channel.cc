@@ -39,7 +39,11 @@ const control::Message* parse_frame(const std::string& payload, std::string* err
              " (expected " + std::to_string(kControlProtocolVersion) + ")";
     return nullptr;
   }
-  if (message->body_type() == control::Body::NONE) {
+  // The verifier accepts a union whose type is set and whose value is absent, and every
+  // handler (the daemon's and the client's) dereferences body_as_X() unchecked: a frame
+  // naming a body type without a body crashed parallaxd (found by
+  // tests/fuzz/control_fuzz.cc; regressions/control/stats-request-without-body).
+  if (message->body_type() == control::Body::NONE || !message->body()) {
     *error = "control message has no body";
     return nullptr;
   }

@@ -1,0 +1,65 @@
+// Fuzz target: the checkpoint readers (sharding/checkpoint.cc), what a daemon started with
+// --restore reads before any row goes into its tables (daemon/sparse/sparse_tables.cc,
+// shard_owner.cc): read_manifest (the Cap'n Proto manifest) and read_shard_file.
+//
+// Contract: no crash, no sanitizer report, no leak; a refusal names the file. A manifest it
+// accepts has format version 1 and lists one shard file per node, each a plain file name
+// (the restore opens <dir>/<name>: no '/', no "..", no NUL, not empty); a shard file it
+// accepts has dim > 0, at most 8 state slots, and exactly rows x dim values and
+// rows x slots x dim state values, which the restore copies row by row.
+#include <string>
+
+#include "fuzz_check.h"
+#include "fuzz_inputs.h"
+#include "sharding/checkpoint.h"
+
+namespace px::fuzz {
+namespace {
+
+void manifest(const MemFile& file) {
+  ManifestData m;
+  std::string error;
+  if (!read_manifest(file.path(), &m, &error)) {
+    PX_FUZZ_CHECK(error.find(file.path()) != std::string::npos);
+    return;
+  }
+  PX_FUZZ_CHECK(m.shard_files.size() == m.nodes);
+  for (const std::string& name : m.shard_files) {
+    PX_FUZZ_CHECK(!name.empty() && name != "." && name != "..");
+    PX_FUZZ_CHECK(name.find('/') == std::string::npos);
+    PX_FUZZ_CHECK(name.find('\0') == std::string::npos);
+  }
+  touch(m.job.data(), m.job.size());
+  touch(m.variable.data(), m.variable.size());
+  touch(m.options.data(), m.options.size());
+}
+
+void shard(const MemFile& file) {
+  ShardFileData d;
+  std::string error;
+  if (!read_shard_file(file.path(), &d, &error)) {
+    PX_FUZZ_CHECK(error.find(file.path()) != std::string::npos);
+    return;
+  }
+  PX_FUZZ_CHECK(d.dim > 0 && d.slots <= 8);
+  PX_FUZZ_CHECK(d.values.size() == d.rows.size() * d.dim);
+  PX_FUZZ_CHECK(d.state.size() == d.rows.size() * d.slots * d.dim);
+  touch(d.rows.data(), d.rows.size() * sizeof(int64_t));
+  touch(d.values.data(), d.values.size() * sizeof(float));
+  touch(d.state.data(), d.state.size() * sizeof(float));
+}
+
+}  // namespace
+}  // namespace px::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace px::fuzz;
+  if (size == 0) return 0;
+  MemFile file(data + 1, size - 1);
+  if ((data[0] & 1) == static_cast<uint8_t>(CheckpointFile::kManifest)) {
+    manifest(file);
+  } else {
+    shard(file);
+  }
+  return 0;
+}
