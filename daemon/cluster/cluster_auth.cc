@@ -69,6 +69,11 @@ bool read_secret_file(const std::string& path, std::string* secret, std::string*
              "): a cluster secret must be readable only by the service user (chmod 600)";
     return false;
   }
+  if (st.st_size > 8192) {
+    *error = path + " holds " + std::to_string(st.st_size) +
+             " bytes; a cluster secret has 16 to 4096 (e.g. `openssl rand -hex 32`)";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();

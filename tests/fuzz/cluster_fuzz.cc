@@ -67,7 +67,8 @@ uint64_t visit(Envelope::Reader e, Agreement& agreement) {
     case Envelope::Body::JOIN: {
       auto j = body.getJoin();
       return sum + j.getNodeIndex() + j.getNodeCount() + bytes(j.getFabricAddress()) +
-             text(j.getFabricProvider()) + text(j.getHost());
+             text(j.getFabricProvider()) + text(j.getHost()) + bytes(j.getNonce()) +
+             bytes(j.getAuth());
     }
     case Envelope::Body::REJECT:
       return sum + text(body.getReject().getReason());
@@ -118,6 +119,17 @@ uint64_t visit(Envelope::Reader e, Agreement& agreement) {
     }
     case Envelope::Body::HEARTBEAT:
       return sum + check_node(body.getHeartbeat().getNodeIndex());
+    case Envelope::Body::JOB_LEFT: {
+      auto l = body.getJobLeft();
+      int node = static_cast<int>(check_node(l.getNodeIndex()));
+      return sum + verdict(agreement.job_left(node, l.getJob(), l.getBarrierId()));
+    }
+    case Envelope::Body::JOB_END:
+      return sum + text(body.getJobEnd().getJob()) + body.getJobEnd().getBarrierId();
+    case Envelope::Body::CHALLENGE:
+      return sum + bytes(body.getChallenge().getNonce());
+    case Envelope::Body::AUTH_PROOF:
+      return sum + bytes(body.getAuthProof().getAuth());
   }
   return sum;  // a body newer than this schema: the daemon logs it as unexpected
 }

@@ -154,6 +154,24 @@ uint64_t read_body(const Message& m) {
       PX_FUZZ_CHECK(b);
       return static_cast<uint64_t>(b->status()) + text(b->message());
     }
+    case Body::AdminRequest: {
+      const AdminRequest* b = m.body_as_AdminRequest();
+      PX_FUZZ_CHECK(b);
+      return static_cast<uint64_t>(b->command()) + text(b->path()) +
+             static_cast<uint64_t>(b->timeout_ms()) + b->offset() + text(b->job()) +
+             static_cast<uint64_t>(b->min_wait_ms());
+    }
+    case Body::AdminReply: {
+      const AdminReply* b = m.body_as_AdminReply();
+      PX_FUZZ_CHECK(b);
+      uint64_t sum = static_cast<uint64_t>(b->status()) + text(b->message()) + b->total() +
+                     b->next_offset();
+      if (b->jobs()) sum += b->jobs()->size();
+      if (b->variables()) sum += b->variables()->size();
+      if (b->peers()) sum += b->peers()->size();
+      if (b->stalls()) sum += b->stalls()->size();
+      return sum;
+    }
     case Body::NONE:
       PX_FUZZ_CHECK(!"parse_frame accepted a message without a body");
   }

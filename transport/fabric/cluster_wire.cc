@@ -61,6 +61,8 @@ bool check_envelope(Envelope::Reader envelope, int node_count, std::string* erro
       return check_node("JobBroken", body.getJobBroken().getNodeIndex(), node_count, error);
     case Envelope::Body::HEARTBEAT:
       return check_node("Heartbeat", body.getHeartbeat().getNodeIndex(), node_count, error);
+    case Envelope::Body::JOB_LEFT:
+      return check_node("JobLeft", body.getJobLeft().getNodeIndex(), node_count, error);
     default:
       return true;
   }
