@@ -17,6 +17,15 @@ using namespace pxt;
 
 namespace {
 
+// Under AddressSanitizer freed memory waits in a quarantine (256 MiB by default) before it
+// is reused, so a daemon's RSS says nothing about what it still holds: there the test checks
+// that every job ended on every node, and the Release run checks the memory.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssShowsLeaks = false;
+#else
+constexpr bool kRssShowsLeaks = true;
+#endif
+
 // Resident memory of a process in KiB, from /proc (0 if unreadable).
 long rss_kib(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
@@ -67,7 +76,7 @@ TEST_CASE(
     std::string log = cluster.node(node).log();
     CHECK(count_of(log, "ended on every node") == kJobs);
     REQUIRE(warm[node] > 0);
-    CHECK(end <= warm[node] * 105 / 100);
+    if (kRssShowsLeaks) CHECK(end <= warm[node] * 105 / 100);
     CHECK(cluster.node(node).alive());
   }
 }
