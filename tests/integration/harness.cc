@@ -24,25 +24,9 @@
 #include <thread>
 
 namespace pxt {
-namespace {
 
-// Tests run workers from several threads (one per node), each naming its files.
-std::atomic<int> g_counter{0};
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-bool can_connect(const std::string& path) {
-  int fd = connect_unix(path);
-  if (fd >= 0) close(fd);
-  return fd >= 0;
-}
-
-pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-            const std::string& output_path) {
+pid_t spawn_process(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env, const std::string& output_path) {
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
@@ -63,6 +47,23 @@ pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, st
   args.push_back(nullptr);
   execv(args[0], args.data());
   _exit(127);
+}
+
+namespace {
+
+// Tests run workers from several threads (one per node), each naming its files.
+std::atomic<int> g_counter{0};
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool can_connect(const std::string& path) {
+  int fd = connect_unix(path);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
 }
 
 // Waits for pid until deadline; kills it at the deadline. Returns the exit code.
@@ -106,7 +107,7 @@ pid_t spawn_worker(const std::string& socket, const std::string& job, int rank, 
   std::vector<std::string> argv = {PX_WORKER_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   outputs.push_back(unique_path(tag, ".out"));
-  return spawn(argv, e, outputs.back());
+  return spawn_process(argv, e, outputs.back());
 }
 
 // Waits for every worker (killing those past the deadline) and reads their output.
@@ -133,7 +134,7 @@ DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::stri
   std::vector<std::string> argv = {PX_DAEMON_PATH, "--foreground", "--socket",
                                    socket_,        "--threads",    "2"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  pid_ = spawn(argv, {}, log_path_);
+  pid_ = spawn_process(argv, {}, log_path_);
   if (!wait_ready) return;
   int64_t deadline = now_ms() + 10000;
   while (!can_connect(socket_)) {

@@ -114,6 +114,10 @@ KilledNodeRun run_cluster_workers_killing_node(ClusterProcesses& cluster, const 
                                                int per_node, const std::vector<std::string>& args,
                                                int victim, int timeout_ms = 90000);
 
+// Starts argv with env added to this process's environment; stdout and stderr go to
+// output_path. The child dies with the test process (PR_SET_PDEATHSIG).
+pid_t spawn_process(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env, const std::string& output_path);
 // A connected AF_UNIX stream socket to path, or -1 (nothing listens there).
 int connect_unix(const std::string& path);
 

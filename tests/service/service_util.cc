@@ -19,27 +19,6 @@ int64_t monotonic_ms() {
       .count();
 }
 
-pid_t spawn_process(const std::vector<std::string>& argv,
-                    const std::map<std::string, std::string>& env, const std::string& output_path) {
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);
-  for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-  int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-  }
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
-}
-
 int wait_for_exit(pid_t pid, int timeout_ms) {
   int64_t deadline = monotonic_ms() + timeout_ms;
   for (;;) {

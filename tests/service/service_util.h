@@ -15,10 +15,7 @@ namespace pxt {
 
 int64_t monotonic_ms();
 
-// Starts argv with env added to this process's environment; stdout and stderr go to
-// output_path. The child dies with the test process.
-pid_t spawn_process(const std::vector<std::string>& argv,
-                    const std::map<std::string, std::string>& env, const std::string& output_path);
+// spawn_process: tests/integration/harness.h.
 // The exit code of pid (128+N for signal N), or -1 if it had not exited within timeout_ms
 // (it is then killed and reaped).
 int wait_for_exit(pid_t pid, int timeout_ms);
