@@ -85,18 +85,18 @@ bool write_atomically(const std::string& path,
   return true;
 }
 
-std::string safe(const std::string& name) {
+}  // namespace
+
+std::string safe_name(const std::string& name) {
   std::string out;
   for (char c : name)
     out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
   return out;
 }
 
-}  // namespace
-
 std::string checkpoint_stem(const std::string& dir, const std::string& job,
                             const std::string& variable) {
-  return dir + "/" + safe(job) + "." + safe(variable);
+  return dir + "/" + safe_name(job) + "." + safe_name(variable);
 }
 
 bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error) {

@@ -24,6 +24,8 @@ struct ManifestData {
   std::vector<std::string> shard_files;
 };
 
+// name with '/' and every byte other than letters, digits, '-' and '_' replaced by '_'.
+std::string safe_name(const std::string& name);
 // "<dir>/<job>.<variable>": job and variable with '/' and other unsafe bytes replaced.
 std::string checkpoint_stem(const std::string& dir, const std::string& job,
                             const std::string& variable);

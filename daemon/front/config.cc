@@ -38,9 +38,12 @@ const char kUsage[] =
     "  --check-config         check the configuration (file and flags), print OK and exit\n"
     "service (SIGTERM drains: README, Running parallaxd as a service):\n"
     "  --drain-timeout-ms N   steps under way get this long to finish (default 30000)\n"
-    "  --checkpoint-dir DIR   where the drain checkpoints sparse variables (default the\n"
-    "                         --restore directory; neither: nothing is saved)\n"
-    "  --checkpoint-timeout-ms N  deadline of that checkpoint (default 60000)\n"
+    "  --checkpoint-dir DIR   where the drain and the periodic checkpoints save sparse\n"
+    "                         variables (default the --restore directory, which it is\n"
+    "                         by default itself; neither: nothing is saved)\n"
+    "  --checkpoint-timeout-ms N  deadline of a checkpoint (default 60000)\n"
+    "  --checkpoint-interval-s N  checkpoint each job that pushed every N s (default 0: never)\n"
+    "  --checkpoint-keep K    periodic checkpoints kept per job (default 3)\n"
     "cluster:\n"
     "  --cluster NAME         cluster name; every node must use the same (default parallax)\n"
     "  --node-index I         this node's index, 0 is the coordinator\n"
@@ -220,6 +223,12 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "service.checkpoint_timeout_ms") {
     if (!number(100, 86400000)) return false;
     c->drain_checkpoint_timeout_ms = static_cast<int64_t>(n);
+  } else if (key == "service.checkpoint_interval_s") {
+    if (!number(0, 31536000)) return false;
+    c->checkpoint_interval_s = n;
+  } else if (key == "service.checkpoint_keep") {
+    if (!number(1, 10000)) return false;
+    c->checkpoint_keep = static_cast<int>(n);
   } else {
     *error = "unknown setting '" + key + "'";
     return false;
@@ -367,6 +376,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--drain-timeout-ms", "service.drain_timeout_ms"},
       {"--checkpoint-dir", "service.checkpoint_dir"},
       {"--checkpoint-timeout-ms", "service.checkpoint_timeout_ms"},
+      {"--checkpoint-interval-s", "service.checkpoint_interval_s"},
+      {"--checkpoint-keep", "service.checkpoint_keep"},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -397,6 +408,14 @@ DaemonConfig parse_command_line(int argc, char** argv) {
 
 bool finalize_config(DaemonConfig* c, std::string* error) {
   if (c->drain_checkpoint_dir.empty()) c->drain_checkpoint_dir = c->restore_dir;
+  // A daemon restarted with its config restores what it checkpointed.
+  if (c->restore_dir.empty()) c->restore_dir = c->drain_checkpoint_dir;
+  if (c->checkpoint_interval_s > 0 && c->drain_checkpoint_dir.empty()) {
+    *error =
+        "service.checkpoint_interval_s is set but there is no service.checkpoint_dir (or "
+        "restore) to write into";
+    return false;
+  }
   if (c->default_arena_bytes > c->max_arena_bytes) {
     *error = "arena_bytes is larger than max_arena_bytes";
     return false;

@@ -60,8 +60,14 @@ struct DaemonConfig {
   int64_t drain_timeout_ms = 30000;
   // ... then every sparse variable is checkpointed here ("" : into restore_dir; both empty:
   // nothing is saved), within this long.
+  // The periodic checkpoints go there too (and a restarted daemon restores from there
+  // when restore is not set).
   std::string drain_checkpoint_dir;
   int64_t drain_checkpoint_timeout_ms = 60000;
+  // Every this many seconds each job that pushed since gets a new generation of
+  // checkpoints (periodic_checkpoints.h); 0: none. The newest checkpoint_keep stay.
+  uint64_t checkpoint_interval_s = 0;
+  int checkpoint_keep = 3;
   bool check_only = false;  // --check-config: validate, print a line, exit
 };
 

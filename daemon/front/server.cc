@@ -292,6 +292,7 @@ int Server::run() {
   }
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
   service_.start();
+  periodic_checkpoints_.start();
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();
   return exit_code_;
@@ -317,6 +318,7 @@ void Server::shutdown() {
   uv_close(reinterpret_cast<uv_handle_t*>(&stall_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   service_.stop();
+  periodic_checkpoints_.stop();
   if (cluster_) cluster_->stop();
   ::unlink(config_.socket_path.c_str());
 }

@@ -15,8 +15,9 @@
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/config.h"
-#include "daemon/observe/observer.h"
+#include "daemon/front/periodic_checkpoints.h"
 #include "daemon/front/service.h"
+#include "daemon/observe/observer.h"
 #include "transport/fabric/fabric_endpoint.h"
 
 namespace px {
@@ -131,6 +132,7 @@ class Server {
   uv_timer_t stall_timer_{};  // step_stall_ms: fails steps a local worker never submitted
   static void on_stall_check(uv_timer_t* timer);
   Service service_{*this};
+  PeriodicCheckpoints periodic_checkpoints_{*this};
 };
 
 }  // namespace px

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "daemon/common/log.h"
 #include "daemon/common/loop_thread.h"
@@ -228,10 +229,14 @@ void ShardOwner::write_checkpoint(ShardRequest r) {
   auto status = std::make_shared<px_status>(PX_OK);
   queue_->push(
       true,
-      [this, path, status] {
+      [this, dir, path, status] {
         ShardFileData data;
         store_.export_rows(&data);
         std::string error;
+        // On another machine the folder may not exist yet (a periodic generation's is
+        // made by the node that starts the checkpoint).
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
         if (!write_shard_file(path, data, &error)) {
           PX_LOG_ERROR("%s: checkpoint: %s", label_.c_str(), error.c_str());
           *status = PX_ERR_INVALID;

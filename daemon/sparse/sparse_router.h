@@ -39,6 +39,9 @@ struct SparseTable {
   // this node asked the shards for (their union), summed over pull steps.
   uint64_t pull_steps = 0;
   uint64_t push_steps = 0;
+  // The optimizer steps of the checkpoint the table was restored from (0: not restored);
+  // a checkpoint of this run records restored_steps + push_steps.
+  uint64_t restored_steps = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_unique = 0;
   // ps/hybrid: the automatic partition count's search (absent when the count was given),

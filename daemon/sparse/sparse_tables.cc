@@ -10,6 +10,7 @@
 #include "daemon/common/status_join.h"
 #include "daemon/sparse/sparse_router.h"
 #include "sharding/checkpoint.h"
+#include "sharding/checkpoint_generations.h"
 #include "sharding/optimizer.h"
 
 namespace px {
@@ -83,8 +84,9 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
 bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& var,
                            std::string* error) {
   if (restore_dir_.empty()) return true;
-  std::string manifest_path = checkpoint_stem(restore_dir_, job.name(), var.name) + ".manifest";
-  if (access(manifest_path.c_str(), F_OK) != 0) return true;  // nothing saved for it
+  std::string manifest_path = restore_manifest(restore_dir_, job.name(), var.name);
+  if (manifest_path.empty()) return true;  // nothing saved for it
+  std::string manifest_dir = manifest_path.substr(0, manifest_path.rfind('/'));
   ManifestData manifest;
   if (!read_manifest(manifest_path, &manifest, error)) return false;
   if (manifest.rows != table.shape.rows || manifest.dim != table.shape.dim) {
@@ -93,10 +95,11 @@ bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& v
              std::to_string(table.shape.rows) + " x " + std::to_string(table.shape.dim);
     return false;
   }
-  if (!table.owner->restore(restore_dir_, manifest, error)) {
+  if (!table.owner->restore(manifest_dir, manifest, error)) {
     *error = manifest_path + ": " + *error;
     return false;
   }
+  table.restored_steps = manifest.optimizer_steps;
   PX_LOG_INFO(
       "variable '%s' of job '%s' restored from %s (saved on %u nodes, %u partitions, "
       "after %llu push steps; options then: %s)",
@@ -135,7 +138,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
         m.dim = table->shape.dim;
         m.options = table->options.canonical();
         m.state_slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
-        m.optimizer_steps = push_steps;
+        m.optimizer_steps = table->restored_steps + push_steps;
         m.nodes = static_cast<uint32_t>(nodes);
         m.partitions = table->map.partitions();
         std::string stem = checkpoint_stem(dir, job->name(), variable);

@@ -151,6 +151,18 @@ void expect_rows(const std::vector<int64_t>& idx, const std::vector<float>& got,
   }
 }
 
+// FNV-1a over the values' bits, rows in order (tests/integration/test_sparse.cc hashes a
+// checkpoint's shard files the same way).
+uint64_t table_hash(const std::vector<float>& table) {
+  uint64_t hash = 1469598103934665603ull;
+  for (float v : table) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  return hash;
+}
+
 std::vector<int64_t> all_rows() {
   std::vector<int64_t> idx(kRows);
   for (uint64_t r = 0; r < kRows; ++r) idx[r] = int64_t(r);
@@ -212,8 +224,23 @@ int scenario_train(px_client* c, const Flags& f) {
   // the reference only. PX_TEST_CHECKPOINT_DIR: checkpoint after the last step.
   uint64_t start =
       getenv("PX_TEST_START_STEP") ? strtoull(getenv("PX_TEST_START_STEP"), nullptr, 10) : 0;
+  // The restored table, bitwise, before any step (compared with the checkpoint's files).
+  if (start > 0 && g_rank == 0) {
+    std::vector<int64_t> idx = all_rows();
+    std::vector<float> table(kRows * kDim);
+    px_request* r = nullptr;
+    check(px_read_rows(var, idx.data(), idx.size(), table.data(), &r), "px_read_rows");
+    px_status s = px_wait(r, 30000);
+    px_request_free(r);
+    check(s, "read of the restored table");
+    printf("start_hash=%016llx\n", (unsigned long long)table_hash(table));
+  }
+  // PX_TEST_STEP_SLEEP_MS: a pause after each step (a run periodic checkpoints overtake).
+  int sleep_ms = getenv("PX_TEST_STEP_SLEEP_MS") ? atoi(getenv("PX_TEST_STEP_SLEEP_MS")) : 0;
   for (uint64_t k = 0; k < steps; ++k) {
     if (k >= start) daemon_step(k);
+    if (k >= start && sleep_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     // The reference step: every rank's contribution (from reference values).
     std::vector<std::pair<int64_t, std::vector<double>>> contributions;
     for (int rank = 0; rank < world; ++rank) {
@@ -254,14 +281,8 @@ int scenario_train(px_client* c, const Flags& f) {
   if (stats.search_steps_left != (!replicated && !o.partitions && pushed < 23 ? 23 - pushed : 0))
     die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +
         std::to_string(pushed) + " push steps");
-  uint64_t hash = 1469598103934665603ull;
-  for (float v : table) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    hash = (hash ^ bits) * 1099511628211ull;
-  }
   printf("ok rank %d steps %llu table_hash=%016llx\n", g_rank, (unsigned long long)steps,
-         (unsigned long long)hash);
+         (unsigned long long)table_hash(table));
   return 0;
 }
 

@@ -486,7 +486,8 @@ TEST_CASE("config: usage errors, --help and --version") {
                            "--nodes",           "--coordinator",     "--node-count",
                            "--listen",          "--fabric-provider", "--fabric-address",
                            "--fabric-port",     "--chunk-bytes",     "--startup-timeout-ms",
-                           "--peer-silence-ms", "--version"}) {
+                           "--peer-silence-ms", "--checkpoint-dir",  "--checkpoint-interval-s",
+                           "--checkpoint-keep", "--version"}) {
     CAPTURE(flag);
     CHECK(contains(o.out, std::string("  ") + flag + " "));
   }
@@ -514,6 +515,22 @@ TEST_CASE("config: cross-field checks of finalize_config") {
     CHECK_FALSE(finalize_config(&c, &error));
     CHECK(contains(error, "arena_bytes"));
     CHECK(contains(error, "max_arena_bytes"));
+  }
+  SUBCASE("periodic checkpoints need a directory; the directories default to each other") {
+    DaemonConfig c;
+    c.checkpoint_interval_s = 60;
+    CHECK_FALSE(finalize_config(&c, &error));
+    CHECK(contains(error, "service.checkpoint_interval_s"));
+    CHECK(contains(error, "service.checkpoint_dir"));
+    DaemonConfig dir;
+    dir.checkpoint_interval_s = 60;
+    dir.drain_checkpoint_dir = "/var/lib/parallax/checkpoints";
+    REQUIRE(finalize_config(&dir, &error));
+    CHECK(dir.restore_dir == "/var/lib/parallax/checkpoints");  // a restart restores it
+    DaemonConfig restore;
+    restore.restore_dir = "/r";
+    REQUIRE(finalize_config(&restore, &error));
+    CHECK(restore.drain_checkpoint_dir == "/r");
   }
   SUBCASE("node_count disagreeing with nodes") {
     DaemonConfig c;
