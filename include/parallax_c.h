@@ -47,8 +47,8 @@ extern "C" {
 #define PX_ABI_VERSION_MAJOR 1
 /* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
- * connect without waiting */
-#define PX_ABI_VERSION_MINOR 3
+ * connect without waiting; 1.4: px_var_stats.restored_steps */
+#define PX_ABI_VERSION_MINOR 4
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -169,6 +169,11 @@ typedef struct px_var_stats {
    * the push steps until that search has chosen (0: chosen, or the count was given). */
   uint64_t request_partitions;
   uint64_t search_steps_left;
+  /* Sparse variables (ABI 1.4): the push steps of the checkpoint this node's daemon restored
+   * the table from when the job registered it (a checkpoint's count includes the steps of
+   * the run it was restored from); 0 if it was not restored. A trainer resumes at that
+   * push step. */
+  uint64_t restored_steps;
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------

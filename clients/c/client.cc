@@ -541,6 +541,7 @@ PX_API px_status px_var_stats_get(px_var* handle, px_var_stats* out_stats) {
   s.bytes_received = reply->bytes_received();
   s.request_partitions = reply->request_partitions();
   s.search_steps_left = reply->search_steps_left();
+  s.restored_steps = reply->restored_steps();
   std::memcpy(out_stats, &s, s.struct_size);
   return succeed();
 }

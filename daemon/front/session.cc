@@ -505,10 +505,10 @@ void Session::handle_stats(const control::StatsRequest& request) {
     const VarStats& s = var->stats;
     SparseCounters sc;
     if (var->sparse) sc = sparse_counters(*var->sparse);
-    body = control::CreateStatsReply(b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns,
-                                     sc.pull_steps, sc.push_steps, sc.rows_pulled, sc.rows_unique,
-                                     sc.rows_applied, sc.bytes_sent, sc.bytes_received,
-                                     sc.request_partitions, sc.search_steps_left);
+    body = control::CreateStatsReply(
+        b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns, sc.pull_steps, sc.push_steps,
+        sc.rows_pulled, sc.rows_unique, sc.rows_applied, sc.bytes_sent, sc.bytes_received,
+        sc.request_partitions, sc.search_steps_left, sc.restored_steps);
   }
   send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
 }

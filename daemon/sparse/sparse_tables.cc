@@ -24,6 +24,7 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.rows_applied = table.owner->rows_applied();
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
+  c.restored_steps = table.restored_steps;
   if (!table.replicated) {
     if (table.search) c.search_steps_left = table.search->steps_left();
     c.request_partitions =

@@ -277,6 +277,10 @@ int scenario_train(px_client* c, const Flags& f) {
   bool searched = p == n || p == 2 * n || p == 4 * n || p == 8 * n;
   if (replicated ? p != 0 : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows) : !searched)
     die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
+  // The step it resumed from is what the daemon says it restored (0: not restored).
+  if (stats.restored_steps != start)
+    die("restored_steps " + std::to_string(stats.restored_steps) + ", resumed at step " +
+        std::to_string(start));
   uint64_t pushed = stats.push_steps;
   if (stats.search_steps_left != (!replicated && !o.partitions && pushed < 23 ? 23 - pushed : 0))
     die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +

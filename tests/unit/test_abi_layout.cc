@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 3u), "ABI 1.3");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 4u), "ABI 1.4");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -66,12 +66,13 @@ static_assert(offsetof(px_world_info, node_index) == 4);
 static_assert(offsetof(px_world_info, rank) == 12);
 static_assert(offsetof(px_world_info, local_size) == 24);
 
-static_assert(sizeof(px_var_stats) == 112);
+static_assert(sizeof(px_var_stats) == 120);
 static_assert(offsetof(px_var_stats, ops) == 8);
 static_assert(offsetof(px_var_stats, pull_steps) == 40);
 static_assert(offsetof(px_var_stats, bytes_received) == 88);
 static_assert(offsetof(px_var_stats, request_partitions) == 96);
 static_assert(offsetof(px_var_stats, search_steps_left) == 104);
+static_assert(offsetof(px_var_stats, restored_steps) == 112);
 
 static_assert(sizeof(px_sparse_options) == 112);
 static_assert(offsetof(px_sparse_options, optimizer) == 4);

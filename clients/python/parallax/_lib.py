@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.3), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.4), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -16,7 +16,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 3
+ABI_MINOR = 4
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -81,7 +81,7 @@ class VarStats(Structure):
                 ("rows_pulled", c_uint64), ("rows_unique", c_uint64),
                 ("rows_applied", c_uint64), ("bytes_sent", c_uint64),
                 ("bytes_received", c_uint64), ("request_partitions", c_uint64),
-                ("search_steps_left", c_uint64)]
+                ("search_steps_left", c_uint64), ("restored_steps", c_uint64)]
 
 
 class SparseOptions(Structure):

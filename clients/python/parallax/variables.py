@@ -50,6 +50,7 @@ class Stats:
     bytes_received: int
     request_partitions: int
     search_steps_left: int
+    restored_steps: int  # sparse: the checkpoint's push steps it was restored from; 0: none
 
 
 def _op_options(priority: int = 0, root: int = 0) -> _lib.OpOptions:

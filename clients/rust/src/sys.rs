@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.3), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.4), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 3;
+pub const PX_ABI_VERSION_MINOR: u32 = 4;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -157,6 +157,7 @@ pub struct px_var_stats {
     pub bytes_received: u64,
     pub request_partitions: u64,
     pub search_steps_left: u64,
+    pub restored_steps: u64,
 }
 
 #[repr(C)]

@@ -40,12 +40,13 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_world_info, rank), 12);
     assert_eq!(offset!(sys::px_world_info, local_size), 24);
 
-    assert_eq!(size_of::<sys::px_var_stats>(), 112);
+    assert_eq!(size_of::<sys::px_var_stats>(), 120);
     assert_eq!(offset!(sys::px_var_stats, ops), 8);
     assert_eq!(offset!(sys::px_var_stats, pull_steps), 40);
     assert_eq!(offset!(sys::px_var_stats, bytes_received), 88);
     assert_eq!(offset!(sys::px_var_stats, request_partitions), 96);
     assert_eq!(offset!(sys::px_var_stats, search_steps_left), 104);
+    assert_eq!(offset!(sys::px_var_stats, restored_steps), 112);
 
     assert_eq!(size_of::<sys::px_sparse_options>(), 112);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
@@ -93,7 +94,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 3));
+    assert_eq!(parallax::abi_version(), (1, 4));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

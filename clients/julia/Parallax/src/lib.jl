@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.3), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.4), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 3
+const PX_ABI_VERSION_MINOR = 4
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -116,7 +116,7 @@ struct PxWorldInfo  # 28 bytes
     local_size::Int32
 end
 
-struct PxVarStats  # 112 bytes
+struct PxVarStats  # 120 bytes
     struct_size::UInt32
     reserved::UInt32
     ops::UInt64
@@ -132,6 +132,7 @@ struct PxVarStats  # 112 bytes
     bytes_received::UInt64
     request_partitions::UInt64
     search_steps_left::UInt64
+    restored_steps::UInt64
 end
 
 struct PxSparseOptions  # 112 bytes
