@@ -59,6 +59,14 @@ class Agreement {
   // nothing.
   std::optional<Verdict> job_left(int node, const std::string& job, uint32_t barrier_id);
 
+  // The cluster re-formed: every run and registration of the earlier epoch is gone (every
+  // job failed when the node was lost). Ids go on counting.
+  void reset() {
+    job_sizes_.clear();
+    vars_.clear();
+    runs_.clear();
+  }
+
   int node_count() const { return node_count_; }
   // Runs started and not yet ended everywhere (for tests and leak checks).
   size_t running() const { return runs_.size(); }

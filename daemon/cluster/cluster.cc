@@ -34,11 +34,12 @@ bool resolve(const std::string& endpoint, sockaddr_storage* out, std::string* er
   return true;
 }
 
-std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, const Fill& fill) {
+std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, uint64_t epoch,
+                                                   const Fill& fill) {
   auto message = std::make_unique<capnp::MallocMessageBuilder>();
   Envelope::Builder envelope = message->initRoot<Envelope>();
   envelope.setProtocolVersion(kClusterProtocolVersion);
-  envelope.setEpoch(kClusterEpoch);
+  envelope.setEpoch(epoch);
   envelope.setCluster(cluster);
   fill(envelope.getBody());
   return message;
@@ -152,7 +153,8 @@ void Cluster::connect_to_coordinator() {
 
 void Cluster::on_retry_timer(uv_timer_t* timer) {
   auto* self = static_cast<Cluster*>(timer->data);
-  if (!self->stopped_ && !self->ready_ && !self->rejected_) self->connect_to_coordinator();
+  if (!self->stopped_ && (!self->ready_ || self->rejoining_) && !self->rejected_)
+    self->connect_to_coordinator();
 }
 
 void Cluster::on_connected(uv_connect_t* request, int status) {
@@ -175,7 +177,7 @@ void Cluster::on_connected(uv_connect_t* request, int status) {
 
 void Cluster::send_join(Connection& c, const std::string& challenge) {
   if (!config_.secret.empty()) c.nonce = auth_nonce();
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto join = b.initJoin();
     auto index = static_cast<uint32_t>(config_.node_index);
     auto count = static_cast<uint32_t>(config_.node_count);
@@ -230,13 +232,23 @@ void Cluster::member_handle(Envelope::Reader envelope) {
   }
   switch (which) {
     case Envelope::Body::REJECT:
+      if (rejoining_) {
+        // Most likely the coordinator has not yet noticed this node's previous connection
+        // close (its index still looks taken): the connection closes next, and this node
+        // tries again.
+        PX_LOG_WARN("cluster: the coordinator refused this node's rejoin (%s); trying again",
+                    body.getReject().getReason().cStr());
+        return;
+      }
       rejected_ = true;  // its connection closes next: do not try again
       return events_.fatal(std::string("the coordinator refused this node: ") +
                            body.getReject().getReason().cStr());
     case Envelope::Body::HEARTBEAT:
       return;  // it arrived: that was its whole point
     case Envelope::Body::ADDRESS_TABLE: {
-      if (ready_) return;
+      // The first formation, or a re-formation: a higher epoch than the one this node is in.
+      uint64_t epoch = envelope.getEpoch();
+      if (ready_ && epoch <= epoch_) return;
       auto table = body.getAddressTable();
       std::vector<std::string> addresses;
       for (auto a : table.getFabricAddresses())
@@ -245,9 +257,21 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       for (unsigned i = 0; i < hosts.size() && i < hosts_.size(); ++i)
         if (hosts_[i].empty()) hosts_[i] = hosts[i];
       std::string error;
-      if (static_cast<int>(addresses.size()) != config_.node_count ||
-          !fabric_.set_peers(addresses, config_.node_index, &error))
+      if (static_cast<int>(addresses.size()) != config_.node_count)
+        return events_.fatal("bad address table from the coordinator: " +
+                             std::to_string(addresses.size()) + " nodes");
+      bool reform = ready_;
+      if (reform ? !fabric_.reset_peers(addresses, &error)
+                 : !fabric_.set_peers(addresses, config_.node_index, &error))
         return events_.fatal("bad address table from the coordinator: " + error);
+      epoch_ = epoch;
+      rejoining_ = false;
+      if (reform) {
+        PX_LOG_INFO("cluster '%s' re-formed under epoch %llu: %d nodes, this is %s; new jobs run",
+                    config_.cluster.c_str(), static_cast<unsigned long long>(epoch_),
+                    config_.node_count, node_label(config_.node_index).c_str());
+        return events_.reformed(epoch_);
+      }
       fabric_.start();
       ready_ = true;
       uv_timer_stop(&startup_timer_);
@@ -287,7 +311,7 @@ void Cluster::member_handle(Envelope::Reader envelope) {
 // --- both --------------------------------------------------------------------------------
 
 void Cluster::join_job(const std::string& job, uint32_t local_size) {
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto j = b.initJobJoin();
     j.setJob(job);
     j.setLocalSize(local_size);
@@ -299,7 +323,7 @@ void Cluster::join_job(const std::string& job, uint32_t local_size) {
 
 void Cluster::register_var(const std::string& job, const std::string& var,
                            const Fingerprint& fingerprint) {
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto r = b.initRegisterVar();
     r.setJob(job);
     r.setName(var);
@@ -317,7 +341,7 @@ void Cluster::register_var(const std::string& job, const std::string& var,
 
 void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why,
                                 bool clean) {
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto broken = b.initJobBroken();
     broken.setJob(job);
     broken.setBarrierId(barrier_id);
@@ -330,7 +354,7 @@ void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id, con
 }
 
 void Cluster::report_job_left(const std::string& job, uint32_t barrier_id) {
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto left = b.initJobLeft();
     left.setJob(job);
     left.setBarrierId(barrier_id);
@@ -432,8 +456,9 @@ void Cluster::lost_connection(Connection& c, const std::string& why, bool tell_i
                   why.c_str());
       return;
     }
+    --joined_;  // its index is free: the node may rejoin (handle_join)
     std::string reason = node_label(node) + " lost: its parallaxd " + why;
-    auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+    auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
       auto lost = b.initNodeLost();
       lost.setNodeIndex(static_cast<uint32_t>(node));
       lost.setReason(reason);
@@ -451,9 +476,15 @@ void Cluster::lost_connection(Connection& c, const std::string& why, bool tell_i
   }
   close_connection(c);
   coordinator_link_ = nullptr;
-  if (ready_)
-    return events_.node_lost(0, node_label(0) + " (the coordinator) lost: its parallaxd " + why);
-  if (!rejected_) uv_timer_start(&retry_timer_, on_retry_timer, 200, 0);
+  if (ready_ && !rejoining_) {
+    // The coordinator (restarted) or, if only this node was cut off, the running one takes
+    // this node back: it keeps trying to join, and the cluster re-forms once every node has.
+    rejoining_ = true;
+    PX_LOG_INFO("cluster '%s': rejoining through the coordinator at %s", config_.cluster.c_str(),
+                hosts_[0].c_str());
+    events_.node_lost(0, node_label(0) + " (the coordinator) lost: its parallaxd " + why);
+  }
+  if (!rejected_ && !stopped_) uv_timer_start(&retry_timer_, on_retry_timer, 200, 0);
 }
 
 void Cluster::close_connection(Connection& c) {

@@ -42,6 +42,10 @@ class Cluster {
         job_broken;
     // Every node's workers of this run of the job have left: free what it holds.
     std::function<void(const std::string& job, uint32_t barrier_id)> job_end;
+    // The cluster formed again after losing a node (it rejoined under its index, or the
+    // coordinator restarted and every node joined it): new jobs run; the earlier epoch's
+    // jobs stay failed.
+    std::function<void(uint64_t epoch)> reformed;
   };
 
   Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
@@ -50,6 +54,8 @@ class Cluster {
   bool start(std::string* error);
   void stop();
   bool ready() const { return ready_; }
+  // 0 before the cluster first formed, then 1, +1 each time it re-forms.
+  uint64_t epoch() const { return epoch_; }
   int node_index() const { return config_.node_index; }
   int node_count() const { return config_.node_count; }
   // "node 2 (10.0.0.3:7070)"
@@ -81,6 +87,8 @@ class Cluster {
   // Refuses one connection that has not joined (`claim`: what it said it is): logs it with
   // its address, sends it a Reject with `why`, closes it. The cluster is not disturbed.
   void refuse(Connection& c, const std::string& claim, const std::string& why);
+  // Every node has joined: the address table, under a new epoch, to every node.
+  void form();
   void send_to_node(int node, const std::string& frame);
   void broadcast(const std::string& frame);
   void abort_rendezvous(const std::string& why);
@@ -122,7 +130,9 @@ class Cluster {
   bool coordinator_ = false;
   bool ready_ = false;
   bool stopped_ = false;
-  bool rejected_ = false;           // member: the coordinator refused us; no more attempts
+  bool rejected_ = false;   // member: the coordinator refused us; no more attempts
+  bool rejoining_ = false;  // member: lost the formed cluster's coordinator; rejoining
+  uint64_t epoch_ = 0;
   std::vector<std::string> hosts_;  // by node, for messages
   uv_tcp_t listener_{};
   bool listening_ = false;
@@ -139,7 +149,8 @@ class Cluster {
   std::vector<Connection*> node_links_;        // by node index; [0] is ourselves (null)
   std::vector<std::string> fabric_addresses_;  // by node index
   int joined_ = 0;
-  Agreement agreement_;  // on jobs and variables; what it decides, deliver() sends
+  uint64_t highest_join_epoch_ = 0;  // of the members that joined (a restarted coordinator)
+  Agreement agreement_;              // on jobs and variables; what it decides, deliver() sends
 };
 
 }  // namespace px

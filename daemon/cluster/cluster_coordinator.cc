@@ -56,7 +56,7 @@ void Cluster::on_connection(uv_stream_t* server, int status) {
   self->start_reading(c);
   if (!self->config_.secret.empty()) {
     c.nonce = auth_nonce();
-    auto message = build(self->config_.cluster, [&](Envelope::Body::Builder b) {
+    auto message = build(self->config_.cluster, self->epoch_, [&](Envelope::Body::Builder b) {
       b.initChallenge().setNonce(
           kj::arrayPtr(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
     });
@@ -66,7 +66,10 @@ void Cluster::on_connection(uv_stream_t* server, int status) {
 
 void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
   auto which = envelope.getBody().which();
-  if (which == Envelope::Body::JOIN) return handle_join(from, envelope.getBody().getJoin());
+  if (which == Envelope::Body::JOIN) {
+    from.join_epoch = envelope.getEpoch();
+    return handle_join(from, envelope.getBody().getJoin());
+  }
   if (from.node < 0) return refuse(from, "no Join", "it sent a message before its Join");
   if (which == Envelope::Body::HEARTBEAT) return;  // it arrived: that was its whole point
   coordinator_handle(from.node, envelope);
@@ -114,8 +117,9 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   int node = static_cast<int>(index);
   if (ready_) {
     // The cluster formed: its nodes agreed on one configuration and jobs run on them, so a
-    // daemon that disagrees now is the one at fault (or was restarted, and a lost node
-    // cannot come back). Refuse it alone; the cluster goes on.
+    // daemon that disagrees now is the one at fault. Refuse it alone; the cluster goes on.
+    // A lost node's index is free: a daemon taking it (the lost one restarted, or resumed
+    // after a stop) rejoins, and the cluster re-forms under a new epoch.
     if (static_cast<int>(count) != config_.node_count)
       return refuse(from, claim,
                     "this daemon expects " + std::to_string(count) + " nodes; " + name + " has " +
@@ -126,32 +130,29 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
                         " of the running " + name + " (connected from " + holder->peer +
                         "); start this daemon with a free index, or stop the other and restart "
                         "the cluster");
-    return refuse(from, claim,
-                  node_label(node) + " was lost after " + name +
-                      " formed and cannot rejoin it (elastic membership is not built): restart "
-                      "the whole cluster");
-  }
-  // Before the cluster formed, a node count that differs from the coordinator's or an index
-  // claimed twice is a conflict between two configurations, and either may be the wrong
-  // one: the coordinator's count is no more authoritative than the member's (were the
-  // coordinator wrong, it would refuse every member in turn), and the daemon that connected
-  // first for an index is not more right than the second (forming with it would run jobs
-  // on whichever machine won the race). Stop every daemon, naming both sides, so that the
-  // configuration gets fixed.
-  if (static_cast<int>(count) != config_.node_count)
+  } else if (static_cast<int>(count) != config_.node_count) {
+    // Before the cluster formed, a node count that differs from the coordinator's or an index
+    // claimed twice is a conflict between two configurations, and either may be the wrong
+    // one: the coordinator's count is no more authoritative than the member's (were the
+    // coordinator wrong, it would refuse every member in turn), and the daemon that connected
+    // first for an index is not more right than the second (forming with it would run jobs
+    // on whichever machine won the race). Stop every daemon, naming both sides, so that the
+    // configuration gets fixed.
     return abort_rendezvous("node " + std::to_string(node) + " (" + host + ", connected from " +
                             from.peer + ") expects " + std::to_string(count) +
                             " nodes; the coordinator has " + std::to_string(config_.node_count) +
                             " (index must be 1.." + std::to_string(config_.node_count - 1) + ")");
-  if (Connection* holder = node_links_[static_cast<size_t>(node)])
+  } else if (Connection* holder = node_links_[static_cast<size_t>(node)]) {
     return abort_rendezvous("two daemons claim node index " + std::to_string(node) + " (" +
                             hosts_[static_cast<size_t>(node)] + ", connected from " + holder->peer +
                             ", and " + host + ", connected from " + from.peer + ")");
+  }
   from.node = node;
+  highest_join_epoch_ = std::max(highest_join_epoch_, from.join_epoch);
   if (!config_.secret.empty()) {
     std::string proof =
         auth_mac(config_.secret, "coordinator", config_.cluster, node_nonce, from.nonce);
-    auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+    auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
       b.initAuthProof().setAuth(
           kj::arrayPtr(reinterpret_cast<const kj::byte*>(proof.data()), proof.size()));
     });
@@ -163,10 +164,19 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
       reinterpret_cast<const char*>(address.begin()), address.size());
   if (hosts_[static_cast<size_t>(node)].empty()) hosts_[static_cast<size_t>(node)] = host;
   ++joined_;
-  PX_LOG_INFO("cluster: %s joined from %s (%d of %d)", node_label(node).c_str(), from.peer.c_str(),
-              joined_, config_.node_count);
+  PX_LOG_INFO("cluster: %s %s from %s (%d of %d)", node_label(node).c_str(),
+              ready_ ? "rejoined" : "joined", from.peer.c_str(), joined_, config_.node_count);
   if (joined_ < config_.node_count) return;
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder body) {
+  form();
+}
+
+void Cluster::form() {
+  // A new epoch: past every epoch a member was in (a restarted coordinator starts at 0), and
+  // past this one when a lost node came back. The earlier epoch's jobs all failed with it.
+  // The coordinator takes it up as a member does (member_handle), which moves epoch_.
+  uint64_t epoch = std::max(epoch_, highest_join_epoch_) + 1;
+  agreement_.reset();
+  auto message = build(config_.cluster, epoch, [&](Envelope::Body::Builder body) {
     auto table = body.initAddressTable();
     auto addresses = table.initFabricAddresses(static_cast<unsigned>(config_.node_count));
     auto hosts = table.initHosts(static_cast<unsigned>(config_.node_count));
@@ -230,7 +240,7 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
 
 void Cluster::deliver(const Agreement::Verdict& verdict) {
   using Kind = Agreement::Verdict::Kind;
-  auto message = build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     switch (verdict.kind) {
       case Kind::kJobWorld: {
         auto world = b.initJobWorld();
@@ -283,8 +293,8 @@ void Cluster::broadcast(const std::string& frame) {
 
 void Cluster::abort_rendezvous(const std::string& why) {
   PX_LOG_ERROR("cluster '%s': %s", config_.cluster.c_str(), why.c_str());
-  auto message =
-      build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
+  auto message = build(config_.cluster, epoch_,
+                       [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
   std::string frame = frame_envelope(*message);
   for (auto& c : connections_)
     if (c->connected && !c->closing && !c->finishing) write(*c, frame);
@@ -296,8 +306,8 @@ void Cluster::refuse(Connection& c, const std::string& claim, const std::string&
   PX_LOG_WARN("cluster '%s': refused a join from %s (%s): %s; %s", config_.cluster.c_str(),
               c.peer.c_str(), claim.c_str(), why.c_str(),
               ready_ ? "the running cluster goes on" : "still waiting for the nodes");
-  auto message =
-      build(config_.cluster, [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
+  auto message = build(config_.cluster, epoch_,
+                       [&](Envelope::Body::Builder b) { b.initReject().setReason(why); });
   finish(c, frame_envelope(*message));
 }
 

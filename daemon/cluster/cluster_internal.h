@@ -19,6 +19,7 @@ struct Cluster::Connection {
   uv_tcp_t tcp{};
   EnvelopeReader reader;
   int node = -1;            // set once its Join is accepted (coordinator side) / 0 (member side)
+  uint64_t join_epoch = 0;  // coordinator: the epoch its Join's envelope carried
   std::string peer;         // the far end's address ("10.0.0.2:41234"), for messages
   bool connected = false;   // accepted, or our connect completed: frames may be written
   uint64_t last_heard = 0;  // loop time (ms) bytes last arrived, or it connected
@@ -42,8 +43,10 @@ namespace cluster_detail {
 
 using Fill = std::function<void(Envelope::Body::Builder)>;
 
-// An envelope of our version, epoch and cluster name, its body filled by fill.
-std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, const Fill& fill);
+// An envelope of our version, the sender's epoch and the cluster name, its body filled by
+// fill.
+std::unique_ptr<capnp::MallocMessageBuilder> build(const std::string& cluster, uint64_t epoch,
+                                                   const Fill& fill);
 
 // "host:port" -> sockaddr (resolved once, at start-up).
 bool resolve(const std::string& endpoint, sockaddr_storage* out, std::string* error);

@@ -45,7 +45,7 @@ void Cluster::heartbeat_tick() {
         "measured afresh",
         static_cast<unsigned long long>(now - last_tick_ms_));
   last_tick_ms_ = now;
-  auto message = cluster_detail::build(config_.cluster, [&](Envelope::Body::Builder b) {
+  auto message = cluster_detail::build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     b.initHeartbeat().setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
   std::string frame = frame_envelope(*message);

@@ -118,6 +118,9 @@ class Job {
   // Cluster: the tag id of the job's barrier (0 on a single node).
   uint32_t barrier_id() const { return barrier_id_; }
   void set_barrier_id(uint32_t id) { barrier_id_ = id; }
+  // The cluster epoch the run started in (Cluster::epoch); 0 on a single node.
+  uint64_t epoch() const { return epoch_; }
+  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
   void mark_broken(std::string why) { broken_ = std::move(why); }
   // Non-empty once a worker of the started job left with px_disconnect (here or on another
   // node): steps that need it fail (see needs_departed), the rest goes on.
@@ -153,6 +156,7 @@ class Job {
   bool departed_here_ = false;
   JobWorld world_;
   uint32_t barrier_id_ = 0;
+  uint64_t epoch_ = 0;
   std::vector<std::shared_ptr<Completer>> members_;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;

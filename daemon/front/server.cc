@@ -138,7 +138,16 @@ bool Server::start_cluster(std::string* error) {
     }
     it->second->set_world(world);
     it->second->set_barrier_id(barrier_id);
+    it->second->set_epoch(cluster_->epoch());
     activate(it->second);
+  };
+  events.reformed = [this](uint64_t epoch) {
+    // Every job of the earlier epoch failed when the node was lost and stays failed (its
+    // workers reconnect and start a new run); from now on jobs form and run again.
+    PX_LOG_INFO("cluster re-formed (epoch %llu) after: %s", static_cast<unsigned long long>(epoch),
+                cluster_broken_.c_str());
+    cluster_broken_.clear();
+    lost_node_ = -1;
   };
   events.var_ready = [this](const std::string& job, const std::string& name, uint32_t id) {
     auto it = jobs_.find(job);
@@ -211,7 +220,10 @@ void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other
 void Server::on_node_lost(const std::string& why) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;
-  PX_LOG_ERROR("%s; every job on this node fails from now on (restart the cluster)", why.c_str());
+  PX_LOG_ERROR(
+      "%s; every job on this node fails; new jobs wait until the node is back and the "
+      "cluster re-forms",
+      why.c_str());
   if (fabric_) fabric_->fail_all(why);
   ended_here_.clear();  // no JobEnd will come; fail_all cancelled their receives
   for (auto& [name, job] : jobs_) {
@@ -411,7 +423,8 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
     return PX_ERR_MISMATCH;
   }
   if (!cluster_broken_.empty()) {
-    *error = "parallaxd on " + node_label() + " lost its cluster: " + cluster_broken_;
+    *error = "parallaxd on " + node_label() + " lost its cluster: " + cluster_broken_ +
+             " (new jobs start once the node is back and the cluster re-forms)";
     return PX_ERR_PEER_LOST;
   }
   if (!job->broken().empty()) {
@@ -487,6 +500,9 @@ void Server::leave_job(Session& session, const std::string& why) {
   }
   if (job->connected() > 0) return;
   jobs_.erase(it);
+  // A run of an earlier epoch: its traffic ended with the lost node (fail_all), and its ids
+  // may belong to this epoch's runs now (a restarted coordinator counts from 1 again).
+  if (cluster_ && job->barrier_id() != 0 && job->epoch() != cluster_->epoch()) return;
   if (cluster_ && job->barrier_id() != 0 && cluster_broken_.empty()) {
     // Other nodes may still be sending to this node's shards and receives: they stay until
     // every node's workers have left (the coordinator's JobEnd, events.job_end).

@@ -140,7 +140,7 @@ void cluster_seeds() {
   using Fill = cluster_detail::Fill;
   std::string all;
   auto seed = [&all](const std::string& name, const std::string& cluster, const Fill& fill) {
-    std::string frame = frame_envelope(*build(cluster, fill));
+    std::string frame = frame_envelope(*build(cluster, 1, fill));
     write_seed("cluster", name, stream(frame));
     all += frame;
   };
@@ -221,14 +221,14 @@ void cluster_seeds() {
   // (node 3 with another shape), then node 1 registers it again differently.
   std::string agreement;
   for (int node = 0; node < kClusterNodes; ++node)
-    agreement += frame_envelope(*build(name, [node](Envelope::Body::Builder b) {
+    agreement += frame_envelope(*build(name, 1, [node](Envelope::Body::Builder b) {
       auto j = b.initJobJoin();
       j.setJob("train");
       j.setLocalSize(static_cast<uint32_t>(node + 1));
       j.setNodeIndex(static_cast<uint32_t>(node));
     }));
   for (int node : {0, 1, 2, 3, 1})
-    agreement += frame_envelope(*build(name, [node](Envelope::Body::Builder b) {
+    agreement += frame_envelope(*build(name, 1, [node](Envelope::Body::Builder b) {
       auto r = b.initRegisterVar();
       r.setJob("train");
       r.setName("w");

@@ -323,12 +323,19 @@ std::vector<std::string> ClusterProcesses::node_args(const std::string& cluster,
 
 ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes,
                                    const std::vector<std::string>& extra_args)
-    : endpoints_(free_endpoints(nodes)) {
+    : tag_(tag), extra_args_(extra_args), endpoints_(free_endpoints(nodes)) {
   for (int i = 0; i < nodes; ++i) {
     auto args = node_args(tag, endpoints_, i);
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args));
   }
+}
+
+void ClusterProcesses::restart(int i) {
+  auto args = node_args(tag_, endpoints_, i);
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  nodes_[static_cast<size_t>(i)] = std::make_unique<DaemonProcess>(
+      tag_ + "-n" + std::to_string(i) + "r" + std::to_string(++restarts_), args);
 }
 
 std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const std::string& job,

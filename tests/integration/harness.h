@@ -56,8 +56,14 @@ class ClusterProcesses {
   static std::vector<std::string> node_args(const std::string& cluster,
                                             const std::vector<std::string>& endpoints, int index);
   static std::vector<std::string> free_endpoints(int n);
+  // Starts node i again with its flags (after it died or was killed): its control port is
+  // the same, its socket and fabric endpoint are new.
+  void restart(int i);
 
  private:
+  std::string tag_;
+  std::vector<std::string> extra_args_;
+  int restarts_ = 0;
   std::vector<std::unique_ptr<DaemonProcess>> nodes_;
   std::vector<std::string> endpoints_;
 };

@@ -125,6 +125,7 @@ bool FabricEndpoint::set_peers(const std::vector<std::string>& addresses, int se
   self_ = self;
   dead_.assign(addresses.size(), "");
   peers_.assign(addresses.size(), FI_ADDR_UNSPEC);
+  peer_addresses_ = addresses;
   for (size_t i = 0; i < addresses.size(); ++i) {
     int n = fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr);
     if (n != 1) {
@@ -132,6 +133,31 @@ bool FabricEndpoint::set_peers(const std::vector<std::string>& addresses, int se
       return false;
     }
   }
+  return true;
+}
+
+bool FabricEndpoint::reset_peers(const std::vector<std::string>& addresses, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (addresses.size() != peers_.size()) {
+    *error = "the new address table has " + std::to_string(addresses.size()) + " nodes, not " +
+             std::to_string(peers_.size());
+    return false;
+  }
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i] == peer_addresses_[i]) continue;
+    fi_av_remove(av_, &peers_[i], 1, 0);
+    if (fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr) != 1) {
+      *error = "fi_av_insert of node " + std::to_string(i) + "'s new fabric address failed";
+      dead_[i] = *error;
+      return false;
+    }
+    peer_addresses_[i] = addresses[i];
+  }
+  dead_.assign(addresses.size(), "");
+  // Ids of the earlier cluster's variables may be handed out again (a restarted
+  // coordinator counts from 1): none of their operations is left (fail_all).
+  dead_vars_.clear();
+  dead_order_.clear();
   return true;
 }
 

@@ -53,6 +53,11 @@ class FabricEndpoint : public CollectiveTransport {
   // Inserts the group's addresses (this endpoint's own at index self); rank i is then
   // addressed by index i.
   bool set_peers(const std::vector<std::string>& addresses, int self, std::string* error);
+  // A re-formed cluster (a node restarted under its index, or a restarted coordinator): a
+  // peer whose address changed (a restarted daemon's endpoint is a new one) is addressed
+  // anew, and every peer and variable lives again. Only after fail_all: nothing of the
+  // earlier cluster may still be under way.
+  bool reset_peers(const std::vector<std::string>& addresses, std::string* error);
 
   int rank() const override { return self_; }
   int size() const override { return static_cast<int>(peers_.size()); }
@@ -104,6 +109,7 @@ class FabricEndpoint : public CollectiveTransport {
   std::string address_;
   std::string provider_name_;
   std::vector<fi_addr_t> peers_;
+  std::vector<std::string> peer_addresses_;  // what peers_ were inserted from
   int self_ = 0;
   size_t max_posted_ = 256;
 

@@ -6,7 +6,10 @@
 
 struct Envelope {
   protocolVersion @0 :UInt32;   # kClusterProtocolVersion; others are refused
-  epoch @1 :UInt64;             # cluster epoch: 1 today; elastic restarts will bump it
+  epoch @1 :UInt64;             # the sender's cluster epoch: 0 before it first formed, 1 once
+                                # formed, +1 each time it re-forms (a lost node rejoined, a
+                                # restarted coordinator); an AddressTable of a higher epoch
+                                # than a formed node's re-forms it
   cluster @2 :Text;
   body :union {
     join @3 :Join;

@@ -1,0 +1,73 @@
+// A cluster re-forms after losing a node: a member killed with SIGKILL and started again
+// under its index rejoins, and so does every member when the coordinator is killed and
+// restarted; the cluster goes on under a new epoch and a new job runs on every node. A job
+// interrupted by the loss fails with PX_ERR_PEER_LOST naming the node. Real parallaxd and
+// px_test_worker processes over tcp;ofi_rxm on loopback.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+using namespace pxt;
+
+namespace {
+
+const std::vector<std::string> kSweep = {"sweep", "--counts", "1,1000"};
+const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
+
+bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    if (contains(daemon.log(), what)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Node `victim` dies mid-job (SIGKILL), the others' workers fail naming it, it is started
+// again, and the cluster re-forms under epoch 2: a new job runs on all three nodes.
+void kill_and_restart(const std::string& tag, int victim) {
+  ClusterProcesses cluster(tag, 3, {"--peer-silence-ms", "1500"});
+  CHECK(all_ok(run_cluster_workers(cluster, "before", 1, kSweep, 120000, kExact)));
+
+  KilledNodeRun run =
+      run_cluster_workers_killing_node(cluster, "steady", 1, {"until-lost"}, victim);
+  CHECK(run.ready_nodes == 3);
+  std::string named = "node " + std::to_string(victim) + " (" +
+                      cluster.endpoints()[static_cast<size_t>(victim)] + ")";
+  for (int node = 0; node < 3; ++node) {
+    if (node == victim) continue;
+    const WorkerResult& r = run.results[static_cast<size_t>(node)];
+    CHECK_MESSAGE(contains(r.output, "LOST at step"), r.output);
+    CHECK_MESSAGE(contains(r.output, named), r.output);
+  }
+
+  cluster.restart(victim);
+  for (int node = 0; node < 3; ++node) {
+    CAPTURE(node);
+    // The restarted daemon forms anew (its first epoch is the cluster's next); the others
+    // re-form.
+    std::string says = node == victim ? "ready: 3 nodes" : "re-formed under epoch 2";
+    CHECK_MESSAGE(log_says(cluster.node(node), says, 30000), cluster.node(node).log());
+    CHECK(cluster.node(node).alive());
+  }
+  auto results = run_cluster_workers(cluster, "after", 1, kSweep, 120000, kExact);
+  CHECK(all_ok(results));
+  for (auto& r : results) CHECK_MESSAGE(contains(r.output, "OK sweep"), r.output);
+}
+
+}  // namespace
+
+TEST_CASE("cluster: a member killed and restarted under its index rejoins and a new job runs") {
+  kill_and_restart("crf1", 2);
+}
+
+TEST_CASE("cluster: the coordinator killed and restarted takes every member back and a new job runs") {
+  kill_and_restart("crf0", 0);
+}
