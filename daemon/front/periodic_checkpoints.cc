@@ -63,8 +63,9 @@ void PeriodicCheckpoints::checkpoint_job(const std::shared_ptr<Job>& job) {
     variables.push_back(var.get());
     pushes += var->sparse->push_steps;
   }
-  // Nothing new since the last generation (or nothing to save): no new generation.
-  if (variables.empty() || (state.generation != 0 && pushes == state.pushes_saved)) return;
+  // Nothing pushed since the last generation (or since the run began: a restored table is
+  // in its checkpoint already), or nothing to save: no new generation.
+  if (variables.empty() || pushes == state.pushes_saved) return;
 
   const std::string& dir = server_.config().drain_checkpoint_dir;
   uint64_t generation = next_generation(dir, job->name());

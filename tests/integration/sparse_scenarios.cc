@@ -224,6 +224,15 @@ int scenario_train(px_client* c, const Flags& f) {
   // the reference only. PX_TEST_CHECKPOINT_DIR: checkpoint after the last step.
   uint64_t start =
       getenv("PX_TEST_START_STEP") ? strtoull(getenv("PX_TEST_START_STEP"), nullptr, 10) : 0;
+  // PX_TEST_RESUME: the step to resume from is the one the daemon restored the table to.
+  if (getenv("PX_TEST_RESUME")) {
+    px_var_stats restored;
+    restored.struct_size = sizeof restored;
+    check(px_var_stats_get(var, &restored), "px_var_stats_get");
+    start = restored.restored_steps;
+    if (start == 0) die("PX_TEST_RESUME: the table was not restored");
+    printf("resumed at step %llu\n", (unsigned long long)start);
+  }
   // The restored table, bitwise, before any step (compared with the checkpoint's files).
   if (start > 0 && g_rank == 0) {
     std::vector<int64_t> idx = all_rows();

@@ -5,11 +5,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sharding/checkpoint.h"
@@ -110,4 +112,56 @@ TEST_CASE(
   CHECK(all_ok(results));
   CHECK(field(results[0].output + results[1].output, "start_hash") == expected);
   CHECK_MESSAGE(contains(daemon.log(), "restored from " + folder), daemon.log());
+}
+
+TEST_CASE("checkpoints: a node killed mid-training on 3 nodes restarts and training resumes from the newest generation") {
+  // Periodic generations in a directory every node shares (one machine); node 1 is killed
+  // with SIGKILL once two generations exist. The other nodes' workers fail naming it; node
+  // 1 is started again, the cluster re-forms, and a new run of the job reads the step its
+  // table was restored to (px_var_stats.restored_steps), which equals the newest
+  // generation's files bitwise, and trains to the end: every pull and the final table match
+  // the uninterrupted reference.
+  ScratchDir scratch("cluster-ckpt");
+  const std::string& dir = scratch.path();
+  ClusterProcesses cluster("pckc", 3,
+                           {"--checkpoint-dir", dir, "--checkpoint-interval-s", "1",
+                            "--checkpoint-keep", "2", "--peer-silence-ms", "1500"});
+  std::vector<WorkerResult> interrupted;
+  std::thread workers([&] {
+    interrupted = run_cluster_workers(cluster, "pckc", 1, train(60), 120000,
+                                      {{"PX_TEST_STEP_SLEEP_MS", "100"}});
+  });
+  for (int waited = 0; waited < 30000 && px::newest_generation(dir, "pckc") < 2; waited += 50)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(px::newest_generation(dir, "pckc") >= 2);
+  CHECK(cluster.node(1).kill_and_reap(SIGKILL) == 128 + SIGKILL);
+  workers.join();
+  std::string named = "node 1 (" + cluster.endpoints()[1] + ")";
+  for (int node : {0, 2}) {
+    const WorkerResult& r = interrupted[static_cast<size_t>(node)];
+    CHECK(r.exit_code != 0);
+    CHECK_MESSAGE(contains(r.output, named), r.output);
+  }
+
+  cluster.restart(1);
+  for (int node : {0, 2})
+    for (int waited = 0; waited < 30000 && !contains(cluster.node(node).log(), "re-formed under");
+         waited += 50)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t newest = px::newest_generation(dir, "pckc");
+  std::string folder = px::generation_dir(dir, "pckc", newest);
+  px::ManifestData manifest;
+  std::string error;
+  REQUIRE_MESSAGE(px::read_manifest(px::checkpoint_stem(folder, "pckc", "emb") + ".manifest",
+                                    &manifest, &error),
+                  error);
+  CHECK(manifest.nodes == 3);
+  std::string expected = shard_files_hash(folder, manifest);
+  auto results =
+      run_cluster_workers(cluster, "pckc", 1, train(60), 120000, {{"PX_TEST_RESUME", "1"}});
+  CHECK(all_ok(results));
+  std::string steps = std::to_string(manifest.optimizer_steps);
+  for (auto& r : results) CHECK_MESSAGE(contains(r.output, "resumed at step " + steps), r.output);
+  CHECK(field(results[0].output, "start_hash") == expected);
+  CHECK(same_field(results, "table_hash"));
 }
