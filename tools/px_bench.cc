@@ -27,6 +27,10 @@
 //     The demo's language model at vocabulary 800,000 through Parallax and through torch
 //     DDP with dense and with sparse embeddings: words/s, compute and exposed communication.
 //
+//   px-bench faults [--json] [--faults 200] [--seed S]   (tests/integration/fault_suite.cc)
+//     Randomized faults on a 3-node cluster running sparse and dense training; every fault
+//     must end in a clear error naming the right node and a re-formed cluster.
+//
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
@@ -601,6 +605,20 @@ int bench_lm(int argc, char** argv) {
   die("cannot run /usr/bin/python3 " + script + ": " + strerror(errno));
 }
 
+// `px-bench faults`: the fault-injection suite (tests/integration/fault_suite.cc) with the
+// full count, 200 randomized faults on a 3-node cluster; it prints one JSON object.
+int bench_faults(int argc, char** argv) {
+  if (!*PX_FAULT_SUITE_PATH) die("px-bench faults: this build has no tests (PX_BUILD_TESTS=OFF)");
+  std::vector<std::string> args = {PX_FAULT_SUITE_PATH, "--faults", "200"};
+  for (int i = 0; i < argc; ++i)
+    if (std::string(argv[i]) != "--json") args.emplace_back(argv[i]);
+  std::vector<char*> c_args;
+  for (std::string& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  execv(c_args[0], c_args.data());
+  die(std::string("cannot run ") + PX_FAULT_SUITE_PATH + ": " + strerror(errno));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
     fprintf(
@@ -618,7 +636,8 @@ int main(int argc, char** argv) {
         "                            [--peers ddp,ddp-copy] [--daemon PATH]\n"
         "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
-        "                   [--steps N] (tools/bench/lm.py --help)\n");
+        "                   [--steps N] (tools/bench/lm.py --help)\n"
+        "       px-bench faults [--json] [--faults 200] [--seed S]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
@@ -626,6 +645,7 @@ int main(int argc, char** argv) {
   if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
   if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
   if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
+  if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
     return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
@@ -665,5 +685,5 @@ int main(int argc, char** argv) {
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
   die("unknown scenario '" + scenario +
-      "' (this build has: local, allreduce, sparse, torch-dense, lm)");
+      "' (this build has: local, allreduce, sparse, torch-dense, lm, faults)");
 }
