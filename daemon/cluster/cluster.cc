@@ -275,9 +275,10 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       fabric_.start();
       ready_ = true;
       uv_timer_stop(&startup_timer_);
-      PX_LOG_INFO("cluster '%s' ready: %d nodes, this is %s, fabric provider %s",
+      PX_LOG_INFO("cluster '%s' ready: %d nodes, this is %s, fabric provider %s, fabric address %s",
                   config_.cluster.c_str(), config_.node_count,
-                  node_label(config_.node_index).c_str(), fabric_.provider_name().c_str());
+                  node_label(config_.node_index).c_str(), fabric_.provider_name().c_str(),
+                  fabric_.address_text().c_str());
       return events_.ready();
     }
     case Envelope::Body::JOB_WORLD: {

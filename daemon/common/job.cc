@@ -85,4 +85,11 @@ Variable& Job::add(std::string name, Fingerprint fingerprint, std::string define
   return *variables_.back();
 }
 
+uint64_t Job::sparse_table_bytes() const {
+  uint64_t bytes = 0;
+  for (auto& var : variables_)
+    if (var->fingerprint.sparse) bytes += var->fingerprint.bytes() * var->fingerprint.dim;
+  return bytes;
+}
+
 }  // namespace px

@@ -103,6 +103,13 @@ struct JobWorld {
   }
 };
 
+// What a job holds on this node, checked against the daemon's per-job limits
+// (DaemonConfig::limits): kept by the front, which admits workers and requests.
+struct JobUsage {
+  uint64_t arena_bytes = 0;         // the arenas of its connected workers
+  uint64_t requests_in_flight = 0;  // its workers' requests taken off their rings, not completed
+};
+
 class Job {
  public:
   Job(std::string name, int local_size);
@@ -146,6 +153,9 @@ class Job {
   Variable* find(const std::string& name);
   Variable& add(std::string name, Fingerprint fingerprint, std::string defined_by);
   std::vector<std::unique_ptr<Variable>>& variables() { return variables_; }
+  // The bytes of its sparse tables, rows x dim x dtype summed (whole tables, on any node).
+  uint64_t sparse_table_bytes() const;
+  JobUsage& usage() { return usage_; }
 
  private:
   std::string name_;
@@ -160,6 +170,7 @@ class Job {
   std::vector<std::shared_ptr<Completer>> members_;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;
+  JobUsage usage_;
 };
 
 }  // namespace px

@@ -44,6 +44,11 @@ const char kUsage[] =
     "  --checkpoint-timeout-ms N  deadline of a checkpoint (default 60000)\n"
     "  --checkpoint-interval-s N  checkpoint each job that pushed every N s (default 0: never)\n"
     "  --checkpoint-keep K    periodic checkpoints kept per job (default 3)\n"
+    "limits per job on this node (default 0: none; past one, a clear error):\n"
+    "  --job-variables N      variables a job may register\n"
+    "  --job-requests-in-flight N  requests of a job's workers held at once (PX_ERR_BUSY)\n"
+    "  --job-arena-bytes N    arena bytes of a job's workers together\n"
+    "  --job-sparse-table-bytes N  rows x dim x 4 of a job's sparse tables together\n"
     "cluster:\n"
     "  --cluster NAME         cluster name; every node must use the same (default parallax)\n"
     "  --node-index I         this node's index, 0 is the coordinator\n"
@@ -229,6 +234,18 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "service.checkpoint_keep") {
     if (!number(1, 10000)) return false;
     c->checkpoint_keep = static_cast<int>(n);
+  } else if (key == "limits.job_variables") {
+    if (!number(0, 1u << 24)) return false;  // variable ids have 24 bits on the fabric
+    c->job_limits.variables = n;
+  } else if (key == "limits.job_requests_in_flight") {
+    if (!number(0, UINT32_MAX)) return false;
+    c->job_limits.requests_in_flight = n;
+  } else if (key == "limits.job_arena_bytes") {
+    if (!number(0, UINT64_MAX)) return false;
+    c->job_limits.arena_bytes = n;
+  } else if (key == "limits.job_sparse_table_bytes") {
+    if (!number(0, UINT64_MAX)) return false;
+    c->job_limits.sparse_table_bytes = n;
   } else {
     *error = "unknown setting '" + key + "'";
     return false;
@@ -236,7 +253,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   return true;
 }
 
-const std::set<std::string> kTables = {"fabric", "timeouts", "metrics", "log", "service"};
+const std::set<std::string> kTables = {"fabric", "timeouts", "metrics", "log", "service", "limits"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {
@@ -378,6 +395,10 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--checkpoint-timeout-ms", "service.checkpoint_timeout_ms"},
       {"--checkpoint-interval-s", "service.checkpoint_interval_s"},
       {"--checkpoint-keep", "service.checkpoint_keep"},
+      {"--job-variables", "limits.job_variables"},
+      {"--job-requests-in-flight", "limits.job_requests_in_flight"},
+      {"--job-arena-bytes", "limits.job_arena_bytes"},
+      {"--job-sparse-table-bytes", "limits.job_sparse_table_bytes"},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

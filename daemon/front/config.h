@@ -17,8 +17,17 @@ struct DaemonConfig {
   unsigned threads = 0;  // 0: min(4, cores)
   uint64_t default_arena_bytes = 256ull << 20;
   uint64_t max_arena_bytes = 16ull << 30;
-  std::string restore_dir;  // sparse variables load their checkpoint from here, if it has one
-  uint32_t ring_capacity = 1024;
+  std::string restore_dir;        // sparse variables load their checkpoint from here, if it has one
+  uint32_t ring_capacity = 1024;  // also each worker's most requests in flight
+  // Per-job limits on this node ([limits]; README: Running parallaxd as a service), so one
+  // job cannot starve the others; 0: none. Past one, the worker or request that would cross
+  // it is refused with an error naming the limit; the job goes on.
+  struct JobLimits {
+    uint64_t variables = 0;           // registered variables (dense and sparse)
+    uint64_t requests_in_flight = 0;  // its workers' requests the daemon holds at once
+    uint64_t arena_bytes = 0;         // the arenas of its workers on this node together
+    uint64_t sparse_table_bytes = 0;  // rows x dim x 4 of its sparse tables together
+  } job_limits;
   LogLevel log_level = LogLevel::kInfo;
 
   // Cluster (node_count > 1). Either nodes (host:port of every node's control port; node 0

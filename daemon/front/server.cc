@@ -415,6 +415,19 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
     *error = service_.refusal();
     return PX_ERR_CONNECT;
   }
+  // Checked before the job exists, so a refused first worker leaves no empty job behind.
+  uint64_t arena = session->arena().size();
+  uint64_t arena_limit = config_.job_limits.arena_bytes;
+  auto existing = jobs_.find(name);
+  uint64_t arena_used = existing != jobs_.end() ? existing->second->usage().arena_bytes : 0;
+  if (arena_limit != 0 && arena_used + arena > arena_limit) {
+    *error = "job '" + name + "' on " + node_label(config_.node_index) + ": an arena of " +
+             std::to_string(arena) + " bytes for " + session->label() +
+             " would bring the job's arenas to " + std::to_string(arena_used + arena) +
+             " bytes, more than limits.job_arena_bytes = " + std::to_string(arena_limit) +
+             " (ask for a smaller arena_bytes)";
+    return PX_ERR_NO_MEMORY;
+  }
   auto& job = jobs_[name];
   if (!job) job = std::make_shared<Job>(name, local_size);
   if (job->local_size() != local_size) {
@@ -444,6 +457,7 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
     return PX_ERR_INVALID;
   }
   slot = session;
+  job->usage().arena_bytes += arena;
   *job_out = job;
   *assigned_rank = rank;
   if (job->connected() == local_size) job_complete_locally(job);
@@ -476,8 +490,10 @@ void Server::leave_job(Session& session, const std::string& why) {
   if (it == jobs_.end()) return;
   std::shared_ptr<Job> job = it->second;
   int rank = session.local_rank();
-  if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session)
+  if (rank >= 0 && job->members()[static_cast<size_t>(rank)].get() == &session) {
     job->members()[static_cast<size_t>(rank)].reset();
+    job->usage().arena_bytes -= session.arena().size();
+  }
   if (job->ready() && job->broken().empty()) {
     // The job cannot complete another step without this worker: its steps fail here and,
     // relayed, on every other node at once (not at their deadlines). A worker that left

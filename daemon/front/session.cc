@@ -345,11 +345,37 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   register_variable(name, fingerprint, &options);
 }
 
+std::string Session::job_limit_refusal(const std::string& name,
+                                       const Fingerprint& fingerprint) const {
+  const DaemonConfig::JobLimits& limits = server_.config().job_limits;
+  Job& job = *job_;
+  std::string what = "job '" + job.name() + "' on " +
+                     server_.node_label(server_.config().node_index) + ": variable '" + name +
+                     "' registered by " + label() + " is refused: ";
+  uint64_t variables = job.variables().size();  // the barrier is variable 0: this is one more
+  if (limits.variables != 0 && variables > limits.variables)
+    return what + "the job would have " + std::to_string(variables) +
+           " variables, more than limits.job_variables = " + std::to_string(limits.variables);
+  if (fingerprint.sparse && limits.sparse_table_bytes != 0) {
+    uint64_t bytes = job.sparse_table_bytes() + fingerprint.bytes() * fingerprint.dim;
+    if (bytes > limits.sparse_table_bytes)
+      return what + "its table would bring the job's sparse tables to " + std::to_string(bytes) +
+             " bytes, more than limits.job_sparse_table_bytes = " +
+             std::to_string(limits.sparse_table_bytes);
+  }
+  return "";
+}
+
 void Session::register_variable(const std::string& name, const Fingerprint& fingerprint,
                                 const SparseOptions* sparse_options) {
   Job& job = *job_;
   Variable* var = job.find(name);
   if (!var) {
+    std::string refused = job_limit_refusal(name, fingerprint);
+    if (!refused.empty()) {
+      PX_LOG_WARN("%s", refused.c_str());
+      return reply_register(PX_ERR_NO_MEMORY, refused, 0);
+    }
     var = &job.add(name, fingerprint, label());
     if (sparse_options) {
       Server& server = server_;
@@ -531,6 +557,11 @@ void Session::drain_submissions() {
     while (budget > 0 && !closed() && submit_ring_.try_pop(&entry)) {
       --budget;
       ++outstanding_;
+      ++job_->usage().requests_in_flight;
+      if (std::string over = request_limit_refusal(); !over.empty()) {
+        complete(entry.request_id, PX_ERR_BUSY, over);
+        continue;
+      }
       if (server_.service().draining()) {  // SIGTERM: only what completes a started step
         std::string refused;
         if (!server_.service().admits(*job_, entry, &refused)) {
@@ -549,9 +580,30 @@ void Session::drain_submissions() {
   }
 }
 
+std::string Session::request_limit_refusal() const {
+  // A client that keeps to its ring never gets here: its library counts the requests whose
+  // completions it has not read, and those are at least the daemon's.
+  if (outstanding_ > submit_ring_.capacity())
+    return label() + " has " + std::to_string(outstanding_) +
+           " requests in flight, more than its ring's " + std::to_string(submit_ring_.capacity()) +
+           "; wait some first";
+  uint64_t limit = server_.config().job_limits.requests_in_flight;
+  uint64_t held = job_->usage().requests_in_flight;
+  if (limit != 0 && held > limit)
+    return "job '" + job_->name() + "' on " + server_.node_label(server_.config().node_index) +
+           " has " + std::to_string(held) +
+           " requests in flight, more than limits.job_requests_in_flight = " +
+           std::to_string(limit) + " (refused for " + label() + "); wait some first";
+  return "";
+}
+
 void Session::complete(uint64_t request_id, px_status status, const std::string& message) {
   PX_ASSERT_LOOP_THREAD();
-  if (outstanding_ > 0) --outstanding_;
+  if (outstanding_ > 0) {
+    --outstanding_;
+    // A closed session's share left the job's count when it closed.
+    if (state_ == State::kActive) --job_->usage().requests_in_flight;
+  }
   if (state_ != State::kActive) return;
   server_.observer().request_completed(status);
   CompletionEntry entry{};
@@ -582,6 +634,7 @@ void Session::close(const std::string& reason) {
   if (state_ == State::kClosed) return;
   bool was_member = state_ == State::kWaitingForJob || state_ == State::kActive;
   bool was_admin = state_ == State::kAdmin;  // pxctl comes and goes: not worth a line
+  if (state_ == State::kActive) job_->usage().requests_in_flight -= outstanding_;
   state_ = State::kClosed;
   if (reason != "refused" && !was_admin) PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
   if (was_member && job_) server_.leave_job(*this, reason);

@@ -74,6 +74,11 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   void register_variable(const std::string& name, const Fingerprint& fingerprint,
                          const SparseOptions* sparse_options);
   void reply_register(px_status status, const std::string& message, uint32_t var_id);
+  // Why a new variable would cross the job's limits (config job_limits), or "".
+  std::string job_limit_refusal(const std::string& name, const Fingerprint& fingerprint) const;
+  // Why the request just taken off the ring crosses this worker's or its job's limit on
+  // requests in flight (it is already counted), or "".
+  std::string request_limit_refusal() const;
   void handle_stats(const control::StatsRequest& request);
   void handle_checkpoint(const control::Checkpoint& request);
   void handle_error_text(const control::ErrorText& request);

@@ -3,9 +3,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -114,4 +117,57 @@ TEST_CASE("cluster auth: a secret file others may read, or too short, stops the 
                         false);
   CHECK(missing.wait_exit(10000) != 0);
   CHECK_MESSAGE(contains(missing.log(), "secret_file: " + dir.path() + "/none"), missing.log());
+}
+
+namespace {
+
+// The fabric address a cluster daemon logged when the cluster formed ("" if none yet).
+std::string logged_fabric_address(const DaemonProcess& daemon) {
+  std::string log = daemon.log();
+  const std::string key = "fabric address ";
+  size_t at = log.find(key);
+  if (at == std::string::npos) return "";
+  size_t end = log.find_first_of(" \n", at + key.size());
+  return log.substr(at + key.size(), end - at - key.size());
+}
+
+}  // namespace
+
+TEST_CASE("cluster auth: fabric messages from outside the address table are never delivered") {
+  // A stray libfabric endpoint floods node 1 with messages in the tags of the job's
+  // allreduces, barriers and sparse requests while the job runs exact sums: a delivered one
+  // would fail an exact-length receive or change a sum, and the steady scenario checks every
+  // step. Two lines hold: ofi_rxm refuses connections from addresses outside the endpoint's
+  // address vector (the epoch's table, FabricEndpoint::set_peers/reset_peers), and every
+  // receive is posted for one sender (FI_DIRECTED_RECV), so a message from elsewhere would
+  // match none.
+  ScratchDir dir("auth-stray");
+  ClusterProcesses cluster("authstray", 2);
+  std::string address;
+  for (int i = 0; i < 100 && address.empty(); ++i) {
+    address = logged_fabric_address(cluster.node(1));
+    if (address.empty()) usleep(100000);
+  }
+  REQUIRE_MESSAGE(!address.empty(), cluster.node(1).log());
+  pid_t stray = spawn_process({PX_STRAY_SENDER_PATH, address, "6"}, {}, dir.path() + "/stray.log");
+  REQUIRE(stray > 0);
+  auto job = std::async(std::launch::async, [&] {
+    return run_cluster_workers(cluster, "stray", 1, {"steady", "--dir", dir.path()}, 120000);
+  });
+  int status = 0;
+  REQUIRE(waitpid(stray, &status, 0) == stray);
+  std::ofstream(dir.path() + "/stop") << "stop\n";
+  auto results = job.get();
+  CHECK(all_ok(results));
+  std::ifstream log(dir.path() + "/stray.log");
+  std::string said((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  MESSAGE("stray sender: " << said);
+  CHECK(contains(said, "SENT"));
+  // The first line: the daemon's provider (ofi_rxm) refuses a connection from an address
+  // outside its address vector, which holds the epoch's table and nothing else, so not
+  // one message left the stray (its sends wait on a refused connection).
+  CHECK(contains(said, "DELIVERED 0 "));
+  for (int n = 0; n < 2; ++n) CHECK(cluster.node(n).alive());
+  // The cluster still runs new jobs.
+  CHECK(all_ok(run_cluster_workers(cluster, "after", 1, kAllreduce, 60000, kExact)));
 }

@@ -536,6 +536,9 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"collectives", {}, {}, "px_broadcast, px_allgather, px_allgatherv against a reference"},
     {"job-churn", {"rows:n"}, {}, "one short sparse + dense job (job-end tests)"},
     {"leave-early", {}, {}, "the last worker leaves; the others' next allreduce fails at once"},
+    {"limits-variables", {}, {}, "variables and sparse bytes past the job's limits"},
+    {"limits-requests", {"dir"}, {}, "requests in flight past the job's limit"},
+    {"limits-arena", {}, {}, "a worker's arena past the job's limit (connects itself)"},
 };
 
 const ScenarioSpec* find_spec(const std::string& name) {
@@ -580,6 +583,7 @@ int main(int argc, char** argv) {
   Flags flags(spec ? *spec : no_flags, argc - 2, argv + 2);
   if (scenario == "abi") return scenario_abi();
   if (scenario == "abi13-connect") return run_connect_scenario();
+  if (scenario == "limits-arena") return run_limits_arena();
   px_client* c = connect_default();
   // These end their client themselves (one of them tests px_disconnect).
   if (scenario == "abi13-lifetimes" || scenario == "abi13-abort")
@@ -615,6 +619,10 @@ int main(int argc, char** argv) {
     rc = run_job_churn(c, flags);
   else if (scenario == "leave-early")
     rc = run_leave_early(c);
+  else if (scenario == "limits-variables")
+    rc = run_limits_variables(c);
+  else if (scenario == "limits-requests")
+    rc = run_limits_requests(c, flags.str("dir"));
   else if (abi13)
     rc = run_abi_scenario(c, scenario);
   else

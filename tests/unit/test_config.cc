@@ -138,6 +138,33 @@ TEST_CASE("config: no flags gives the documented defaults") {
   CHECK(c.chunk_bytes == 256ull << 10);
   CHECK(c.startup_timeout_ms == 60000);
   CHECK(c.peer_silence_ms == 10000);
+  CHECK(c.job_limits.variables == 0);  // per-job limits: none unless configured
+  CHECK(c.job_limits.requests_in_flight == 0);
+  CHECK(c.job_limits.arena_bytes == 0);
+  CHECK(c.job_limits.sparse_table_bytes == 0);
+}
+
+TEST_CASE("config: the per-job limits, from flags and from the [limits] table") {
+  SocketEnv env;
+  DaemonConfig c =
+      parse({"--job-variables", "100", "--job-requests-in-flight", "64", "--job-arena-bytes",
+             "1073741824", "--job-sparse-table-bytes", "8589934592"});
+  CHECK(c.job_limits.variables == 100);
+  CHECK(c.job_limits.requests_in_flight == 64);
+  CHECK(c.job_limits.arena_bytes == 1ull << 30);
+  CHECK(c.job_limits.sparse_table_bytes == 8ull << 30);
+  TempDir dir;
+  std::string path = dir.file("limits.toml");
+  write_text(path,
+             "[limits]\njob_variables = 7\njob_requests_in_flight = 8\n"
+             "job_arena_bytes = 9\njob_sparse_table_bytes = 10\n");
+  DaemonConfig f;
+  std::string error;
+  REQUIRE(load_config_file(path, &f, &error));
+  CHECK(f.job_limits.variables == 7);
+  CHECK(f.job_limits.requests_in_flight == 8);
+  CHECK(f.job_limits.arena_bytes == 9);
+  CHECK(f.job_limits.sparse_table_bytes == 10);
 }
 
 TEST_CASE("config: every flag is parsed") {
@@ -321,6 +348,10 @@ const BadValue kBadValues[] = {
     {"fabric.chunk_bytes", "1073741825", "--chunk-bytes", "1073741825"},
     {"timeouts.peer_silence_ms", "999", "--peer-silence-ms", "999"},
     {"timeouts.startup_ms", "99", "--startup-timeout-ms", "99"},
+    {"limits.job_variables", "16777217", "--job-variables", "16777217"},
+    {"limits.job_requests_in_flight", "-1", "--job-requests-in-flight", "-1"},
+    {"limits.job_arena_bytes", "\"lots\"", "--job-arena-bytes", "lots"},
+    {"limits.job_sparse_table_bytes", "\"1e9\"", "--job-sparse-table-bytes", "1e9"},
 };
 
 // "fabric.port = 1" is the same TOML as "[fabric] port = 1".

@@ -117,6 +117,10 @@ std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& option
     return nullptr;
   }
   e->address_.assign(name, len);
+  char text[256];
+  size_t text_len = sizeof text;
+  fi_av_straddr(e->av_, name, text, &text_len);  // truncates, NUL-terminated, if too long
+  e->address_text_ = text;
   return e;
 }
 

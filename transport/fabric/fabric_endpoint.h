@@ -49,6 +49,8 @@ class FabricEndpoint : public CollectiveTransport {
 
   // The endpoint's address (fi_getname), to hand to the other daemons.
   const std::string& address() const { return address_; }
+  // The same, readable (fi_av_straddr: "fi_sockaddr_in://127.0.0.1:7071"), for the log.
+  const std::string& address_text() const { return address_text_; }
   const std::string& provider_name() const { return provider_name_; }
   // Inserts the group's addresses (this endpoint's own at index self); rank i is then
   // addressed by index i.
@@ -107,6 +109,7 @@ class FabricEndpoint : public CollectiveTransport {
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   std::string address_;
+  std::string address_text_;
   std::string provider_name_;
   std::vector<fi_addr_t> peers_;
   std::vector<std::string> peer_addresses_;  // what peers_ were inserted from
