@@ -436,8 +436,8 @@ void Cluster::start_reading(Connection& c) {
             return self->refuse(
                 *c, "no valid message",
                 "refused by the coordinator of cluster '" + self->config_.cluster + "': " + error);
-          PX_LOG_WARN("cluster: dropping the connection from %s (%s): %s",
-                      self->node_label(c->node).c_str(), c->peer.c_str(), error.c_str());
+          PX_LOG_WARN_AT(peer_fields(c->node), "cluster: dropping the connection from %s (%s): %s",
+                         self->node_label(c->node).c_str(), c->peer.c_str(), error.c_str());
           self->lost_connection(*c, "sent a bad message: " + error);
         }
       });
@@ -453,8 +453,8 @@ void Cluster::lost_connection(Connection& c, const std::string& why, bool tell_i
     if (!ready_) {  // a node left during rendezvous: it may come back before the deadline
       close_connection(c);
       --joined_;
-      PX_LOG_WARN("cluster: %s left before the cluster formed: %s", node_label(node).c_str(),
-                  why.c_str());
+      PX_LOG_WARN_AT(peer_fields(node), "cluster: %s left before the cluster formed: %s",
+                     node_label(node).c_str(), why.c_str());
       return;
     }
     --joined_;  // its index is free: the node may rejoin (handle_join)

@@ -77,7 +77,8 @@ void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
 
 void Cluster::handle_join(Connection& from, Join::Reader join) {
   if (from.node >= 0) {  // no daemon sends two; a node that did is still the node it was
-    PX_LOG_WARN("cluster: %s sent a second Join; ignored", node_label(from.node).c_str());
+    PX_LOG_WARN_AT(peer_fields(from.node), "cluster: %s sent a second Join; ignored",
+                   node_label(from.node).c_str());
     return;
   }
   uint32_t index = join.getNodeIndex(), count = join.getNodeCount();
@@ -164,8 +165,8 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
       reinterpret_cast<const char*>(address.begin()), address.size());
   if (hosts_[static_cast<size_t>(node)].empty()) hosts_[static_cast<size_t>(node)] = host;
   ++joined_;
-  PX_LOG_INFO("cluster: %s %s from %s (%d of %d)", node_label(node).c_str(),
-              ready_ ? "rejoined" : "joined", from.peer.c_str(), joined_, config_.node_count);
+  PX_LOG_INFO_AT(peer_fields(node), "cluster: %s %s from %s (%d of %d)", node_label(node).c_str(),
+                 ready_ ? "rejoined" : "joined", from.peer.c_str(), joined_, config_.node_count);
   if (joined_ < config_.node_count) return;
   form();
 }
@@ -210,8 +211,9 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
     case Envelope::Body::JOB_LEFT: {
       auto left = body.getJobLeft();
       if (left.getNodeIndex() != static_cast<uint32_t>(node)) {
-        PX_LOG_WARN("cluster: %s reported that another node's workers left; ignored",
-                    node_label(node).c_str());
+        PX_LOG_WARN_AT(peer_fields(node),
+                       "cluster: %s reported that another node's workers left; ignored",
+                       node_label(node).c_str());
         return;
       }
       if (auto verdict = agreement_.job_left(node, left.getJob(), left.getBarrierId()))
@@ -220,8 +222,9 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
     }
     case Envelope::Body::JOB_BROKEN: {
       if (body.getJobBroken().getNodeIndex() != static_cast<uint32_t>(node)) {
-        PX_LOG_WARN("cluster: %s reported a broken job for another node; ignored",
-                    node_label(node).c_str());
+        PX_LOG_WARN_AT(peer_fields(node),
+                       "cluster: %s reported a broken job for another node; ignored",
+                       node_label(node).c_str());
         return;
       }
       // Relayed as received, to every node but the one it came from.
@@ -234,7 +237,8 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       return;
     }
     default:
-      PX_LOG_WARN("cluster: unexpected message from %s", node_label(node).c_str());
+      PX_LOG_WARN_AT(peer_fields(node), "cluster: unexpected message from %s",
+                     node_label(node).c_str());
   }
 }
 

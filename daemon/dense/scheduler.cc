@@ -50,7 +50,7 @@ bool Scheduler::withdraw(Job& job, int local_rank, Completer& worker, uint64_t r
   return withdraw_from_step(job, local_rank, worker, request_id, reason, message);
 }
 
-std::vector<std::string> Scheduler::fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns) {
+std::vector<StalledStep> Scheduler::fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns) {
   return fail_stalled_steps(job, now_ns, stall_ns);
 }
 

@@ -13,6 +13,7 @@
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "daemon/common/offload.h"
+#include "daemon/dense/step_matcher.h"
 #include "daemon/sparse/sparse_router.h"
 #include "transport/collectives/collective_transport.h"
 #include "transport/ipc/shm_layout.h"
@@ -49,7 +50,7 @@ class Scheduler {
   bool withdraw(Job& job, int local_rank, Completer& worker, uint64_t request_id,
                 const std::string& reason, std::string* message);
   // See fail_stalled_steps.
-  std::vector<std::string> fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns);
+  std::vector<StalledStep> fail_stalled(Job& job, int64_t now_ns, int64_t stall_ns);
 
  private:
   Offload offload_;

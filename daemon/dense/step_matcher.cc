@@ -90,8 +90,8 @@ bool withdraw_from_step(Job& job, int local_rank, Completer& worker, uint64_t re
   return false;
 }
 
-std::vector<std::string> fail_stalled_steps(Job& job, int64_t now_ns, int64_t stall_ns) {
-  std::vector<std::string> failed;
+std::vector<StalledStep> fail_stalled_steps(Job& job, int64_t now_ns, int64_t stall_ns) {
+  std::vector<StalledStep> failed;
   for (auto& var : job.variables()) {
     for (auto& [key, pending] : var->pending) {
       if (pending.failure != PX_OK || now_ns - pending.first_ns <= stall_ns) continue;
@@ -111,7 +111,7 @@ std::vector<std::string> fail_stalled_steps(Job& job, int64_t now_ns, int64_t st
                             " ms of the first local worker (step_stall_ms); local ranks " +
                             waiting + " were waiting" + pending_suffix(*var, key);
       fail_pending(pending, PX_ERR_TIMEOUT, message);
-      failed.push_back(message);
+      failed.push_back({message, var->name, key.second});
     }
   }
   return failed;

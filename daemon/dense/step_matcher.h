@@ -41,7 +41,13 @@ bool withdraw_from_step(Job& job, int local_rank, Completer& worker, uint64_t re
                         const std::string& reason, std::string* message);
 
 // Fails, with PX_ERR_TIMEOUT naming the workers that never came, every step of the job that
-// some local workers submitted more than stall_ns before now_ns. Returns the messages.
-std::vector<std::string> fail_stalled_steps(Job& job, int64_t now_ns, int64_t stall_ns);
+// some local workers submitted more than stall_ns before now_ns. Returns the messages, with
+// the variable and step each is about.
+struct StalledStep {
+  std::string message;
+  std::string variable;
+  uint64_t step = 0;
+};
+std::vector<StalledStep> fail_stalled_steps(Job& job, int64_t now_ns, int64_t stall_ns);
 
 }  // namespace px

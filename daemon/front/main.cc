@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   px::DaemonConfig config = px::parse_command_line(argc, argv);
   if (config.check_only) return check_config(config);
   px::set_log_level(config.log_level);
+  px::set_log_node(config.node_index);
   std::string log_error;
   if (!config.log_file.empty() && !px::open_log_file(config.log_file, &log_error)) {
     fprintf(stderr, "parallaxd: log.file: %s\n", log_error.c_str());

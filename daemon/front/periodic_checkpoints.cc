@@ -52,8 +52,9 @@ void PeriodicCheckpoints::checkpoint_job(const std::shared_ptr<Job>& job) {
   JobState& state = jobs_[job->name()];
   if (state.run.lock() != job) state = JobState{job, 0, 0, false};
   if (state.writing) {
-    PX_LOG_WARN("periodic checkpoint of job '%s' skipped: the previous one is still writing",
-                job->name().c_str());
+    PX_LOG_WARN_AT(job_fields(job->name()),
+                   "periodic checkpoint of job '%s' skipped: the previous one is still writing",
+                   job->name().c_str());
     return;
   }
   std::vector<Variable*> variables;
@@ -71,7 +72,8 @@ void PeriodicCheckpoints::checkpoint_job(const std::shared_ptr<Job>& job) {
   uint64_t generation = next_generation(dir, job->name());
   std::string error;
   if (!begin_generation(dir, job->name(), generation, &error)) {
-    PX_LOG_ERROR("periodic checkpoint of job '%s': %s", job->name().c_str(), error.c_str());
+    PX_LOG_ERROR_AT(job_fields(job->name()), "periodic checkpoint of job '%s': %s",
+                    job->name().c_str(), error.c_str());
     return;
   }
   state.writing = true;
@@ -93,8 +95,9 @@ void PeriodicCheckpoints::checkpoint_job(const std::shared_ptr<Job>& job) {
     std::string error = failure;
     if (error.empty()) commit_generation(dir, name, generation, &error);
     if (!error.empty()) {
-      PX_LOG_ERROR("periodic checkpoint generation %llu of job '%s' is not saved: %s",
-                   static_cast<unsigned long long>(generation), name.c_str(), error.c_str());
+      PX_LOG_ERROR_AT(job_fields(name),
+                      "periodic checkpoint generation %llu of job '%s' is not saved: %s",
+                      static_cast<unsigned long long>(generation), name.c_str(), error.c_str());
       discard_generation(dir, name, generation);
       return;
     }
@@ -103,9 +106,11 @@ void PeriodicCheckpoints::checkpoint_job(const std::shared_ptr<Job>& job) {
       it->second.pushes_saved = pushes;
     }
     int removed = prune_generations(dir, name, server_.config().checkpoint_keep);
-    PX_LOG_INFO("periodic checkpoint of job '%s': generation %llu saved in %s (%d older removed)",
-                name.c_str(), static_cast<unsigned long long>(generation),
-                generation_dir(dir, name, generation).c_str(), removed);
+    PX_LOG_INFO_AT(
+        job_fields(name),
+        "periodic checkpoint of job '%s': generation %llu saved in %s (%d older removed)",
+        name.c_str(), static_cast<unsigned long long>(generation),
+        generation_dir(dir, name, generation).c_str(), removed);
   };
   auto deadline = LoopTimer::start(
       server_.loop(), static_cast<uint64_t>(server_.config().drain_checkpoint_timeout_ms),

@@ -162,7 +162,7 @@ bool Server::start_cluster(std::string* error) {
                                const std::string& why) {
     auto it = jobs_.find(job);
     Variable* var = it == jobs_.end() ? nullptr : it->second->find(name);
-    PX_LOG_ERROR("%s", why.c_str());
+    PX_LOG_ERROR_AT(job_fields(job, name), "%s", why.c_str());
     if (!var || var->poison_status != PX_OK) return;
     var->poison_status = PX_ERR_MISMATCH;
     var->poison_message = why;
@@ -181,9 +181,13 @@ bool Server::start_cluster(std::string* error) {
     Job& job = *it->second;
     if (!job.broken().empty()) return;
     if (clean) {
-      PX_LOG_INFO("job '%s': %s; its collectives fail from now on", name.c_str(), why.c_str());
+      PX_LOG_INFO_AT(job_fields(name), "job '%s': %s; its collectives fail from now on",
+                     name.c_str(), why.c_str());
     } else {
-      PX_LOG_ERROR("job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(), why.c_str());
+      LogFields fields = job_fields(name);
+      fields.peer = node;
+      PX_LOG_ERROR_AT(fields, "job '%s' broke on %s: %s", name.c_str(), node_label(node).c_str(),
+                      why.c_str());
     }
     if (clean) return worker_left(job, why, false);
     break_job(job, why, Break::kFailure);
@@ -191,7 +195,8 @@ bool Server::start_cluster(std::string* error) {
   events.job_end = [this](const std::string& name, uint32_t barrier_id) {
     auto it = ended_here_.find(barrier_id);
     if (it == ended_here_.end()) return;
-    PX_LOG_INFO("job '%s' ended on every node: its state here is freed", name.c_str());
+    PX_LOG_INFO_AT(job_fields(name), "job '%s' ended on every node: its state here is freed",
+                   name.c_str());
     // Its posted receives (a sparse table's, for other nodes' requests) hold its tables.
     stop_job_traffic(*it->second, "job '" + name + "' ended on every node");
     ended_here_.erase(it);
@@ -220,10 +225,10 @@ void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other
 void Server::on_node_lost(const std::string& why) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;
-  PX_LOG_ERROR(
-      "%s; every job on this node fails; new jobs wait until the node is back and the "
-      "cluster re-forms",
-      why.c_str());
+  PX_LOG_ERROR_AT(peer_fields(lost_node_),
+                  "%s; every job on this node fails; new jobs wait until the node is back and the "
+                  "cluster re-forms",
+                  why.c_str());
   if (fabric_) fabric_->fail_all(why);
   ended_here_.clear();  // no JobEnd will come; fail_all cancelled their receives
   for (auto& [name, job] : jobs_) {
@@ -466,7 +471,8 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
 
 void Server::job_complete_locally(const std::shared_ptr<Job>& job) {
   job->mark_ready();
-  PX_LOG_INFO("job '%s': all %d local workers connected", job->name().c_str(), job->local_size());
+  PX_LOG_INFO_AT(job_fields(job->name()), "job '%s': all %d local workers connected",
+                 job->name().c_str(), job->local_size());
   if (!cluster_) return activate(job);
   // Ranks and world size come once every node has its part of the job.
   if (cluster_->ready()) {
@@ -553,11 +559,15 @@ void Server::on_stall_check(uv_timer_t* timer) {
   auto jobs = self->jobs_;  // breaking a job may end it
   for (auto& [name, job] : jobs) {
     if (!job->ready() || !job->broken().empty()) continue;
-    for (const std::string& message : self->scheduler_.fail_stalled(*job, now, stall_ns)) {
-      PX_LOG_WARN("job '%s': %s", name.c_str(), message.c_str());
+    for (const StalledStep& stalled : self->scheduler_.fail_stalled(*job, now, stall_ns)) {
+      LogFields fields;
+      fields.job = name;
+      fields.variable = stalled.variable;
+      fields.step = static_cast<int64_t>(stalled.step);
+      PX_LOG_WARN_AT(fields, "job '%s': %s", name.c_str(), stalled.message.c_str());
       // On a cluster the other nodes wait for this node's share of the step in vain.
       if (job->world().node_count > 1)
-        self->abort_job(*job, message + " (on " + self->node_label() + ")");
+        self->abort_job(*job, stalled.message + " (on " + self->node_label() + ")");
     }
   }
 }

@@ -186,8 +186,9 @@ void Service::start_checkpoint() {
     for (auto& var : job->variables()) {
       if (!var->sparse) continue;
       if (var->poison_status != PX_OK) {  // registered differently: nothing agreed to save
-        PX_LOG_WARN("drain: sparse variable '%s' of job '%s' is not saved: %s", var->name.c_str(),
-                    job->name().c_str(), var->poison_message.c_str());
+        PX_LOG_WARN_AT(job_fields(job->name(), var->name),
+                       "drain: sparse variable '%s' of job '%s' is not saved: %s",
+                       var->name.c_str(), job->name().c_str(), var->poison_message.c_str());
         continue;
       }
       variables.emplace_back(job, var.get());
@@ -230,12 +231,14 @@ void Service::start_checkpoint() {
     uint64_t pushes = var->sparse->push_steps;
     server_.scheduler_.sparse().checkpoint(
         job, *var, pushes, state->dir,
-        [this, state, label, pushes](px_status status, const std::string& error) {
+        [this, state, label, pushes, fields = job_fields(job->name(), var->name)](
+            px_status status, const std::string& error) {
           if (state->done) return;
           if (status == PX_OK) {
             state->saved.push_back(label + " after " + std::to_string(pushes) + " push steps");
           } else {
-            PX_LOG_ERROR("drain: sparse variable %s not saved: %s", label.c_str(), error.c_str());
+            PX_LOG_ERROR_AT(fields, "drain: sparse variable %s not saved: %s", label.c_str(),
+                            error.c_str());
             state->failed.push_back(label);
           }
           if (--state->left > 0) return;

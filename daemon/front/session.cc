@@ -37,6 +37,15 @@ Session::~Session() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+LogFields Session::log_fields(const std::string& variable) const {
+  LogFields fields;
+  fields.job = job_name_;
+  fields.variable = variable;
+  fields.rank = local_rank_;
+  fields.pid = pid_;
+  return fields;
+}
+
 std::string Session::label() const {
   std::string rank = local_rank_ >= 0 ? "local rank " + std::to_string(local_rank_) + " " : "";
   std::string job = job_name_.empty() ? "" : " of job '" + job_name_ + "'";
@@ -90,7 +99,8 @@ void Session::read_socket() {
     int got = decoder_.next(&payload, &error);
     if (got == 0) break;
     if (got < 0) {
-      PX_LOG_WARN("dropping %s: malformed control stream: %s", label().c_str(), error.c_str());
+      PX_LOG_WARN_AT(log_fields(), "dropping %s: malformed control stream: %s", label().c_str(),
+                     error.c_str());
       close("sent a malformed control stream");
       return;
     }
@@ -140,7 +150,7 @@ void Session::handle_frame(const std::string& payload) {
   std::string error;
   const control::Message* message = parse_frame(payload, &error);
   if (!message) {
-    PX_LOG_WARN("dropping %s: %s", label().c_str(), error.c_str());
+    PX_LOG_WARN_AT(log_fields(), "dropping %s: %s", label().c_str(), error.c_str());
     close("sent a malformed control message");
     return;
   }
@@ -182,8 +192,8 @@ void Session::handle_frame(const std::string& payload) {
     default:
       break;
   }
-  PX_LOG_WARN("dropping %s: unexpected control message %s", label().c_str(),
-              control::EnumNameBody(message->body_type()));
+  PX_LOG_WARN_AT(log_fields(), "dropping %s: unexpected control message %s", label().c_str(),
+                 control::EnumNameBody(message->body_type()));
   close("sent an unexpected control message");
 }
 
@@ -193,7 +203,7 @@ void Session::handle_hello(const control::Hello& hello) {
     std::string message = "client ABI " + abi_string(client_abi) +
                           " is not supported by parallaxd " + "(ABI " + abi_string(PX_ABI_VERSION) +
                           ")";
-    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
+    PX_LOG_WARN_AT(log_fields(), "refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
     return refuse(PX_ERR_VERSION, message);
   }
   std::string job = hello.job() ? hello.job()->str() : "";
@@ -215,8 +225,8 @@ void Session::handle_hello(const control::Hello& hello) {
   std::string error;
   if (!SharedArena::create(arena_bytes, server_.config().ring_capacity, &arena_, &error) ||
       !Doorbell::create(&submit_bell_, &error) || !Doorbell::create(&completion_bell_, &error)) {
-    PX_LOG_ERROR("cannot set up shared memory for pid %d: %s", static_cast<int>(pid_),
-                 error.c_str());
+    PX_LOG_ERROR_AT(log_fields(), "cannot set up shared memory for pid %d: %s",
+                    static_cast<int>(pid_), error.c_str());
     return refuse(PX_ERR_NO_MEMORY, "parallaxd could not create the shared arena: " + error);
   }
   submit_ring_ = arena_.submit_ring();
@@ -230,11 +240,14 @@ void Session::handle_hello(const control::Hello& hello) {
     state_ = State::kHandshake;
     job_.reset();
     job_name_.clear();
-    PX_LOG_WARN("refusing pid %d: %s", static_cast<int>(pid_), error.c_str());
+    LogFields fields = log_fields();
+    fields.job = job;
+    PX_LOG_WARN_AT(fields, "refusing pid %d: %s", static_cast<int>(pid_), error.c_str());
     return refuse(status, error);
   }
   local_rank_ = rank;
-  PX_LOG_INFO("%s connected (%d of %d)", label().c_str(), job_->connected(), local_size);
+  PX_LOG_INFO_AT(log_fields(), "%s connected (%d of %d)", label().c_str(), job_->connected(),
+                 local_size);
 }
 
 void Session::activate() {
@@ -373,7 +386,7 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
   if (!var) {
     std::string refused = job_limit_refusal(name, fingerprint);
     if (!refused.empty()) {
-      PX_LOG_WARN("%s", refused.c_str());
+      PX_LOG_WARN_AT(log_fields(name), "%s", refused.c_str());
       return reply_register(PX_ERR_NO_MEMORY, refused, 0);
     }
     var = &job.add(name, fingerprint, label());
@@ -387,7 +400,7 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
       if (!router.restore(*var->sparse, job, *var, &error)) {
         var->poison_status = PX_ERR_INVALID;
         var->poison_message = "variable '" + name + "' cannot be restored: " + error;
-        PX_LOG_ERROR("%s", var->poison_message.c_str());
+        PX_LOG_ERROR_AT(log_fields(name), "%s", var->poison_message.c_str());
       }
     }
     server_.variable_added(job, *var);
@@ -408,7 +421,7 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
                           var->fingerprint.describe_difference(fingerprint) + " by " +
                           var->defined_by + " and as " +
                           fingerprint.describe_difference(var->fingerprint) + " by " + label();
-    PX_LOG_WARN("%s", var->poison_message.c_str());
+    PX_LOG_WARN_AT(log_fields(name), "%s", var->poison_message.c_str());
     server_.scheduler().fail_variable(*var, PX_ERR_MISMATCH, var->poison_message);
     server_.variable_conflict(job, *var, fingerprint);
   }
@@ -464,8 +477,8 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
     uint64_t pushes = var->next_step(local_rank_, static_cast<uint16_t>(Opcode::kPushRows));
     server_.scheduler().sparse().checkpoint(job_, *var, pushes, dir, finish_one);
   }
-  PX_LOG_INFO("%s: checkpoint of %d sparse variables to %s", label().c_str(), variables,
-              dir.c_str());
+  PX_LOG_INFO_AT(log_fields(), "%s: checkpoint of %d sparse variables to %s", label().c_str(),
+                 variables, dir.c_str());
   int64_t timeout_ms = request.timeout_ms();
   if (pending->left > 1 && timeout_ms > 0) {
     // The shard writes already asked for go on; a manifest still appears if they finish.
@@ -498,7 +511,7 @@ void Session::handle_cancel(const control::Cancel& request) {
   bool withdrawn = server_.scheduler().withdraw(*job_, local_rank_, *this, request.request_id(),
                                                 reason.substr(0, 1024), &message);
   if (withdrawn) {
-    PX_LOG_INFO("%s", message.c_str());
+    PX_LOG_INFO_AT(log_fields(), "%s", message.c_str());
     // The other nodes cannot complete that step without this node's share of it.
     if (job_->world().node_count > 1)
       server_.abort_job(*job_, message +
@@ -513,7 +526,7 @@ void Session::handle_cancel(const control::Cancel& request) {
 void Session::handle_abort(const control::Abort& request) {
   std::string reason = request.reason() ? request.reason()->str() : "";
   std::string why = label() + " called px_abort: " + reason.substr(0, 4096);
-  PX_LOG_WARN("%s", why.c_str());
+  PX_LOG_WARN_AT(log_fields(), "%s", why.c_str());
   server_.abort_job(*job_, why);
   flatbuffers::FlatBufferBuilder b;
   auto body = control::CreateAbortReply(b, PX_OK);
@@ -623,7 +636,8 @@ void Session::complete(uint64_t request_id, px_status status, const std::string&
     }
   }
   if (!completion_ring_.try_push(entry)) {
-    PX_LOG_WARN("dropping %s: it does not consume its completions", label().c_str());
+    PX_LOG_WARN_AT(log_fields(), "dropping %s: it does not consume its completions",
+                   label().c_str());
     close("overflowed its completion ring");
     return;
   }
@@ -636,7 +650,8 @@ void Session::close(const std::string& reason) {
   bool was_admin = state_ == State::kAdmin;  // pxctl comes and goes: not worth a line
   if (state_ == State::kActive) job_->usage().requests_in_flight -= outstanding_;
   state_ = State::kClosed;
-  if (reason != "refused" && !was_admin) PX_LOG_INFO("%s %s", label().c_str(), reason.c_str());
+  if (reason != "refused" && !was_admin)
+    PX_LOG_INFO_AT(log_fields(), "%s %s", label().c_str(), reason.c_str());
   if (was_member && job_) server_.leave_job(*this, reason);
   uv_poll_stop(&socket_poll_);
   uv_close(reinterpret_cast<uv_handle_t*>(&socket_poll_), on_handle_closed);

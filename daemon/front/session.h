@@ -11,6 +11,7 @@
 
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
+#include "daemon/common/log.h"
 #include "sharding/sparse_spec.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/ipc/shm_arena.h"
@@ -53,6 +54,8 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   const SharedArena& arena() const override { return arena_; }
   // "worker local rank 1 (pid 1234) of job 'train'"
   std::string label() const override;
+  // This worker (job, local rank, pid) and the variable a log line is about, if any.
+  LogFields log_fields(const std::string& variable = "") const;
 
  private:
   // kAdmin: pxctl's connection (admin.h), which never joins a job.

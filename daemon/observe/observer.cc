@@ -152,7 +152,16 @@ void Observer::log_new_stalls() {
   for (const Stall& s : stalls(-1)) {
     std::string key = s.job + '\0' + s.variable + '\0' + s.operation + '\0' +
                       std::to_string(s.step) + '\0' + s.kind;
-    if (!logged_stalls_.count(key)) PX_LOG_WARN("%s", s.description.c_str());
+    if (!logged_stalls_.count(key)) {
+      LogFields fields = job_fields(s.job, s.variable);
+      fields.step = static_cast<int64_t>(s.step);
+      // One worker it waits for, when there is one on this node (all of them are in the text).
+      if (!s.missing.empty()) {
+        fields.rank = s.missing.front().local_rank;
+        if (s.missing.front().pid > 0) fields.pid = s.missing.front().pid;
+      }
+      PX_LOG_WARN_AT(fields, "%s", s.description.c_str());
+    }
     still.insert(std::move(key));
   }
   logged_stalls_.swap(still);  // a stall that ended and comes back is logged again

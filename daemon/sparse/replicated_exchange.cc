@@ -35,6 +35,12 @@ ReplicatedExchange::ReplicatedExchange(std::string label, Route route, int node,
       queue_(std::move(queue)),
       exchanged_(std::move(exchanged)) {}
 
+LogFields ReplicatedExchange::step_fields(uint64_t step) const {
+  LogFields fields = log_fields_;
+  fields.step = static_cast<int64_t>(step);
+  return fields;
+}
+
 void ReplicatedExchange::attach(CollectiveTransport* fabric, uint32_t global_id,
                                 size_t chunk_bytes) {
   PX_ASSERT_LOOP_THREAD();
@@ -73,8 +79,9 @@ void ReplicatedExchange::allgatherv(const std::shared_ptr<Step>& ex) {
   start_ring_allgatherv(*fabric_, counts, [this, ex](bool ok, const std::string& error) {
     post_([this, ex, ok, error] {
       if (!ok)
-        return PX_LOG_ERROR("%s: push step %llu: exchanging row counts failed: %s", label_.c_str(),
-                            static_cast<unsigned long long>(ex->step), error.c_str());
+        return PX_LOG_ERROR_AT(
+            step_fields(ex->step), "%s: push step %llu: exchanging row counts failed: %s",
+            label_.c_str(), static_cast<unsigned long long>(ex->step), error.c_str());
       allgatherv_rows(ex);
     });
   });
@@ -112,8 +119,9 @@ void ReplicatedExchange::allgatherv_rows(const std::shared_ptr<Step>& ex) {
   start_ring_allgatherv(*fabric_, data, [this, ex](bool ok, const std::string& error) {
     post_([this, ex, ok, error] {
       if (!ok)
-        return PX_LOG_ERROR("%s: push step %llu: the allgatherv failed: %s", label_.c_str(),
-                            static_cast<unsigned long long>(ex->step), error.c_str());
+        return PX_LOG_ERROR_AT(step_fields(ex->step),
+                               "%s: push step %llu: the allgatherv failed: %s", label_.c_str(),
+                               static_cast<unsigned long long>(ex->step), error.c_str());
       done(ex);
     });
   });
@@ -152,9 +160,9 @@ void ReplicatedExchange::allreduce(const std::shared_ptr<Step>& ex) {
             [this, ex](bool ok, const std::string& error) {
               post_([this, ex, ok, error] {
                 if (!ok)
-                  return PX_LOG_ERROR("%s: push step %llu: the allreduce failed: %s",
-                                      label_.c_str(), static_cast<unsigned long long>(ex->step),
-                                      error.c_str());
+                  return PX_LOG_ERROR_AT(
+                      step_fields(ex->step), "%s: push step %llu: the allreduce failed: %s",
+                      label_.c_str(), static_cast<unsigned long long>(ex->step), error.c_str());
                 allreduce_collect(ex);
               });
             });

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/log.h"
 #include "daemon/common/offload.h"
 #include "daemon/common/serial_queue.h"
 #include "daemon/sparse/shard_request.h"
@@ -39,6 +40,9 @@ class ReplicatedExchange {
   // a step is exchanged at once with this node's rows only.
   void attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes);
 
+  // The job and variable its log lines name (ShardOwner::set_names).
+  void set_log_fields(LogFields fields) { log_fields_ = std::move(fields); }
+
   // This node's push step (coalesced over its workers; kept alive until applied).
   void exchange(ShardRequest mine);
 
@@ -52,8 +56,10 @@ class ReplicatedExchange {
   void allreduce(const std::shared_ptr<Step>& ex);
   void allreduce_collect(const std::shared_ptr<Step>& ex);
   void done(const std::shared_ptr<Step>& ex);
+  LogFields step_fields(uint64_t step) const;
 
   std::string label_;
+  LogFields log_fields_;
   Route route_;
   int node_;
   int node_count_;

@@ -91,6 +91,12 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
   return true;
 }
 
+void ShardOwner::set_names(std::string job, std::string variable) {
+  job_ = std::move(job);
+  variable_ = std::move(variable);
+  if (exchange_) exchange_->set_log_fields(job_fields(job_, variable_));
+}
+
 void ShardOwner::handle(ShardRequest r) {
   PX_ASSERT_LOOP_THREAD();
   std::string why;
@@ -103,8 +109,10 @@ void ShardOwner::handle(ShardRequest r) {
     ok = valid(r, &why);
   }
   if (!ok) {
-    PX_LOG_ERROR("%s: refusing a %s request from node %d: %s", label_.c_str(), sparse_op_name(r.op),
-                 r.from_node, why.c_str());
+    LogFields fields = job_fields(job_, variable_);
+    fields.peer = r.from_node;
+    PX_LOG_ERROR_AT(fields, "%s: refusing a %s request from node %d: %s", label_.c_str(),
+                    sparse_op_name(r.op), r.from_node, why.c_str());
     if (r.done) r.done(PX_ERR_PROTOCOL, why);
     return;
   }
@@ -238,13 +246,15 @@ void ShardOwner::write_checkpoint(ShardRequest r) {
         std::error_code ec;
         std::filesystem::create_directories(dir, ec);
         if (!write_shard_file(path, data, &error)) {
-          PX_LOG_ERROR("%s: checkpoint: %s", label_.c_str(), error.c_str());
+          PX_LOG_ERROR_AT(job_fields(job_, variable_), "%s: checkpoint: %s", label_.c_str(),
+                          error.c_str());
           *status = PX_ERR_INVALID;
         }
       },
       [this, shared, status, path] {
         if (*status == PX_OK)
-          PX_LOG_INFO("%s: checkpoint written to %s", label_.c_str(), path.c_str());
+          PX_LOG_INFO_AT(job_fields(job_, variable_), "%s: checkpoint written to %s",
+                         label_.c_str(), path.c_str());
         shared->done(*status, "");
       });
 }

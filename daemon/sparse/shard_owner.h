@@ -42,10 +42,8 @@ class ShardOwner {
   void handle(ShardRequest request);
 
   // Checkpoint files are <dir>/<job>.<variable>.node<i>.shard.
-  void set_names(std::string job, std::string variable) {
-    job_ = std::move(job);
-    variable_ = std::move(variable);
-  }
+  // The names also go into its log lines' fields.
+  void set_names(std::string job, std::string variable);
   // Takes this node's rows from a checkpoint (any node count or partitioning).
   bool restore(const std::string& dir, const ManifestData& manifest, std::string* error);
 

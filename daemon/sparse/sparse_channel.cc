@@ -203,7 +203,8 @@ void SparseChannel::post_first(int peer) {
 
 void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string& error) {
   if (!ok) {
-    PX_LOG_DEBUG("sparse requests from %s stop: %s", node_label_(peer).c_str(), error.c_str());
+    PX_LOG_DEBUG_AT(peer_fields(peer), "sparse requests from %s stop: %s",
+                    node_label_(peer).c_str(), error.c_str());
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
@@ -211,8 +212,9 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h);
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
-    PX_LOG_ERROR("malformed sparse request from %s (%s); ignoring that node's requests",
-                 node_label_(peer).c_str(), bad.c_str());
+    PX_LOG_ERROR_AT(peer_fields(peer),
+                    "malformed sparse request from %s (%s); ignoring that node's requests",
+                    node_label_(peer).c_str(), bad.c_str());
     return;
   }
   auto in = std::make_shared<Incoming>();
@@ -262,9 +264,9 @@ void SparseChannel::deliver_ready(int peer) {
     p.in_order.pop_front();
     if (in->failed) {
       // The peer is gone (its own operations fail there) or sent a part of the wrong size.
-      PX_LOG_WARN("sparse %s request from %s dropped: %s",
-                  sparse_op_name(static_cast<SparseOp>(in->header.op)), node_label_(peer).c_str(),
-                  in->error.c_str());
+      PX_LOG_WARN_AT(peer_fields(peer), "sparse %s request from %s dropped: %s",
+                     sparse_op_name(static_cast<SparseOp>(in->header.op)),
+                     node_label_(peer).c_str(), in->error.c_str());
       if (in->header.op != static_cast<uint32_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
       continue;
     }

@@ -528,10 +528,10 @@ void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::st
       runs.push_back(std::move(run));
       ++it;
     } else {
-      PX_LOG_ERROR(
-          "variable '%s': an operation was dropped before it completed (a bug); "
-          "its workers get no answer",
-          var.name.c_str());
+      PX_LOG_ERROR_AT(var.sparse->log_fields,
+                      "variable '%s': an operation was dropped before it completed (a bug); "
+                      "its workers get no answer",
+                      var.name.c_str());
       it = var.sparse->in_flight.erase(it);
     }
   }

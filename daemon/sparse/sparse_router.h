@@ -11,6 +11,7 @@
 #include <string>
 
 #include "daemon/common/job.h"
+#include "daemon/common/log.h"
 #include "daemon/common/offload.h"
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
@@ -27,7 +28,8 @@ struct SparseRun;
 
 // What a node holds for one sparse variable.
 struct SparseTable {
-  std::string label;  // "variable 'v' of job 'j'", for logs
+  std::string label;     // "variable 'v' of job 'j'", for logs
+  LogFields log_fields;  // the same, as log fields
   SparseShape shape;
   SparseOptions options;
   PartitionMap map;         // ps: where rows live

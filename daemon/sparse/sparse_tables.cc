@@ -54,6 +54,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
                                                    shape.dim, chunk_bytes_, table->owner,
                                                    offload_.post(), std::move(node_label));
   table->label = label;
+  table->log_fields = job_fields(job.name(), var.name);
   std::string why_partitions = "as asked, one per request";
   if (!options.partitions && !table->replicated) {
     size_t fewest = table->map.partitions();
@@ -73,12 +74,13 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   } else if (!options.partitions) {
     why_partitions = "automatic";
   }
-  PX_LOG_INFO("%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
-              label.c_str(), static_cast<unsigned long long>(shape.rows),
-              static_cast<unsigned long long>(shape.dim), table->map.partitions(),
-              why_partitions.c_str(), static_cast<unsigned long long>(table->owner->owned_rows()),
-              static_cast<unsigned long long>(table->owner->store_bytes()),
-              options.canonical().c_str());
+  PX_LOG_INFO_AT(
+      job_fields(job.name(), var.name),
+      "%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
+      label.c_str(), static_cast<unsigned long long>(shape.rows),
+      static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions.c_str(),
+      static_cast<unsigned long long>(table->owner->owned_rows()),
+      static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
   return table;
 }
 
@@ -101,12 +103,12 @@ bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& v
     return false;
   }
   table.restored_steps = manifest.optimizer_steps;
-  PX_LOG_INFO(
-      "variable '%s' of job '%s' restored from %s (saved on %u nodes, %u partitions, "
-      "after %llu push steps; options then: %s)",
-      var.name.c_str(), job.name().c_str(), manifest_path.c_str(), manifest.nodes,
-      manifest.partitions, static_cast<unsigned long long>(manifest.optimizer_steps),
-      manifest.options.c_str());
+  PX_LOG_INFO_AT(job_fields(job.name(), var.name),
+                 "variable '%s' of job '%s' restored from %s (saved on %u nodes, %u partitions, "
+                 "after %llu push steps; options then: %s)",
+                 var.name.c_str(), job.name().c_str(), manifest_path.c_str(), manifest.nodes,
+                 manifest.partitions, static_cast<unsigned long long>(manifest.optimizer_steps),
+                 manifest.options.c_str());
   return true;
 }
 
@@ -149,9 +151,10 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
         std::string write_error;
         if (!write_manifest(stem + ".manifest", m, &write_error))
           return done(PX_ERR_INVALID, "checkpoint of variable '" + variable + "': " + write_error);
-        PX_LOG_INFO("checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
-                    variable.c_str(), job->name().c_str(),
-                    static_cast<unsigned long long>(push_steps), stem.c_str());
+        PX_LOG_INFO_AT(job_fields(job->name(), variable),
+                       "checkpoint of variable '%s' of job '%s' after %llu push steps: %s.manifest",
+                       variable.c_str(), job->name().c_str(),
+                       static_cast<unsigned long long>(push_steps), stem.c_str());
         done(PX_OK, "");
       });
   for (int node = 0; node < nodes; ++node)
@@ -173,7 +176,8 @@ std::shared_ptr<const RequestGroups> SparseRouter::request_groups_for(SparseTabl
   if (table.replicated) return nullptr;
   if (table.search && op == SparseOp::kPush &&
       table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
-    PX_LOG_INFO("%s: partition search: %s", table.label.c_str(), table.search->report().c_str());
+    PX_LOG_INFO_AT(table.log_fields, "%s: partition search: %s", table.label.c_str(),
+                   table.search->report().c_str());
   return table.groups_for(table.requests_per_node(step));
 }
 

@@ -19,6 +19,8 @@ TEST_CASE("limits: variables and sparse table bytes per job, then the job goes o
     CHECK(contains(r.output, "REFUSED register 'd'"));
   }
   CHECK(contains(daemon.log(), "limits.job_variables = 3"));
+  // The refusal's log line carries the job, variable and worker as fields (logfmt).
+  CHECK(contains(daemon.log(), "| job=limits-variables variable=d rank="));
   // Limits are per job: another job gets its own three variables.
   CHECK(all_ok(run_workers(daemon, "other", 2, {"shuffle", "--vars", "3", "--steps", "2"})));
   CHECK(daemon.alive());

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -137,4 +138,49 @@ TEST_CASE("service: SIGHUP without a log file is logged and harmless") {
   CHECK(contains(daemon.log(), "SIGHUP: logging to stderr, no log file to reopen"));
   CHECK(daemon.alive());
   CHECK(daemon.kill_and_reap(SIGTERM) == 0);
+}
+
+TEST_CASE("service: with stderr the journal's stream, lines about a job carry PX_* fields") {
+  // systemd sets JOURNAL_STREAM to the device:inode of the stream it gives a service as
+  // stderr; sd_journal_send writes native-protocol datagrams to this socket. The test plays
+  // journald where none runs (as in CI); on a machine whose journald owns the socket it
+  // cannot, and says so.
+  const std::string journal_socket = "/run/systemd/journal/socket";
+  if (access(journal_socket.c_str(), F_OK) == 0) {
+    MESSAGE("skipped: a journald owns " << journal_socket);
+    return;
+  }
+  mkdir("/run/systemd", 0755);
+  mkdir("/run/systemd/journal", 0755);
+  NotifySocket journal(journal_socket);
+  ScratchDir scratch("svc-journal");
+  std::string socket = scratch.path() + "/d.sock";
+  std::string log = scratch.path() + "/daemon.out";
+  write_text_file(log, "");
+  struct stat st {};
+  REQUIRE(stat(log.c_str(), &st) == 0);  // the daemon's stderr: this file (same inode)
+  std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  pid_t pid = spawn_process({PX_DAEMON_PATH, "--foreground", "--socket", socket, "--threads", "2"},
+                            {{"JOURNAL_STREAM", stream}}, log);
+  REQUIRE(wait_until_accepting(socket, 10000));
+  auto results = run_service_workers(socket, "journaled", 1, {"verify", "0", "1"});
+  CHECK(all_ok(results));
+  // The table's line: MESSAGE with the logfmt suffix, and the fields apart.
+  CHECK(journal.wait_for("PX_VARIABLE=emb\n", 10000));
+  const std::string& table = journal.seen.back();
+  CHECK(contains(table, "MESSAGE=variable 'emb' of job 'journaled': "));
+  CHECK(contains(table, "| job=journaled variable=emb node=0\n"));
+  CHECK(contains(table, "PRIORITY=6\n"));
+  CHECK(contains(table, "SYSLOG_IDENTIFIER=parallaxd\n"));
+  CHECK(contains(table, "PX_JOB=journaled\n"));
+  CHECK(contains(table, "PX_NODE=0\n"));
+  // A worker's line names it.
+  bool worker_line = false;
+  for (auto& d : journal.seen) worker_line = worker_line || contains(d, "PX_RANK=0\nPX_PID=");
+  CHECK(worker_line);
+  // Lines about nothing in particular stay plain on stderr.
+  CHECK(contains(read_text(log), "listening on " + socket));
+  kill(pid, SIGTERM);
+  CHECK(wait_for_exit(pid, 30000) == 0);
+  unlink(journal_socket.c_str());
 }

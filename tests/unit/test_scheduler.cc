@@ -215,7 +215,9 @@ TEST_CASE("scheduler: a stalled step names the workers that never came") {
   fx.submit(0, entry(1, fx.var_id, Opcode::kAllreduce, 0, w0.buffer(0, 64), w0.buffer(64, 64)));
   auto failed = fx.scheduler.fail_stalled(*fx.job, monotonic_ns() + 2'000'000'000, 1'000'000'000);
   REQUIRE(failed.size() == 1);
-  CHECK(failed[0].find("fake rank 1 did not submit") != std::string::npos);
+  CHECK(failed[0].message.find("fake rank 1 did not submit") != std::string::npos);
+  CHECK(failed[0].step == 0);
+  CHECK(!failed[0].variable.empty());
   REQUIRE(w0.done.size() == 1);
   CHECK(w0.done[0].status == PX_ERR_TIMEOUT);
 }
