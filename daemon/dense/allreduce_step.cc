@@ -10,6 +10,7 @@
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
 #include "daemon/observe/step_trace.h"
+#include "transport/collectives/recursive_doubling_allreduce.h"
 #include "transport/collectives/ring_allreduce.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/kernels/reduce.h"
@@ -123,7 +124,7 @@ void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::strin
   if (!ok) {
     Job& job = *run->job;
     std::string why =
-        !job.broken().empty() ? job.broken() : "the ring allreduce across nodes failed: " + error;
+        !job.broken().empty() ? job.broken() : "the allreduce across nodes failed: " + error;
     return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
   }
   trace_stage(run->trace, "fan_out");
@@ -155,12 +156,24 @@ void cross_node(const std::shared_ptr<Run>& run) {
     spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
   }
   spec.chunk_bytes = run->context.chunk_bytes;
+  auto done = [run](bool ok, const std::string& error) {
+    run->context.offload.post()([run, ok, error] { after_cross_node(run, ok, error); });
+  };
+  if (spec.count * dtype_size(spec.dtype) <= kRecursiveDoublingMaxBytes) {
+    // Small: a few whole-buffer exchanges, reduced inline on the fabric's thread (no pool
+    // hop). Every node picks the same algorithm: the size is in the agreed fingerprint.
+    RecursiveDoublingSpec small;
+    small.buffer = spec.buffer;
+    small.count = spec.count;
+    small.dtype = spec.dtype;
+    small.op = spec.op;
+    small.tag_base = spec.tag_base;
+    return start_recursive_doubling_allreduce(*run->context.fabric, small, done);
+  }
   ThreadPool& pool = run->context.offload.pool();
   start_ring_allreduce(
       *run->context.fabric, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
-      [run](bool ok, const std::string& error) {
-        run->context.offload.post()([run, ok, error] { after_cross_node(run, ok, error); });
-      });
+      done);
 }
 
 }  // namespace
