@@ -50,8 +50,10 @@ struct DeviceCoalesceArgs {
 bool device_coalesce_scratch_bytes(size_t n, uint64_t row_limit, size_t* bytes, std::string* why);
 
 // Enqueues the coalescing on args.stream; *out_unique and the outputs are valid once the
-// stream reaches that point. False with why on invalid arguments (nothing enqueued), short
-// scratch, or a failed launch (no device, a build without CUDA).
+// stream reaches that point (inputs and scratch must live until then). Nothing waits on
+// the host: the unique count stays on the device until the caller copies it. False with why on
+// invalid arguments (nothing enqueued), short scratch, or a failed launch (no device, a build
+// without CUDA).
 bool device_coalesce(const DeviceCoalesceArgs& args, std::string* why);
 
 // The same checks and semantics on the host over host memory (std::stable_sort for CUB's

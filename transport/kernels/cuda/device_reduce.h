@@ -41,9 +41,10 @@ struct DeviceReduceArgs {
 bool reduce_scratch_bytes(const DeviceReduceArgs& args, size_t* bytes, std::string* why);
 
 // Enqueues the reduction on args.stream and returns; the result is in dst once the stream
-// reaches that point. False with why if the arguments are invalid or a launch fails (no
-// device, no driver, a build without CUDA). Invalid arguments are refused before anything
-// is enqueued.
+// reaches that point. The srcs array may go once this returns (the pointers travel in the
+// launches); the buffers and the scratch must live until the stream has passed it. False with why
+// if the arguments are invalid or a launch fails (no device, no driver, a build without CUDA).
+// Invalid arguments are refused before anything is enqueued.
 bool device_reduce(const DeviceReduceArgs& args, std::string* why);
 
 // The same passes, checks and per-element code as device_reduce, run on the host over host
