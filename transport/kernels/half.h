@@ -1,35 +1,51 @@
 // IEEE binary16 and bfloat16 <-> float conversions, round to nearest even, NaN kept NaN.
-// Written with integer operations only, so they need no F16C and auto-vectorise.
+// Written with integer operations only, so they need no F16C and auto-vectorise. The CUDA
+// kernels (transport/kernels/cuda) compile these same functions for the device, so a GPU
+// reduction rounds exactly as the host's does.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define PX_HOST_DEVICE __host__ __device__
+#else
+#define PX_HOST_DEVICE
+#endif
+
 namespace px {
 
-inline uint32_t float_bits(float f) {
+PX_HOST_DEVICE inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
-inline float bits_float(uint32_t u) {
+PX_HOST_DEVICE inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
-inline float bf16_to_float(uint16_t h) {
+PX_HOST_DEVICE inline float bf16_to_float(uint16_t h) {
   return bits_float(static_cast<uint32_t>(h) << 16);
 }
 
-inline uint16_t float_to_bf16(float f) {
+PX_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
   uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
   uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
-inline float f16_to_float(uint16_t h) {
+PX_HOST_DEVICE inline float f16_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -40,7 +56,7 @@ inline float f16_to_float(uint16_t h) {
   return sign ? -magnitude : magnitude;
 }
 
-inline uint16_t float_to_f16(float f) {
+PX_HOST_DEVICE inline uint16_t float_to_f16(float f) {
   uint32_t u = float_bits(f);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
