@@ -27,6 +27,10 @@
 //     The demo's language model at vocabulary 800,000 through Parallax and through torch
 //     DDP with dense and with sparse embeddings: words/s, compute and exposed communication.
 //
+//   px-bench soak [--json] [--steps 10000] [--sample-at 1000] ...   (tools/bench/soak.py)
+//     The demo's language model on 2 nodes x 2 workers for 10,000 steps: every daemon's RSS
+//     and open fds at the end against their values at step 1,000 (target: within 2%).
+//
 //   px-bench faults [--json] [--faults 200] [--seed S]   (tests/integration/fault_suite.cc)
 //     Randomized faults on a 3-node cluster running sparse and dense training; every fault
 //     must end in a clear error naming the right node and a re-formed cluster.
@@ -605,6 +609,22 @@ int bench_lm(int argc, char** argv) {
   die("cannot run /usr/bin/python3 " + script + ": " + strerror(errno));
 }
 
+// `px-bench soak`: the demo's language model for 10,000 steps on 2 nodes x 2 workers, the
+// daemons' RSS and open fds sampled along the way (tools/bench/soak.py); with this build's
+// daemon and library.
+int bench_soak(int argc, char** argv) {
+  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/soak.py";
+  std::string library = tools_dir() + "/../clients/c/libparallax.so.1";
+  std::vector<std::string> args = {"/usr/bin/python3",    script,  "--daemon",
+                                   default_daemon_path(), "--lib", library};
+  for (int i = 0; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> c_args;
+  for (std::string& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  execv(c_args[0], c_args.data());
+  die("cannot run /usr/bin/python3 " + script + ": " + strerror(errno));
+}
+
 // `px-bench faults`: the fault-injection suite (tests/integration/fault_suite.cc) with the
 // full count, 200 randomized faults on a 3-node cluster; it prints one JSON object.
 int bench_faults(int argc, char** argv) {
@@ -637,6 +657,8 @@ int main(int argc, char** argv) {
         "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
         "                   [--steps N] (tools/bench/lm.py --help)\n"
+        "       px-bench soak [--json] [--steps 10000] [--sample-at 1000] [--every 250]\n"
+        "                     (tools/bench/soak.py --help)\n"
         "       px-bench faults [--json] [--faults 200] [--seed S]\n");
     return argc < 2 ? 2 : 0;
   }
@@ -645,6 +667,7 @@ int main(int argc, char** argv) {
   if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
   if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
   if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
+  if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
   if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
@@ -685,5 +708,5 @@ int main(int argc, char** argv) {
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
   die("unknown scenario '" + scenario +
-      "' (this build has: local, allreduce, sparse, torch-dense, lm, faults)");
+      "' (this build has: local, allreduce, sparse, torch-dense, lm, soak, faults)");
 }

@@ -44,6 +44,10 @@ def parse_args():
     p.add_argument("--route", default="hybrid", help="sparse route of both tables")
     p.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens scored")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--pause-after-train", type=float, default=0.0, metavar="SECONDS",
+                   help="after the last step, meet at a barrier, print 'paused after "
+                        "training' (rank 0) and wait SECONDS before the evaluation: a "
+                        "window to sample the processes (tools/bench/soak.py)")
     p.add_argument("--reference", type=int, default=0, metavar="WORKERS",
                    help="train in this process on the global batch of WORKERS workers")
     p.add_argument("--json", default="", help="write per-step losses and final state here")
@@ -145,6 +149,12 @@ def run_parallax(args, cfg, corpus) -> None:
             print(f"step {step:4d}  loss {losses[-1]:.4f}  words/s {words_per_step / dt:8.0f}",
                   flush=True)
     train_s = time.monotonic() - t_start
+    if args.pause_after_train > 0:
+        client.barrier()
+        if lead:
+            print(f"paused after training: {args.steps} steps in {train_s:.1f} s, "
+                  f"waiting {args.pause_after_train:g} s", flush=True)
+        time.sleep(args.pause_after_train)
 
     # Held-out perplexity: each worker scores its share with the exact softmax.
     model.eval()
