@@ -529,6 +529,10 @@ void Server::leave_job(Session& session, const std::string& why) {
     // Other nodes may still be sending to this node's shards and receives: they stay until
     // every node's workers have left (the coordinator's JobEnd, events.job_end).
     ended_here_[job->barrier_id()] = job;
+    // A draining node does not report it: its checkpoint asks every node's shards of the
+    // job, which a JobEnd would free under it. The other nodes free theirs when this node
+    // is lost (it exits once drained).
+    if (service_.draining()) return;
     cluster_->report_job_left(job->name(), job->barrier_id());
     return;
   }
