@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "transport/fabric/fabric_endpoint.h"
+#include "transport/kernels/dtype.h"
 
 namespace pxt {
 
@@ -40,6 +42,32 @@ struct Completion {
     return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return finished >= n; });
   }
 };
+
+// Small integers per rank: every summation order gives the exact same float result, so a
+// collective's output can be compared with reference() bit for bit.
+template <typename T>
+std::vector<std::vector<T>> small_integer_inputs(int n, size_t count, int salt) {
+  std::vector<std::vector<T>> v(static_cast<size_t>(n), std::vector<T>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      v[static_cast<size_t>(r)][i] = static_cast<T>(
+          static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(salt)) %
+                           101) -
+          50);
+  return v;
+}
+
+// The reduction of every rank's input, in rank order.
+template <typename T>
+std::vector<T> reference_reduction(const std::vector<std::vector<T>>& in, ReduceOp op) {
+  std::vector<T> out = in[0];
+  for (size_t r = 1; r < in.size(); ++r)
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = op == ReduceOp::kMin   ? std::min(out[i], in[r][i])
+               : op == ReduceOp::kMax ? std::max(out[i], in[r][i])
+                                      : out[i] + in[r][i];
+  return out;
+}
 
 // N endpoints of one group over tcp;ofi_rxm on loopback, progress threads running.
 inline std::vector<std::unique_ptr<FabricEndpoint>> open_endpoints(int n) {

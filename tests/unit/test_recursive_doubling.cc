@@ -18,29 +18,6 @@ using namespace pxt;
 
 namespace {
 
-// Small integers: every summation order gives the same result, so it can be compared with
-// a plain reference.
-template <typename T>
-std::vector<std::vector<T>> small_integers(int n, size_t count, int salt) {
-  std::vector<std::vector<T>> v(static_cast<size_t>(n), std::vector<T>(count));
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < count; ++i)
-      v[static_cast<size_t>(r)][i] =
-          static_cast<T>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + salt) % 101) - 50);
-  return v;
-}
-
-template <typename T>
-std::vector<T> reference(const std::vector<std::vector<T>>& in, ReduceOp op) {
-  std::vector<T> out = in[0];
-  for (size_t r = 1; r < in.size(); ++r)
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = op == ReduceOp::kMin   ? std::min(out[i], in[r][i])
-               : op == ReduceOp::kMax ? std::max(out[i], in[r][i])
-                                      : out[i] + in[r][i];
-  return out;
-}
-
 // Runs the allreduce on every member of group over data (one buffer per rank, bytes each).
 void run(std::vector<CollectiveTransport*> group, std::vector<std::vector<char>>& data, DType dtype,
          ReduceOp op, size_t count, uint64_t tag, Completion& done) {
@@ -59,8 +36,8 @@ template <typename T>
 void check_exact(std::vector<CollectiveTransport*> group, DType dtype, ReduceOp op, size_t count,
                  int salt) {
   int n = static_cast<int>(group.size());
-  auto in = small_integers<T>(n, count, salt);
-  auto want = reference(in, op);
+  auto in = small_integer_inputs<T>(n, count, salt);
+  auto want = reference_reduction(in, op);
   std::vector<std::vector<char>> data;
   for (auto& v : in)
     data.emplace_back(reinterpret_cast<char*>(v.data()),

@@ -18,38 +18,12 @@ using namespace pxt;
 
 namespace {
 
-// Small integers: every summation order gives the exact same float result.
-template <typename T>
-std::vector<std::vector<T>> inputs(int n, size_t count, int salt) {
-  std::vector<std::vector<T>> v(static_cast<size_t>(n), std::vector<T>(count));
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < count; ++i)
-      v[static_cast<size_t>(r)][i] = static_cast<T>(
-          static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(salt)) %
-                           101) -
-          50);
-  return v;
-}
-
-template <typename T>
-std::vector<T> expected(const std::vector<std::vector<T>>& in, ReduceOp op) {
-  std::vector<T> out = in[0];
-  for (size_t r = 1; r < in.size(); ++r)
-    for (size_t i = 0; i < out.size(); ++i) {
-      T v = in[r][i];
-      out[i] = op == ReduceOp::kMin   ? std::min(out[i], v)
-               : op == ReduceOp::kMax ? std::max(out[i], v)
-                                      : out[i] + v;
-    }
-  return out;
-}
-
 template <typename T>
 void check_group(std::vector<CollectiveTransport*> group, DType dtype, ReduceOp op, size_t count,
                  size_t chunk_bytes, int salt) {
   int n = static_cast<int>(group.size());
-  auto data = inputs<T>(n, count, salt);
-  auto want = expected(data, op);
+  auto data = small_integer_inputs<T>(n, count, salt);
+  auto want = reference_reduction(data, op);
   Completion done;
   for (int r = 0; r < n; ++r) {
     RingAllreduceSpec spec;
@@ -110,7 +84,7 @@ TEST_CASE("ring allreduce: concurrent operations with different tags do not mix"
   std::vector<std::vector<std::vector<float>>> data;
   Completion done;
   for (int op = 0; op < 6; ++op) {
-    data.push_back(inputs<float>(3, count, op));
+    data.push_back(small_integer_inputs<float>(3, count, op));
   }
   for (int r = 0; r < 3; ++r) {
     for (int i = 0; i < 6; ++i) {
@@ -126,7 +100,7 @@ TEST_CASE("ring allreduce: concurrent operations with different tags do not mix"
   REQUIRE(done.wait_for(18));
   CHECK(done.errors.empty());
   for (int op = 0; op < 6; ++op) {
-    auto want = expected(inputs<float>(3, count, op), ReduceOp::kSum);
+    auto want = reference_reduction(small_integer_inputs<float>(3, count, op), ReduceOp::kSum);
     for (int r = 0; r < 3; ++r)
       CHECK(std::memcmp(data[static_cast<size_t>(op)][static_cast<size_t>(r)].data(), want.data(),
                         count * 4) == 0);
@@ -136,7 +110,7 @@ TEST_CASE("ring allreduce: concurrent operations with different tags do not mix"
 TEST_CASE("ring allreduce: a lost node fails the operation on the survivors, no hang") {
   auto eps = open_endpoints(3);
   const size_t count = 100000;
-  auto data = inputs<float>(3, count, 1);
+  auto data = small_integer_inputs<float>(3, count, 1);
   Completion done;
   for (int r = 0; r < 2; ++r) {  // rank 2 never takes part
     RingAllreduceSpec spec;
@@ -160,8 +134,8 @@ TEST_CASE("ring allreduce: a lost node fails the operation on the survivors, no 
 TEST_CASE("ring allreduce: a broken job's variables fail on live peers, others go on") {
   auto eps = open_endpoints(3);
   const size_t count = 100000;
-  auto broken = inputs<float>(3, count, 2);
-  auto healthy = inputs<float>(3, count, 3);
+  auto broken = small_integer_inputs<float>(3, count, 2);
+  auto healthy = small_integer_inputs<float>(3, count, 3);
   Completion failed, fine;
   auto start = [&](std::vector<std::vector<float>>& data, uint32_t var, int r, Completion& c) {
     RingAllreduceSpec spec;
@@ -189,7 +163,7 @@ TEST_CASE("ring allreduce: a broken job's variables fail on live peers, others g
   for (int r = 0; r < 3; ++r) start(healthy, 12, r, fine);
   REQUIRE(fine.wait_for(3, 10));
   CHECK(fine.errors.empty());
-  auto want = expected(inputs<float>(3, count, 3), ReduceOp::kSum);
+  auto want = reference_reduction(small_integer_inputs<float>(3, count, 3), ReduceOp::kSum);
   for (int r = 0; r < 3; ++r)
     CHECK(std::memcmp(healthy[static_cast<size_t>(r)].data(), want.data(), count * 4) == 0);
 }
