@@ -47,8 +47,8 @@ extern "C" {
 #define PX_ABI_VERSION_MAJOR 1
 /* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
- * connect without waiting; 1.4: px_var_stats.restored_steps */
-#define PX_ABI_VERSION_MINOR 4
+ * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: px_sparse_options.wire_dtype */
+#define PX_ABI_VERSION_MINOR 5
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -245,6 +245,11 @@ typedef struct px_sparse_options {
   uint32_t partitions;        /* 0: automatic (chosen from timed push steps, see stats) */
   int32_t route;              /* px_route; default PX_ROUTE_HYBRID */
   int32_t nonfinite;          /* px_nonfinite; default PX_NONFINITE_REJECT */
+  /* (1.5) px_dtype of pulled rows and pushed gradients between nodes: PX_F32 (default),
+   * PX_BF16 or PX_F16 (ps and hybrid routes). Lossy: a pull's rows and a node's summed push
+   * gradients are rounded once (to nearest even; f16 saturates at +-65504), on every node
+   * alike, and the shards keep f32. Loads and reads stay f32. Half the bytes of the rows. */
+  int32_t wire_dtype;
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */

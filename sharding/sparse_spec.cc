@@ -32,6 +32,18 @@ const char* route_name(Route route) {
   return "?";
 }
 
+const char* wire_dtype_name(WireDtype wire) {
+  switch (wire) {
+    case WireDtype::kF32:
+      return "f32";
+    case WireDtype::kF16:
+      return "f16";
+    case WireDtype::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
 bool SparseOptions::validate(std::string* error) const {
   auto bad = [error](const std::string& what) {
     *error = what;
@@ -60,6 +72,12 @@ bool SparseOptions::validate(std::string* error) const {
   if (route > Route::kAllreduce) return bad("unknown route");
   if (nonfinite > NonFinite::kSkip) return bad("unknown nonfinite policy");
   if (partitions > 65536) return bad("partitions must be at most 65536");
+  if (wire != WireDtype::kF32 && wire != WireDtype::kF16 && wire != WireDtype::kBf16)
+    return bad("wire_dtype must be PX_F32, PX_F16 or PX_BF16");
+  if (wire != WireDtype::kF32 && route != Route::kHybrid && route != Route::kPs)
+    return bad(std::string("wire_dtype ") + wire_dtype_name(wire) +
+               " needs the ps or hybrid route (the " + route_name(route) +
+               " route sends f32 only)");
   return true;
 }
 
@@ -105,6 +123,7 @@ std::string SparseOptions::canonical() const {
   s += partitions == 0 ? " partitions=auto" : " partitions=" + std::to_string(partitions);
   s += std::string(" route=") + route_name(route);
   s += nonfinite == NonFinite::kReject ? " nonfinite=reject" : " nonfinite=skip";
+  if (wire != WireDtype::kF32) s += std::string(" wire=") + wire_dtype_name(wire);
   return s;
 }
 

@@ -13,6 +13,8 @@ enum class Initializer : uint32_t { kZeros = 0, kUniform = 1, kNormal = 2 };
 enum class Consistency : uint32_t { kSync = 0, kAsync = 1, kBounded = 2 };
 enum class Route : uint32_t { kHybrid = 0, kPs = 1, kAllgatherv = 2, kAllreduce = 3 };
 enum class NonFinite : uint32_t { kReject = 0, kSkip = 1 };
+// The values of pulled rows and pushed gradients between nodes (px_dtype's numbers).
+enum class WireDtype : uint32_t { kF32 = 0, kF16 = 2, kBf16 = 3 };
 
 struct SparseOptions {
   Optimizer optimizer = Optimizer::kSgd;
@@ -32,11 +34,13 @@ struct SparseOptions {
   uint32_t partitions = 0;  // 0: automatic
   Route route = Route::kHybrid;
   NonFinite nonfinite = NonFinite::kReject;
+  WireDtype wire = WireDtype::kF32;  // ps/hybrid only; lossy when not f32 (wire_values.h)
 
   // False with a message naming the bad option.
   bool validate(std::string* error) const;
   // Every option that matters, in a fixed order, e.g.
-  // "adam(lr=0.001,b1=0.9,b2=0.999,eps=1e-08) init=zeros sum sync partitions=auto ps reject".
+  // "adam(lr=0.001,b1=0.9,b2=0.999,eps=1e-08) init=zeros sum sync partitions=auto ps reject"
+  // (" wire=bf16" follows when the wire dtype is not f32, so older strings stay as they were).
   std::string canonical() const;
 };
 
@@ -46,5 +50,6 @@ struct SparseShape {
 };
 
 const char* route_name(Route route);
+const char* wire_dtype_name(WireDtype wire);
 
 }  // namespace px

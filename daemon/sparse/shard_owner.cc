@@ -9,6 +9,7 @@
 #include "daemon/common/status_join.h"
 #include "sharding/coalesce.h"
 #include "sharding/request_groups.h"
+#include "sharding/wire_values.h"
 
 namespace px {
 namespace {
@@ -289,7 +290,12 @@ void ShardOwner::serve(ShardRequest r) {
   auto shared = std::make_shared<ShardRequest>(std::move(r));
   queue_->push(
       std::max(shared->count, shared->whole_count) * dim_ > kInlineValues,
-      [this, shared] { store_.gather(shared->rows, shared->count, shared->out); },
+      [this, shared] {
+        store_.gather(shared->rows, shared->count, shared->out);
+        // Rounded here, for every requester alike (wire_values.h).
+        if (shared->op == SparseOp::kPull)
+          round_to_wire(options_.wire, shared->out, shared->count * dim_);
+      },
       [shared] { shared->done(PX_OK, ""); });
 }
 

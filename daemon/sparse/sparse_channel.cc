@@ -22,7 +22,7 @@ constexpr uint64_t kMaxRequestValues = (1ull << 40) / sizeof(float);
 }  // namespace
 
 std::string check_sparse_request(const char* first, size_t bytes, int peer, size_t dim,
-                                 SparseRequestHeader* header) {
+                                 SparseRequestHeader* header, size_t step_value_bytes) {
   SparseRequestHeader& h = *header;
   h = SparseRequestHeader{};
   std::memcpy(&h, first, std::min(bytes, sizeof h));
@@ -33,7 +33,8 @@ std::string check_sparse_request(const char* first, size_t bytes, int peer, size
     return "claims to come from node " + std::to_string(h.from_node);
   if (h.count > kMaxRequestRows || h.count > kMaxRequestValues / std::max<size_t>(dim, 1))
     return std::to_string(h.count) + " rows of " + std::to_string(dim) + " values";
-  if (h.payload_bytes != sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim))
+  if (h.payload_bytes !=
+      sparse_payload_bytes(static_cast<SparseOp>(h.op), h.count, dim, step_value_bytes))
     return "payload of " + std::to_string(h.payload_bytes) + " bytes for " +
            std::to_string(h.count) + " rows";
   if (bytes != sizeof h + inline_bytes)
@@ -49,6 +50,9 @@ struct SparseChannel::Incoming {
   UninitVector<int64_t> rows;  // all three are received or gathered whole
   UninitVector<float> values;
   UninitVector<float> reply;  // kReplyHeadroom for the status, then the rows (pull, read)
+  // 16-bit wire dtypes: a push's gradients as received, a pull's reply as sent.
+  UninitVector<uint16_t> wire_values;
+  UninitVector<char> wire_reply;
   std::atomic<int> parts_left{0};
   bool received = false;  // every part arrived (loop thread)
   // A part failed (set by the transport's one progress thread before the last part's
@@ -59,12 +63,14 @@ struct SparseChannel::Incoming {
 
 SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
                              size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
-                             std::function<std::string(int)> node_label)
+                             std::function<std::string(int)> node_label, WireDtype wire)
     : fabric_(fabric),
       node_(node),
       nodes_(nodes),
       dim_(dim),
       chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
+      wire_(wire),
+      step_value_bytes_(wire_value_bytes(wire)),
       owner_(std::move(owner)),
       post_(std::move(post)),
       node_label_(std::move(node_label)),
@@ -126,7 +132,10 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   // Remote: the reply's receives first (so the reply never waits as an unexpected
   // message), then the request's messages; done once every part finished.
   struct Call {
-    UninitVector<char> first;  // header + inline rows
+    UninitVector<char> first;            // header + inline rows
+    UninitVector<uint16_t> wire_values;  // a push's gradients packed to the wire dtype
+    UninitVector<char> wire_reply;       // a pull's reply in the wire dtype, unpacked into out
+    float* out = nullptr;
     SparseReplyHeader reply{};
     const char* reply_at = nullptr;  // where the reply's status lands
     std::atomic<int> left{0};
@@ -143,7 +152,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   header.groups = groups;
   header.step = step;
   header.count = count;
-  header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  header.payload_bytes = sparse_payload_bytes(op, count, dim_, step_value_bytes_);
   size_t index_bytes = count * sizeof(int64_t);
   bool rows_inline = sparse_rows_inline(count);
   call->first.resize(sizeof header + (rows_inline ? index_bytes : 0));
@@ -155,24 +164,38 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
-  size_t reply_bytes = sparse_reply_bytes(op, count, dim_);
+  size_t reply_bytes = sparse_reply_bytes(op, count, dim_, step_value_bytes_);
   char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
                                               : reinterpret_cast<char*>(&call->reply);
+  size_t values_out =
+      sparse_op_carries_values(op) ? count * dim_ * sparse_value_bytes(op, step_value_bytes_) : 0;
+  const void* values_at = values;
+  if (packs(op) && op == SparseOp::kPush) {
+    // On the pool for a push (the router's request()): packing is a pass over the values.
+    call->wire_values.resize(count * dim_);
+    pack_wire(wire_, values, count * dim_, call->wire_values.data());
+    values_at = call->wire_values.data();
+  } else if (packs(op)) {
+    call->wire_reply.resize(reply_bytes);
+    reply_at = call->wire_reply.data();
+    call->out = out;
+  }
   call->reply_at = reply_at;
-  size_t values_out = sparse_op_carries_values(op) ? count * dim_ * sizeof(float) : 0;
   int parts = static_cast<int>(1 + (rows_inline ? 0 : chunks(index_bytes)) + chunks(values_out) +
                                chunks(reply_bytes));
   call->left.store(parts);
   bytes_sent_ += sizeof(SparseRequestHeader) + header.payload_bytes;
   bytes_received_ += reply_bytes;
   auto self = shared_from_this();
-  auto part_done = [self, call, to](bool ok, const std::string& error) {
+  WireDtype wire = wire_;
+  size_t reply_values = count * dim_;
+  auto part_done = [self, call, to, wire, reply_values](bool ok, const std::string& error) {
     if (!ok) {
       std::lock_guard<std::mutex> lock(call->mutex);
       if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
     }
     if (call->left.fetch_sub(1) != 1) return;
-    self->post_([self, call, to] {
+    self->post_([self, call, to, wire, reply_values] {
       if (!call->error.empty())
         return call->done(PX_ERR_PEER_LOST,
                           "a transfer with " + self->node_label_(to) + " failed: " + call->error);
@@ -181,13 +204,17 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
       if (reply.status != PX_OK)
         return call->done(static_cast<px_status>(reply.status),
                           self->node_label_(to) + " refused the request (its log says why)");
+      if (!call->wire_reply.empty())
+        unpack_wire(wire,
+                    reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
+                    reply_values, call->out);
       call->done(PX_OK, "");
     });
   };
   recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
   fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), part_done);
   if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
-  send_part(to, request_tag, kValuesPart, values, values_out, part_done);
+  send_part(to, request_tag, kValuesPart, values_at, values_out, part_done);
 }
 
 void SparseChannel::post_first(int peer) {
@@ -209,7 +236,7 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
   SparseRequestHeader h{};
-  std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h);
+  std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h, step_value_bytes_);
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
     PX_LOG_ERROR_AT(peer_fields(peer),
@@ -227,11 +254,16 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   if (rows_inline && index_bytes > 0)
     std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
   if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
+  if (packs(op) && op == SparseOp::kPush) in->wire_values.resize(h.count * dim_);
+  // The owner gathers f32 rows into reply; reply() packs them when the wire dtype is 16-bit.
   in->reply.resize(sparse_reply_bytes(op, h.count, dim_) / sizeof(float));
   bytes_received_ += sizeof h + h.payload_bytes;
   p.in_order.push_back(in);
   uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);
-  size_t value_bytes = in->values.size() * sizeof(float);
+  bool packed = !in->wire_values.empty();
+  void* values_at = packed ? static_cast<void*>(in->wire_values.data()) : in->values.data();
+  size_t value_bytes =
+      packed ? in->wire_values.size() * sizeof(uint16_t) : in->values.size() * sizeof(float);
   int parts = static_cast<int>((rows_inline ? 0 : chunks(index_bytes)) + chunks(value_bytes));
   if (parts == 0) {
     in->received = true;
@@ -245,12 +277,17 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
       }
       if (in->parts_left.fetch_sub(1) != 1) return;
       self->post_([self, in, peer] {
+        if (!in->wire_values.empty() && !in->failed) {
+          unpack_wire(self->wire_, in->wire_values.data(), in->wire_values.size(),
+                      in->values.data());
+          in->wire_values = {};
+        }
         in->received = true;
         self->deliver_ready(peer);
       });
     };
     if (!rows_inline) recv_part(peer, tag, kRowsPart, in->rows.data(), index_bytes, part_done);
-    recv_part(peer, tag, kValuesPart, in->values.data(), value_bytes, part_done);
+    recv_part(peer, tag, kValuesPart, values_at, value_bytes, part_done);
   }
   post_first(peer);
   deliver_ready(peer);
@@ -301,8 +338,19 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   if (status != PX_OK) std::fill(in->reply.begin(), in->reply.end(), 0.0f);
   std::memcpy(in->reply.data(), &header, sizeof header);
   auto keep = [in](bool, const std::string&) {};
+  const void* data = in->reply.data();
   size_t bytes = in->reply.size() * sizeof(float);
-  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, keep);
+  if (packs(static_cast<SparseOp>(in->header.op))) {
+    // The rows were rounded to the wire dtype where they were gathered (ShardOwner::serve).
+    size_t values = in->reply.size() - kReplyHeadroom / sizeof(float);
+    in->wire_reply.resize(kReplyHeadroom + values * sizeof(uint16_t));
+    std::memcpy(in->wire_reply.data(), &header, sizeof header);
+    pack_wire(wire_, in->reply.data() + kReplyHeadroom / sizeof(float), values,
+              reinterpret_cast<uint16_t*>(in->wire_reply.data() + kReplyHeadroom));
+    data = in->wire_reply.data();
+    bytes = in->wire_reply.size();
+  }
+  send_part(peer, tag, kFirstPart, data, bytes, keep);
   bytes_sent_ += bytes;
 }
 

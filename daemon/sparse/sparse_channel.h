@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/sparse/shard_owner.h"
+#include "sharding/wire_values.h"
 #include "transport/collectives/collective_transport.h"
 
 namespace px {
@@ -24,15 +25,18 @@ namespace px {
 // when inline), made before anything is sized from it: "" with *header filled when it is
 // well-formed, else what is wrong. first holds `bytes` bytes. (A free function so that
 // tests/fuzz/sparse_header_fuzz.cc drives it without a fabric.)
+// step_value_bytes: the bytes of a pull's or push's values (sparse_wire.h).
 std::string check_sparse_request(const char* first, size_t bytes, int peer, size_t dim,
-                                 SparseRequestHeader* header);
+                                 SparseRequestHeader* header, size_t step_value_bytes = 4);
 
 class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  public:
-  // fabric is null on a single node. node_label(i) names node i in errors.
+  // fabric is null on a single node. node_label(i) names node i in errors. wire: the
+  // dtype of pull rows and push gradients between nodes; the values handed to request()
+  // and produced by the owner are already rounded to it (wire_values.h), so packing is exact.
   SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim, size_t chunk_bytes,
                 std::shared_ptr<ShardOwner> owner, PostToLoop post,
-                std::function<std::string(int)> node_label);
+                std::function<std::string(int)> node_label, WireDtype wire = WireDtype::kF32);
 
   // Cluster: serve other nodes' requests; the variable's bulk messages use global_id.
   void start(uint32_t global_id);
@@ -67,12 +71,18 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   void on_first(int peer, bool ok, size_t bytes, const std::string& error);
   void deliver_ready(int peer);
   void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
+  // Pulls and pushes travel in 16 bits (packed here), other operations in f32.
+  bool packs(SparseOp op) const {
+    return wire_ != WireDtype::kF32 && (op == SparseOp::kPull || op == SparseOp::kPush);
+  }
 
   CollectiveTransport* fabric_;
   int node_;
   int nodes_;
   size_t dim_;
   size_t chunk_bytes_;
+  WireDtype wire_;
+  size_t step_value_bytes_;  // wire_value_bytes(wire_)
   std::shared_ptr<ShardOwner> owner_;
   PostToLoop post_;
   std::function<std::string(int)> node_label_;

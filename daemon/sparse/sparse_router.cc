@@ -10,6 +10,7 @@
 #include "daemon/sparse/sparse_run_state.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
+#include "sharding/wire_values.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
 
 namespace px {
@@ -466,6 +467,12 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
 
 void SparseRouter::sum_group(Run& run, int group) {
   run.plan->sum_group(group, run.batches, run.values.get());
+  // A 16-bit wire dtype: the node's sum is rounded once, here, whether it goes to another
+  // node or to this one's shards (wire_values.h).
+  WireDtype wire = run.table->options.wire;
+  if (wire != WireDtype::kF32 && run.op == SparseOp::kPush)
+    round_to_wire(wire, run.group_values(group),
+                  (run.group_begin(group + 1) - run.group_begin(group)) * run.table->shape.dim);
 }
 
 // One group's request (for a load on a replicated route: every row, to every replica). On

@@ -50,9 +50,9 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->owner->set_names(job.name(), var.name);
   table->replicated = table->owner->replicated();
   table->node = world.node_index;
-  table->channel = std::make_shared<SparseChannel>(fabric_, world.node_index, world.node_count,
-                                                   shape.dim, chunk_bytes_, table->owner,
-                                                   offload_.post(), std::move(node_label));
+  table->channel = std::make_shared<SparseChannel>(
+      fabric_, world.node_index, world.node_count, shape.dim, chunk_bytes_, table->owner,
+      offload_.post(), std::move(node_label), options.wire);
   table->label = label;
   table->log_fields = job_fields(job.name(), var.name);
   std::string why_partitions = "as asked, one per request";

@@ -51,6 +51,7 @@ uint64_t sparse_options(const control::SparseOptions* o) {
   options.partitions = o->partitions();
   options.route = static_cast<Route>(o->route());
   options.nonfinite = static_cast<NonFinite>(o->nonfinite());
+  options.wire = static_cast<WireDtype>(o->wire_dtype());
   std::string error;
   if (!options.validate(&error)) {
     PX_FUZZ_CHECK(!error.empty());

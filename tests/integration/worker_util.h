@@ -123,6 +123,9 @@ inline void load_rows_ok(px_var* v, const int64_t* idx, size_t n, const void* ro
 // (returns the exit code).
 const std::vector<ScenarioSpec>& sparse_scenario_specs();
 int run_sparse_scenario(px_client* c, const std::string& scenario, const Flags& flags);
+// Sparse rows and gradients in a 16-bit wire dtype (wire_scenarios.cc).
+const std::vector<ScenarioSpec>& wire_scenario_specs();
+int run_wire_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 // ABI 1.3 scenarios (abi_scenarios.cc): after connecting, and before (connect itself).
 int run_abi_scenario(px_client* c, const std::string& scenario);
 int run_connect_scenario();

@@ -3,6 +3,8 @@
 // kRequestMessageBytes, its rows; rows that do not fit follow as part 1, values as part 2:
 //   pull, read  payload: int64 rows[count]                reply: status, float rows[count][dim]
 //   push        payload: int64 rows[count], float grads   (no reply)
+// (pull rows and push gradients are bf16/f16 instead of float when the variable's wire dtype
+// says so: sparse_value_bytes)
 //   load        payload: int64 rows[count], float values  reply: status
 //   checkpoint  payload: the directory, NUL-padded to count int64 words; step = push steps
 //               to wait for                               reply: status
@@ -58,13 +60,24 @@ inline bool sparse_op_carries_values(SparseOp op) {
 inline bool sparse_op_returns_rows(SparseOp op) {
   return op == SparseOp::kPull || op == SparseOp::kRead;
 }
-inline uint64_t sparse_payload_bytes(SparseOp op, uint64_t count, uint64_t dim) {
-  return count * 8 + (sparse_op_carries_values(op) ? count * dim * 4 : 0);
+// Bytes of one value of an operation's rows: pulls and pushes carry the variable's wire
+// dtype (step_value_bytes: 4, or 2 for bf16/f16, sharding/wire_values.h); loads and reads
+// are always f32.
+inline uint64_t sparse_value_bytes(SparseOp op, uint64_t step_value_bytes) {
+  return op == SparseOp::kPull || op == SparseOp::kPush ? step_value_bytes : 4;
+}
+inline uint64_t sparse_payload_bytes(SparseOp op, uint64_t count, uint64_t dim,
+                                     uint64_t step_value_bytes = 4) {
+  return count * 8 + (sparse_op_carries_values(op)
+                          ? count * dim * sparse_value_bytes(op, step_value_bytes)
+                          : 0);
 }
 // 0: no reply.
-inline uint64_t sparse_reply_bytes(SparseOp op, uint64_t count, uint64_t dim) {
+inline uint64_t sparse_reply_bytes(SparseOp op, uint64_t count, uint64_t dim,
+                                   uint64_t step_value_bytes = 4) {
   if (op == SparseOp::kPush) return 0;
-  return sizeof(SparseReplyHeader) + (sparse_op_returns_rows(op) ? count * dim * 4 : 0);
+  return sizeof(SparseReplyHeader) +
+         (sparse_op_returns_rows(op) ? count * dim * sparse_value_bytes(op, step_value_bytes) : 0);
 }
 inline const char* sparse_op_name(SparseOp op) {
   switch (op) {

@@ -16,7 +16,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 4
+ABI_MINOR = 5
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -91,7 +91,8 @@ class SparseOptions(Structure):
                 ("initializer", c_int32), ("reserved0", c_uint32), ("init_seed", c_uint64),
                 ("init_low", c_double), ("init_high", c_double), ("init_std", c_double),
                 ("aggregation", c_int32), ("consistency", c_int32), ("staleness", c_uint32),
-                ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32)]
+                ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32),
+                ("wire_dtype", c_int32)]
 
 
 _P = c_void_p  # opaque handles travel as void*

@@ -3,7 +3,7 @@ use std::os::raw::c_void;
 
 use crate::client::Client;
 use crate::dense::stats;
-use crate::element::{OutBuffer, ReduceOp};
+use crate::element::{DType, OutBuffer, ReduceOp};
 use crate::request::{op_options, submit, Request};
 use crate::{sys, Error, Result, VarStats};
 
@@ -185,6 +185,13 @@ impl SparseOptions {
             NonFinite::Reject => sys::PX_NONFINITE_REJECT,
             NonFinite::Skip => sys::PX_NONFINITE_SKIP,
         };
+        self
+    }
+    /// The dtype of pulled rows and pushed gradients between nodes: `DType::F32` (the
+    /// default) or, lossy, `DType::Bf16` / `DType::F16` (ps and hybrid routes; the daemon
+    /// refuses other dtypes).
+    pub fn wire_dtype(mut self, dtype: DType) -> Self {
+        self.raw.wire_dtype = dtype.raw();
         self
     }
     /// The C struct.

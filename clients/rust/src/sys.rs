@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 4;
+pub const PX_ABI_VERSION_MINOR: u32 = 5;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -182,6 +182,7 @@ pub struct px_sparse_options {
     pub partitions: u32,
     pub route: i32,
     pub nonfinite: i32,
+    pub wire_dtype: i32,
 }
 
 extern "C" {

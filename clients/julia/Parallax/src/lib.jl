@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 4
+const PX_ABI_VERSION_MINOR = 5
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -155,6 +155,7 @@ struct PxSparseOptions  # 112 bytes
     partitions::UInt32
     route::Int32
     nonfinite::Int32
+    wire_dtype::Int32
 end
 
 # A copy of an immutable struct with some fields replaced: with(o; root = 2).

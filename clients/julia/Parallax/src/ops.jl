@@ -309,11 +309,13 @@ const CONSISTENCIES = Dict(:sync => PX_SYNC, :async => PX_ASYNC, :bounded => PX_
 const ROUTES = Dict(:hybrid => PX_ROUTE_HYBRID, :ps => PX_ROUTE_PS,
                     :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE)
 const NONFINITE = Dict(:reject => PX_NONFINITE_REJECT, :skip => PX_NONFINITE_SKIP)
+const WIRE_DTYPES = Dict(:f32 => PX_F32, :bf16 => PX_BF16, :f16 => PX_F16)
 const SYMBOL_OPTIONS = Dict(:optimizer => ("optimizer", OPTIMIZERS),
                             :initializer => ("initializer", INITIALIZERS),
                             :aggregation => ("aggregation", REDUCE_OPS),
                             :consistency => ("consistency", CONSISTENCIES),
-                            :route => ("route", ROUTES), :nonfinite => ("nonfinite", NONFINITE))
+                            :route => ("route", ROUTES), :nonfinite => ("nonfinite", NONFINITE),
+                            :wire_dtype => ("wire dtype", WIRE_DTYPES))
 
 """
     register_sparse(c::Client, name, rows, dim; options...) -> SparseVar
@@ -323,7 +325,8 @@ Options (defaults from `px_sparse_options_init`): `optimizer` (`:sgd`, `:adagrad
 `initializer` (`:zeros`, `:uniform` with `init_low`/`init_high`, `:normal` with
 `init_std`), `init_seed`, `aggregation` (`:sum`, `:mean`), `consistency` (`:sync`,
 `:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`,
-`:ps`, `:allgatherv`, `:allreduce`), `nonfinite` (`:reject`, `:skip`). Every worker
+`:ps`, `:allgatherv`, `:allreduce`), `nonfinite` (`:reject`, `:skip`), `wire_dtype`
+(`:f32`, or lossy `:bf16`/`:f16` rows and gradients between nodes). Every worker
 registers the table with the same options, else `PX_ERR_MISMATCH`.
 """
 function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::Integer; options...)

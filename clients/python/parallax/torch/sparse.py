@@ -24,7 +24,8 @@ from .session import default_client
 
 _SPARSE_OPTIONS = ("optimizer", "lr", "beta1", "beta2", "epsilon", "initial_accumulator",
                    "initializer", "seed", "init_low", "init_high", "init_std", "aggregation",
-                   "consistency", "staleness", "partitions", "route", "nonfinite")
+                   "consistency", "staleness", "partitions", "route", "nonfinite",
+                   "wire_dtype")
 
 
 class _Table:

@@ -1,0 +1,206 @@
+// The wire-dtype scenario of the test worker (px_sparse_options.wire_dtype): every worker
+// simulates the whole job in double, rounding to the wire dtype where the daemons do (a
+// pull's rows; each node's summed gradients of a push), and checks every pulled row against
+// it; every pulled value must also be exactly a wire-dtype value.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sharding/initializer.h"  // the table's initial values, to seed the reference
+#include "sharding/wire_values.h"  // the rounding the reference applies where the daemons do
+#include "tests/integration/worker_util.h"
+
+namespace pxt {
+namespace {
+
+constexpr uint64_t kRows = 600;
+constexpr uint64_t kDim = 32;  // wide enough that values, not indices, are most of the bytes
+constexpr uint64_t kLookups = 32;
+constexpr double kLearningRate = 0.1;
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Skewed lookups (low rows hot), repeated within and across workers.
+std::vector<int64_t> lookups(int rank, uint64_t step) {
+  std::vector<int64_t> idx(kLookups);
+  for (uint64_t j = 0; j < kLookups; ++j) {
+    double t = double(mix(uint64_t(rank) * 1000003 + step * 7919 + j) % 100000) / 100000.0;
+    idx[j] = int64_t(double(kRows) * t * t);
+  }
+  return idx;
+}
+
+// Depends on the pulled value, so a stale or wrongly unpacked pull shows.
+float gradient(int rank, uint64_t step, uint64_t j, uint64_t c, float w) {
+  return float(0.5 * double(w) + 0.01 * std::sin(double(rank + 3 * step + 7 * j + c)));
+}
+
+double round_to(px::WireDtype wire, double v) {
+  float f = float(v);
+  px::round_to_wire(wire, &f, 1);
+  return f;
+}
+
+// The tolerance of a pulled value: the daemons work in f32 and the reference in double, so
+// a value next to a rounding boundary may round to the neighbouring wire value.
+double tolerance(px::WireDtype wire, double ref) {
+  double ulp = wire == px::WireDtype::kBf16  ? 0x1p-8
+               : wire == px::WireDtype::kF16 ? 0x1p-11
+                                             : 0x1p-23;
+  return 2 * ulp * std::fabs(ref) + 1e-6;
+}
+
+// wire-train --wire f32|bf16|f16 --steps N [--partitions P] [--route hybrid|ps]
+int scenario_wire_train(px_client* c, const Flags& f) {
+  static const px::WireDtype kWires[] = {px::WireDtype::kF32, px::WireDtype::kBf16,
+                                         px::WireDtype::kF16};
+  static const int32_t kWireDtypes[] = {PX_F32, PX_BF16, PX_F16};
+  px::WireDtype wire = kWires[f.choice("wire")];
+  px_world_info w = world_of(c);
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  o.initializer = PX_INIT_UNIFORM;
+  o.init_seed = 5;
+  o.init_low = -0.1;
+  o.init_high = 0.1;
+  o.learning_rate = kLearningRate;
+  o.partitions = uint32_t(f.u64("partitions", 0));
+  o.route = f.has("route") ? (f.choice("route") == 0 ? PX_ROUTE_HYBRID : PX_ROUTE_PS) : o.route;
+
+  // Refusals first: a 16-bit wire on a replicated route, and a dtype that is no wire dtype.
+  px_var* refused = nullptr;
+  px_sparse_options bad = o;
+  bad.wire_dtype = PX_BF16;
+  bad.route = PX_ROUTE_ALLGATHERV;
+  expect_status(px_register_sparse(c, "bad-route", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
+                "bf16 wire on the allgatherv route");
+  expect_contains(px_last_error(), "wire_dtype bf16 needs the ps or hybrid route");
+  bad = o;
+  bad.wire_dtype = PX_I32;
+  expect_status(px_register_sparse(c, "bad-dtype", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
+                "i32 wire");
+  expect_contains(px_last_error(), "wire_dtype must be PX_F32, PX_F16 or PX_BF16");
+
+  o.wire_dtype = kWireDtypes[f.choice("wire")];
+  px_var* var = nullptr;
+  check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
+
+  // The reference: the shard values (double), initialised as the daemons do.
+  std::vector<double> ref(kRows * kDim);
+  {
+    px::SparseOptions init;
+    init.initializer = px::Initializer::kUniform;
+    init.init_seed = o.init_seed;
+    init.init_low = o.init_low;
+    init.init_high = o.init_high;
+    std::vector<float> row(kDim);
+    for (uint64_t r = 0; r < kRows; ++r) {
+      px::initial_row(init, r, kDim, row.data());
+      for (uint64_t col = 0; col < kDim; ++col) ref[r * kDim + col] = row[col];
+    }
+  }
+  auto check_pulled = [&](const std::vector<int64_t>& idx, const std::vector<float>& got,
+                          const std::string& what) {
+    for (size_t j = 0; j < idx.size(); ++j)
+      for (uint64_t col = 0; col < kDim; ++col) {
+        float g = got[j * kDim + col];
+        float exact = g;
+        px::round_to_wire(wire, &exact, 1);
+        double want = round_to(wire, ref[size_t(idx[j]) * kDim + col]);
+        if (std::memcmp(&exact, &g, 4) != 0 || !(std::fabs(g - want) <= tolerance(wire, want))) {
+          char text[200];
+          snprintf(text, sizeof text, ": row %lld column %llu is %.9g, reference %.9g%s",
+                   (long long)idx[j], (unsigned long long)col, double(g), want,
+                   std::memcmp(&exact, &g, 4) != 0 ? " (not a wire-dtype value)" : "");
+          die(what + text);
+        }
+      }
+  };
+
+  uint64_t steps = f.u64("steps");
+  for (uint64_t k = 0; k < steps; ++k) {
+    std::vector<int64_t> idx = lookups(g_rank, k);
+    std::vector<float> rows(idx.size() * kDim);
+    pull_rows_ok(var, idx.data(), idx.size(), rows.data(), "pull");
+    check_pulled(idx, rows, "pull step " + std::to_string(k));
+    std::vector<float> grads(idx.size() * kDim);
+    for (size_t j = 0; j < idx.size(); ++j)
+      for (uint64_t col = 0; col < kDim; ++col)
+        grads[j * kDim + col] = gradient(g_rank, k, j, col, rows[j * kDim + col]);
+    push_rows_ok(var, idx.data(), idx.size(), grads.data(), "push");
+
+    // The reference step: each node's sum of its workers' gradients (from the rows they
+    // pulled, rounded), rounded once; the shards add the nodes' sums.
+    std::vector<double> total(kRows * kDim, 0.0);
+    for (int node = 0; node < w.node_count; ++node) {
+      std::vector<double> sum(kRows * kDim, 0.0);
+      std::vector<bool> touched(kRows, false);
+      for (int rank = node * w.local_size; rank < (node + 1) * w.local_size; ++rank) {
+        std::vector<int64_t> ri = lookups(rank, k);
+        for (size_t j = 0; j < ri.size(); ++j) {
+          touched[size_t(ri[j])] = true;
+          for (uint64_t col = 0; col < kDim; ++col) {
+            size_t at = size_t(ri[j]) * kDim + col;
+            sum[at] += gradient(rank, k, j, col, float(round_to(wire, ref[at])));
+          }
+        }
+      }
+      for (uint64_t r = 0; r < kRows; ++r)
+        if (touched[r])
+          for (uint64_t col = 0; col < kDim; ++col)
+            total[r * kDim + col] += round_to(wire, sum[r * kDim + col]);
+    }
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] -= kLearningRate * total[i];
+  }
+  std::vector<int64_t> all(kRows);
+  for (uint64_t r = 0; r < kRows; ++r) all[r] = int64_t(r);
+  std::vector<float> table(kRows * kDim);
+  pull_rows_ok(var, all.data(), all.size(), table.data(), "pull all");
+  check_pulled(all, table, "final table");
+  // Every node's requests of the steps answered (a reply is counted when sent): the counters
+  // hold exactly the training's bytes.
+  check(px_barrier(c, 30000), "px_barrier");
+  px_var_stats stats;
+  stats.struct_size = sizeof stats;
+  check(px_var_stats_get(var, &stats), "px_var_stats_get");
+  check(px_barrier(c, 30000), "px_barrier");  // and no worker's read below counted yet
+  // Reads are not steps and stay f32: the shards' own values, which need not be wire values.
+  read_rows_ok(var, all.data(), all.size(), table.data(), "read all");
+  uint64_t hash = 1469598103934665603ull;
+  for (float v : table) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  printf("ok rank %d wire table_hash=%016llx bytes_sent=%llu bytes_received=%llu\n", g_rank,
+         (unsigned long long)hash, (unsigned long long)stats.bytes_sent,
+         (unsigned long long)stats.bytes_received);
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<ScenarioSpec>& wire_scenario_specs() {
+  static const std::vector<ScenarioSpec> specs = {
+      {"wire-train",
+       {"wire:f32|bf16|f16", "steps:n", "partitions?:n", "route?:hybrid|ps"},
+       {},
+       "training with rows and gradients in the wire dtype, against a reference that rounds "
+       "where the daemons do"},
+  };
+  return specs;
+}
+
+int run_wire_scenario(px_client* c, const std::string& scenario, const Flags& flags) {
+  if (scenario == "wire-train") return scenario_wire_train(c, flags);
+  die("unknown wire scenario " + scenario);
+}
+
+}  // namespace pxt
