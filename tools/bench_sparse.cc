@@ -2,6 +2,7 @@
 //
 //   px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]
 //                   [--routes hybrid,ps,allgatherv,allreduce] [--steps N]
+//                   (hybrid-bf16, ps-f16, ...: that route with a 16-bit wire dtype)
 //                   [--rows 800000] [--dim 128] [--lookups 8192] [--dense-bytes 25000000]
 //                   [--partitions P (0: automatic)] [--mtu N (links' MTU, default 1500)]
 //                   [--peers gloo] [--daemon PATH]
@@ -81,6 +82,20 @@ px_var_stats stats_of(px_var* var) {
   return s;
 }
 
+// A route with a wire dtype: "hybrid-bf16", "ps-f16" (px_sparse_options.wire_dtype; the
+// table's rows and gradients cross nodes in 16 bits). Plain names are f32.
+std::string base_route(const std::string& r) {
+  return r.substr(0, r.find('-'));
+}
+int32_t wire_of(const std::string& r) {
+  size_t dash = r.find('-');
+  if (dash == std::string::npos) return PX_F32;
+  std::string wire = r.substr(dash + 1);
+  if (wire == "bf16") return PX_BF16;
+  if (wire == "f16") return PX_F16;
+  die("unknown wire dtype " + wire + " in route " + r);
+}
+
 px_route parse_route(const std::string& r) {
   if (r == "ps") return PX_ROUTE_PS;
   if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
@@ -107,7 +122,7 @@ int sparse_worker(int argc, char** argv) {
   if (argc > 6) a.partitions = static_cast<uint32_t>(std::stoul(argv[6]));
   uint64_t row_bytes = a.dim * sizeof(float);
   uint64_t dense_rows = (a.dense_bytes + row_bytes - 1) / row_bytes;
-  bool dense_as_ps = route == "ps";
+  bool dense_as_ps = base_route(route) == "ps";
   px_connect_options o;
   px_connect_options_init(&o);
   o.timeout_ms = 300000;
@@ -122,10 +137,13 @@ int sparse_worker(int argc, char** argv) {
   px_sparse_options so;
   px_sparse_options_init(&so);
   so.learning_rate = 0.01;
-  so.route = parse_route(route);
+  so.route = parse_route(base_route(route));
   so.partitions = a.partitions;
+  px_sparse_options table_options = so;  // the dense-as-ps table stays f32 on the wire
+  table_options.wire_dtype = wire_of(route);
   px_var* table = nullptr;
-  check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &so, &table), "register table");
+  check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &table_options, &table),
+        "register table");
   px_var* dense = nullptr;
   if (dense_as_ps) {
     check(px_register_sparse(c, "dense", PX_F32, dense_rows, a.dim, &so, &dense), "register dense");
@@ -281,17 +299,24 @@ double json_number(const std::string& json, const std::string& key) {
 }
 
 // Theoretical payload a node sends per step under a route, from the measured unique rows
-// per node U (its workers' union; a push coalesces to the same rows):
-//   ps: pull requests 8 B and pushed rows 8 + 4d for the rows other nodes own, and the
-//       replies 4d to other nodes' pulls of its own rows: U (N-1)/N (16 + 8d);
+// per node U (its workers' union; a push coalesces to the same rows), with values of
+// v bytes (4; 2 with a 16-bit wire dtype):
+//   ps: pull requests 8 B and pushed rows 8 + v d for the rows other nodes own, and the
+//       replies v d to other nodes' pulls of its own rows: U (N-1)/N (16 + 2 v d);
 //   allgatherv: the ring forwards N-1 nodes' coalesced rows: (N-1) U (8 + 4d);
 //   allreduce: 2 (N-1)/N of the densified table, V d 4 bytes.
 double theoretical_sent(const std::string& route, int nodes, double unique, uint64_t rows,
-                        uint64_t dim) {
+                        uint64_t dim, double value_bytes = 4) {
   double n = nodes, d = double(dim);
   if (route == "allgatherv") return (n - 1) * unique * (8 + 4 * d);
   if (route == "allreduce") return 2 * (n - 1) / n * double(rows) * d * 4;
-  return unique * (n - 1) / n * (16 + 8 * d);
+  return unique * (n - 1) / n * (16 + 2 * value_bytes * d);
+}
+
+// The share of a shaped link's rate that is TCP payload: per frame of MTU bytes, 52 bytes of
+// IP and TCP headers (with timestamps) against 14 of Ethernet header that tbf counts.
+double tcp_payload_share(int mtu) {
+  return double(mtu - 52) / double(mtu + 14);
 }
 
 }  // namespace
@@ -409,7 +434,13 @@ int bench_sparse(int argc, char** argv) {
       std::string partitions = chosen[0];
       if (std::count(chosen.begin(), chosen.end(), chosen[0]) != n)
         for (size_t i = 1; i < chosen.size(); ++i) partitions += "/" + chosen[i];
-      double theory = theoretical_sent(route, n, unique, a.rows, a.dim);
+      std::string plain = base_route(route);
+      bool wire16 = wire_of(route) != PX_F32;
+      double theory = theoretical_sent(plain, n, unique, a.rows, a.dim, wire16 ? 2 : 4);
+      // The time the f32 volume of this route takes at the links' TCP payload ceiling: the
+      // floor a 16-bit wire is measured against (the "fp32 wire floor").
+      double f32_floor = theoretical_sent(plain, n, unique, a.rows, a.dim) /
+                         (link_bytes_per_s * tcp_payload_share(mtu > 0 ? mtu : 1500));
       double alpha = pulled / per_node / double(a.rows);
       double link_bound = busiest / link_bytes_per_s;
       double step = step_t.median, sparse_step = sparse_t.median;
@@ -422,19 +453,21 @@ int bench_sparse(int argc, char** argv) {
             "\"payload_sent_per_node\":%.0f,\"wire_tx_sparse_per_node\":%.0f,"
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
-            "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\"}",
+            "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\","
+            "\"f32_wire_floor_s\":%.4f,\"sparse_over_f32_floor\":%.3f}",
             first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
             sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
-            tx_sparse / theory, busiest, step / link_bound, partitions.c_str());
+            tx_sparse / theory, busiest, step / link_bound, partitions.c_str(), f32_floor,
+            sparse_step / f32_floor);
         first = false;
       } else {
         printf(
             "%-10s N=%d step %.3f s (%.3f-%.3f)  sparse %.3f s (%.3f-%.3f)  alpha %.5f  "
             "unique/node %.0f  sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
-            "step / link bound %.2f  P %s\n",
+            "step / link bound %.2f  P %s  sparse / f32 floor %.2f\n",
             route.c_str(), n, step, step_t.min, step_t.max, sparse_step, sparse_t.min, sparse_t.max,
             alpha, unique, sent / 1e6, tx_sparse / 1e6, theory / 1e6, sent / theory,
-            tx_sparse / theory, step / link_bound, partitions.c_str());
+            tx_sparse / theory, step / link_bound, partitions.c_str(), sparse_step / f32_floor);
       }
       fflush(stdout);
     }

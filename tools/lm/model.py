@@ -27,6 +27,7 @@ class LMConfig:
     dense_lr: float = 2e-3       # Adam on the dense layers
     seed: int = 0
     route: str = "hybrid"
+    wire_dtype: str = "f32"      # both tables' rows and gradients between nodes (lossy: bf16, f16)
 
 
 class Body(nn.Module):
@@ -55,7 +56,7 @@ def _table_options(cfg: LMConfig) -> dict:
     # Adagrad as torch.optim.Adagrad(initial_accumulator_value=0.1, eps=1e-10) runs it;
     # "mean" makes the push the gradient of the global batch's mean loss, as DDP's average.
     return dict(optimizer="adagrad", lr=cfg.table_lr, initial_accumulator=0.1, epsilon=1e-10,
-                aggregation="mean", route=cfg.route)
+                aggregation="mean", route=cfg.route, wire_dtype=cfg.wire_dtype)
 
 
 class ParallaxLM(nn.Module):

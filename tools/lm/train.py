@@ -42,6 +42,8 @@ def parse_args():
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--sampled", type=int, default=256, help="sampled-softmax negatives")
     p.add_argument("--route", default="hybrid", help="sparse route of both tables")
+    p.add_argument("--wire-dtype", default="f32", choices=("f32", "bf16", "f16"),
+                   help="both tables' rows and gradients between nodes (16 bits: lossy)")
     p.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens scored")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--pause-after-train", type=float, default=0.0, metavar="SECONDS",
@@ -188,6 +190,8 @@ def run_parallax(args, cfg, corpus) -> None:
     if args.json and lead:
         with open(args.json, "w") as f:
             json.dump({"losses": losses,
+                       "perplexity": math.exp(nll[0] / nll[1]),
+                       "train_s": train_s, "wire_dtype": args.wire_dtype,
                        "embedding_sum": model.embedding.state_dict()["weight"].double().sum().item(),
                        "softmax_sum": model.softmax.state_dict()["weight"].double().sum().item(),
                        "body_sum": sum(p.double().sum().item()
@@ -201,7 +205,7 @@ def main() -> None:
     torch.set_num_threads(1)  # several workers share this machine's cores
     corpus = corpus_mod.load(cache=args.cache)
     cfg = LMConfig(vocab=corpus.vocab_size, embed=args.embed, hidden=args.hidden,
-                   num_sampled=args.sampled, route=args.route)
+                   num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype)
     if args.reference:
         run_reference(args, cfg, corpus)
     else:

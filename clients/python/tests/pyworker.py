@@ -108,6 +108,16 @@ def sparse(px):
     np.testing.assert_allclose(read, expect[1:2].repeat(4, 1))
     stats = table.stats()
     assert stats.pull_steps == 2 and stats.push_steps == 1, stats
+    # A bf16 wire: the world's gradients of 1/3 (one node's sum, or each node's) rounded to
+    # bf16 before they leave the node, the pulled rows rounded too; the shards stay f32.
+    wire = px.sparse("py.wire", 100, 4, lr=0.5, wire_dtype="bf16")
+    assert not wire.pull([7]).wait().any()  # pull step 0: push step 0 not yet seen
+    wire.push([7], np.full((1, 4), 1 / 3, np.float32) * (2 / w.world_size)).wait()
+    node_sum = np.float32(2 / 3) if w.node_count == 1 else np.float32(1 / 3)
+    bf16 = {np.float32(2 / 3): np.float32(0.66796875), np.float32(1 / 3): np.float32(0.333984375)}
+    expect = np.float32(-0.5) * bf16[node_sum] * w.node_count
+    got = wire.pull([7]).wait()
+    np.testing.assert_array_equal(got, np.full((1, 4), expect, np.float32))
     emit(px, ok=True)
 
 
@@ -177,6 +187,9 @@ def errors(px):
            lambda: table.push([1], np.zeros((1, 3), np.float32)))
     expect("float_indices", parallax.InvalidArgument, lambda: table.pull([1.5]))
     expect("optimizer", parallax.InvalidArgument, lambda: px.sparse("x", 1, 1, optimizer="sgdd"))
+    expect("wire_route", parallax.InvalidArgument,
+           lambda: px.sparse("x", 1, 1, route="allgatherv", wire_dtype="bf16"))
+    expect("wire_dtype", parallax.InvalidArgument, lambda: px.sparse("x", 1, 1, wire_dtype="f8"))
     r = var.allreduce(np.zeros(8, np.float32))
     r.wait()
     assert r.test()
