@@ -57,13 +57,14 @@ struct SparseChannel::Incoming {
   std::string error;
 };
 
-SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
-                             size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
+SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes,
+                             std::vector<size_t> widths, size_t chunk_bytes,
+                             std::shared_ptr<ShardOwner> owner, PostToLoop post,
                              std::function<std::string(int)> node_label)
     : fabric_(fabric),
       node_(node),
       nodes_(nodes),
-      dim_(dim),
+      widths_(std::move(widths)),
       chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
       owner_(std::move(owner)),
       post_(std::move(post)),
@@ -136,6 +137,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
     StatusCallback done;
   };
   auto call = std::make_shared<Call>();
+  size_t width = widths_[static_cast<size_t>(to)];  // values per row node `to` holds
   SparseRequestHeader header{};
   header.op = static_cast<uint32_t>(op);
   header.from_node = static_cast<uint32_t>(node_);
@@ -143,7 +145,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   header.groups = groups;
   header.step = step;
   header.count = count;
-  header.payload_bytes = sparse_payload_bytes(op, count, dim_);
+  header.payload_bytes = sparse_payload_bytes(op, count, width);
   size_t index_bytes = count * sizeof(int64_t);
   bool rows_inline = sparse_rows_inline(count);
   call->first.resize(sizeof header + (rows_inline ? index_bytes : 0));
@@ -155,11 +157,11 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
-  size_t reply_bytes = sparse_reply_bytes(op, count, dim_);
+  size_t reply_bytes = sparse_reply_bytes(op, count, width);
   char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
                                               : reinterpret_cast<char*>(&call->reply);
   call->reply_at = reply_at;
-  size_t values_out = sparse_op_carries_values(op) ? count * dim_ * sizeof(float) : 0;
+  size_t values_out = sparse_op_carries_values(op) ? count * width * sizeof(float) : 0;
   int parts = static_cast<int>(1 + (rows_inline ? 0 : chunks(index_bytes)) + chunks(values_out) +
                                chunks(reply_bytes));
   call->left.store(parts);
@@ -208,8 +210,9 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
+  size_t width = widths_[static_cast<size_t>(node_)];  // what this node's shard holds per row
   SparseRequestHeader h{};
-  std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h);
+  std::string bad = check_sparse_request(p.first.data(), bytes, peer, width, &h);
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
     PX_LOG_ERROR_AT(peer_fields(peer),
@@ -226,8 +229,8 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   bool rows_inline = sparse_rows_inline(h.count);
   if (rows_inline && index_bytes > 0)
     std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
-  if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
-  in->reply.resize(sparse_reply_bytes(op, h.count, dim_) / sizeof(float));
+  if (sparse_op_carries_values(op)) in->values.resize(h.count * width);
+  in->reply.resize(sparse_reply_bytes(op, h.count, width) / sizeof(float));
   bytes_received_ += sizeof h + h.payload_bytes;
   p.in_order.push_back(in);
   uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);

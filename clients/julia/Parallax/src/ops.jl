@@ -307,13 +307,16 @@ const INITIALIZERS = Dict(:zeros => PX_INIT_ZEROS, :uniform => PX_INIT_UNIFORM,
                           :normal => PX_INIT_NORMAL)
 const CONSISTENCIES = Dict(:sync => PX_SYNC, :async => PX_ASYNC, :bounded => PX_BOUNDED)
 const ROUTES = Dict(:hybrid => PX_ROUTE_HYBRID, :ps => PX_ROUTE_PS,
-                    :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE)
+                    :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE,
+                    :alltoall => PX_ROUTE_ALLTOALL)
 const NONFINITE = Dict(:reject => PX_NONFINITE_REJECT, :skip => PX_NONFINITE_SKIP)
+const SPLITS = Dict(:rows => PX_SPLIT_ROWS, :columns => PX_SPLIT_COLUMNS)
 const SYMBOL_OPTIONS = Dict(:optimizer => ("optimizer", OPTIMIZERS),
                             :initializer => ("initializer", INITIALIZERS),
                             :aggregation => ("aggregation", REDUCE_OPS),
                             :consistency => ("consistency", CONSISTENCIES),
-                            :route => ("route", ROUTES), :nonfinite => ("nonfinite", NONFINITE))
+                            :route => ("route", ROUTES), :nonfinite => ("nonfinite", NONFINITE),
+                            :alltoall_split => ("alltoall split", SPLITS))
 
 """
     register_sparse(c::Client, name, rows, dim; options...) -> SparseVar
@@ -323,7 +326,8 @@ Options (defaults from `px_sparse_options_init`): `optimizer` (`:sgd`, `:adagrad
 `initializer` (`:zeros`, `:uniform` with `init_low`/`init_high`, `:normal` with
 `init_std`), `init_seed`, `aggregation` (`:sum`, `:mean`), `consistency` (`:sync`,
 `:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`,
-`:ps`, `:allgatherv`, `:allreduce`), `nonfinite` (`:reject`, `:skip`). Every worker
+`:ps`, `:allgatherv`, `:allreduce`, `:alltoall`), `alltoall_split` (`:rows`, `:columns`:
+how `:alltoall` divides the table), `nonfinite` (`:reject`, `:skip`). Every worker
 registers the table with the same options, else `PX_ERR_MISMATCH`.
 """
 function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::Integer; options...)
