@@ -95,7 +95,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 4));
+    assert_eq!(parallax::abi_version(), (1, 5));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);
