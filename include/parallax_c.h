@@ -47,7 +47,8 @@ extern "C" {
 #define PX_ABI_VERSION_MAJOR 1
 /* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
- * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: px_sparse_options.wire_dtype */
+ * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
+ * px_sparse_options.alltoall_split and wire_dtype */
 #define PX_ABI_VERSION_MINOR 5
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
@@ -217,8 +218,19 @@ typedef enum px_route {
   PX_ROUTE_PS = 1,         /* sharded parameter server */
   PX_ROUTE_ALLGATHERV = 2, /* a replica per node, coalesced gradients all-gathered */
   PX_ROUTE_ALLREDUCE = 3,  /* densified gradients allreduced (the sparse_as_dense baseline) */
+  PX_ROUTE_ALLTOALL = 4,   /* (1.5) a per-step exchange with every node: each holds a slice of
+                              the table, by rows or columns (px_sparse_options.alltoall_split) */
   PX_ROUTE_FORCE_32BIT = 0x7fffffff
 } px_route;
+
+/* (1.5) How PX_ROUTE_ALLTOALL divides a table between the nodes. */
+typedef enum px_split {
+  PX_SPLIT_ROWS = 0,    /* node i holds the rows r with r % nodes == i */
+  PX_SPLIT_COLUMNS = 1, /* node i holds every row's i-th slice of columns (dim / nodes of them,
+                           one more on the first dim % nodes nodes): hot rows load every node
+                           alike */
+  PX_SPLIT_FORCE_32BIT = 0x7fffffff
+} px_split;
 
 typedef enum px_nonfinite {
   PX_NONFINITE_REJECT = 0, /* a push with a NaN/Inf gradient fails with PX_ERR_INVALID */
@@ -245,8 +257,10 @@ typedef struct px_sparse_options {
   uint32_t partitions;        /* 0: automatic (chosen from timed push steps, see stats) */
   int32_t route;              /* px_route; default PX_ROUTE_HYBRID */
   int32_t nonfinite;          /* px_nonfinite; default PX_NONFINITE_REJECT */
+  int32_t alltoall_split;     /* (1.5) PX_SPLIT_ROWS (0, default) or PX_SPLIT_COLUMNS (1): how
+                                 PX_ROUTE_ALLTOALL divides the table */
   /* (1.5) px_dtype of pulled rows and pushed gradients between nodes: PX_F32 (default),
-   * PX_BF16 or PX_F16 (ps and hybrid routes). Lossy: a pull's rows and a node's summed push
+   * PX_BF16 or PX_F16 (ps, hybrid and alltoall routes). Lossy: a pull's rows and a node's summed push
    * gradients are rounded once (to nearest even; f16 saturates at +-65504), on every node
    * alike, and the shards keep f32. Loads and reads stay f32. Half the bytes of the rows. */
   int32_t wire_dtype;

@@ -15,7 +15,8 @@
 namespace px {
 namespace {
 
-constexpr uint64_t kShardMagic = 0x3144524148535850ull;  // "PXSHARD1"
+constexpr uint64_t kShardMagic = 0x3144524148535850ull;        // "PXSHARD1": whole rows
+constexpr uint64_t kColumnShardMagic = 0x3244524148535850ull;  // "PXSHARD2": a column slice
 
 struct ShardHeader {
   uint64_t magic;
@@ -23,6 +24,10 @@ struct ShardHeader {
   uint64_t count;
   uint32_t slots;
   uint32_t reserved;
+};
+// PXSHARD2 files: the header, then this.
+struct ColumnSliceHeader {
+  uint64_t column_begin;
 };
 
 std::string os_error(const std::string& what, const std::string& path) {
@@ -100,9 +105,12 @@ std::string checkpoint_stem(const std::string& dir, const std::string& job,
 }
 
 bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error) {
-  ShardHeader h{kShardMagic, data.dim, data.rows.size(), data.slots, 0};
+  ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
+                data.slots, 0};
+  ColumnSliceHeader slice{data.column_begin};
   return write_atomically(path,
                           {{&h, sizeof h},
+                           {&slice, data.column_slice ? sizeof slice : 0},
                            {data.rows.data(), data.rows.size() * sizeof(int64_t)},
                            {data.values.data(), data.values.size() * sizeof(float)},
                            {data.state.data(), data.state.size() * sizeof(float)}},
@@ -116,18 +124,26 @@ bool read_shard_file(const std::string& path, ShardFileData* data, std::string* 
     return false;
   }
   ShardHeader h{};
-  bool ok = read_all(fd, &h, sizeof h) && h.magic == kShardMagic && h.dim > 0 &&
-            h.count < (1ull << 40) / h.dim && h.slots <= 8;
+  ColumnSliceHeader slice{0};
+  bool ok = read_all(fd, &h, sizeof h) && (h.magic == kShardMagic || h.magic == kColumnShardMagic);
+  bool column_slice = ok && h.magic == kColumnShardMagic;
+  ok = ok && (!column_slice || read_all(fd, &slice, sizeof slice));
+  // A column slice of a node that holds no columns (dim < nodes) is empty.
+  ok = ok && (h.dim > 0 ? h.count < (1ull << 40) / h.dim : column_slice && h.count == 0) &&
+       h.slots <= 8 && slice.column_begin < (1ull << 40);
   // The file must be exactly as long as its header says before anything is allocated: a
   // corrupted count made the resizes below ask for up to terabytes (std::bad_alloc, the
   // daemon gone), and bytes after the state went unnoticed (found by
   // tests/unit/test_checkpoint.cc). count * dim < 2^40 and slots <= 8: no overflow.
   struct stat st {};
   ok = ok && ::fstat(fd, &st) == 0 &&
-       static_cast<uint64_t>(st.st_size) ==
-           sizeof h + h.count * sizeof(int64_t) + h.count * h.dim * (1 + h.slots) * sizeof(float);
+       static_cast<uint64_t>(st.st_size) == sizeof h + (column_slice ? sizeof slice : 0) +
+                                                h.count * sizeof(int64_t) +
+                                                h.count * h.dim * (1 + h.slots) * sizeof(float);
   if (ok) {
     data->dim = h.dim;
+    data->column_slice = column_slice;
+    data->column_begin = slice.column_begin;
     data->slots = h.slots;
     data->rows.resize(h.count);
     data->values.resize(h.count * h.dim);

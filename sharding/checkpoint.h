@@ -10,7 +10,11 @@
 namespace px {
 
 struct ShardFileData {
-  uint64_t dim = 0;
+  uint64_t dim = 0;  // values per row in the file: the table's dim, or a column slice's width
+  // A column slice (the column-wise alltoall route) holds the table's columns
+  // [column_begin, column_begin + dim) of its rows; such files have a second header version.
+  bool column_slice = false;
+  uint64_t column_begin = 0;
   uint32_t slots = 0;
   std::vector<int64_t> rows;
   std::vector<float> values;  // rows.size() x dim

@@ -22,8 +22,13 @@ double unit(uint64_t seed, uint64_t element, uint64_t stream) {
 }  // namespace
 
 void initial_row(const SparseOptions& options, uint64_t row, size_t dim, float* out) {
-  for (size_t c = 0; c < dim; ++c) {
-    uint64_t element = row * dim + c;
+  initial_row_columns(options, row, dim, 0, dim, out);
+}
+
+void initial_row_columns(const SparseOptions& options, uint64_t row, size_t dim, size_t begin,
+                         size_t width, float* out) {
+  for (size_t c = 0; c < width; ++c) {
+    uint64_t element = row * dim + begin + c;
     switch (options.initializer) {
       case Initializer::kZeros:
         out[c] = 0.0f;

@@ -11,5 +11,8 @@ namespace px {
 
 // Fills out[0..dim) with row's initial values.
 void initial_row(const SparseOptions& options, uint64_t row, size_t dim, float* out);
+// Fills out[0..width) with the row's columns [begin, begin + width) of a dim-wide table.
+void initial_row_columns(const SparseOptions& options, uint64_t row, size_t dim, size_t begin,
+                         size_t width, float* out);
 
 }  // namespace px

@@ -1,5 +1,6 @@
 #include "sharding/shard_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "sharding/initializer.h"
@@ -9,8 +10,14 @@
 namespace px {
 
 ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options)
+    : ShardStore(map, node, dim, options, ColumnRange{0, dim}) {}
+
+ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options,
+                       ColumnRange columns)
     : map_(map),
-      dim_(dim),
+      table_dim_(dim),
+      columns_(columns),
+      dim_(columns.width()),
       options_(options),
       slots_(optimizer_state_slots(options.optimizer)),
       slot_of_(map.partitions(), -1) {
@@ -19,13 +26,14 @@ ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const Spar
     Partition& part = partitions_.emplace_back();
     uint64_t n = map.rows_in(p);
     owned_rows_ += n;
-    part.values.resize(n * dim);
+    part.values.resize(n * dim_);
     for (uint64_t i = 0; i < n; ++i)
-      initial_row(options, i * map.partitions() + p, dim, part.values.data() + i * dim);
-    part.state.resize(n * slots_ * dim);
+      initial_row_columns(options, i * map.partitions() + p, dim, columns_.begin, dim_,
+                          part.values.data() + i * dim_);
+    part.state.resize(n * slots_ * dim_);
     for (uint64_t i = 0; i < n; ++i)
       for (size_t s = 0; s < slots_; ++s)
-        std::fill_n(part.state.data() + (i * slots_ + s) * dim, dim,
+        std::fill_n(part.state.data() + (i * slots_ + s) * dim_, dim_,
                     optimizer_state_initial(options, s));
   }
 }
@@ -52,10 +60,13 @@ float* ShardStore::row_state(int64_t row) {
 
 void ShardStore::export_rows(ShardFileData* out) const {
   out->dim = dim_;
+  out->column_begin = columns_.begin;
+  out->column_slice = dim_ != table_dim_;
   out->slots = static_cast<uint32_t>(slots_);
   out->rows.clear();
   out->values.clear();
   out->state.clear();
+  if (dim_ == 0) return;  // a column-wise node that holds no columns: an empty slice
   out->rows.reserve(owned_rows_);
   out->values.reserve(owned_rows_ * dim_);
   out->state.reserve(owned_rows_ * slots_ * dim_);
@@ -70,15 +81,22 @@ void ShardStore::export_rows(ShardFileData* out) const {
 }
 
 uint64_t ShardStore::import_rows(const ShardFileData& data) {
+  // The columns both the file and this store hold: [first, last) of the table.
+  uint64_t first = std::max<uint64_t>(data.column_begin, columns_.begin);
+  uint64_t last = std::min<uint64_t>(data.column_begin + data.dim, columns_.end);
+  if (first >= last) return 0;
+  size_t width = last - first;
+  size_t from = first - data.column_begin, to = first - columns_.begin;
   uint64_t taken = 0;
   for (size_t i = 0; i < data.rows.size(); ++i) {
     int64_t row = data.rows[i];
     if (row < 0 || static_cast<uint64_t>(row) >= map_.rows() || !owns(row)) continue;
-    std::memcpy(row_values(row), data.values.data() + i * dim_, dim_ * sizeof(float));
-    if (slots_)
-      std::memcpy(row_state(row), data.state.data() + i * slots_ * dim_,
-                  slots_ * dim_ * sizeof(float));
-    ++taken;
+    std::memcpy(row_values(row) + to, data.values.data() + i * data.dim + from,
+                width * sizeof(float));
+    for (size_t s = 0; s < slots_; ++s)
+      std::memcpy(row_state(row) + s * dim_ + to,
+                  data.state.data() + (i * slots_ + s) * data.dim + from, width * sizeof(float));
+    taken += width;
   }
   return taken;
 }

@@ -1,5 +1,8 @@
 // The rows (and optimizer state) of the partitions one node owns, each partition one
-// contiguous array of its rows. Not thread-safe: the daemon serialises access per variable.
+// contiguous array of its rows. A store may hold only some columns of its rows (the
+// column-wise alltoall route: column_split.h); its dim() is then that width, and what it
+// gathers, loads and applies is that many values per row. Not thread-safe: the daemon
+// serialises access per variable.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +10,7 @@
 #include <vector>
 
 #include "sharding/checkpoint.h"
+#include "sharding/column_split.h"
 #include "sharding/partition_map.h"
 #include "sharding/sparse_spec.h"
 
@@ -14,8 +18,11 @@ namespace px {
 
 class ShardStore {
  public:
-  // Allocates and initialises every partition that map assigns to node.
+  // Allocates and initialises every partition that map assigns to node: of a dim-wide
+  // table, the columns `columns` (all of them when absent).
   ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options);
+  ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options,
+             ColumnRange columns);
 
   // Within the table, too: a row past its end falls in an owned partition (row % P), and a
   // request from another node naming one was served from past that partition's array
@@ -25,15 +32,18 @@ class ShardStore {
            slot_of_[map_.partition_of(static_cast<uint64_t>(row))] >= 0;
   }
   uint32_t partition_of(int64_t row) const { return map_.partition_of(static_cast<uint64_t>(row)); }
-  size_t dim() const { return dim_; }
+  size_t dim() const { return dim_; }  // values held per row (the column range's width)
+  size_t table_dim() const { return table_dim_; }
+  const ColumnRange& columns() const { return columns_; }
   uint64_t owned_rows() const { return owned_rows_; }
   uint64_t bytes() const;
   size_t state_slots() const { return slots_; }
 
   // Every owned row (by global number) with its values and optimizer state.
   void export_rows(ShardFileData* out) const;
-  // Takes the rows of data this store owns (the rest belong to other nodes); returns how
-  // many. data must have this store's dim and state slots.
+  // Takes the values of data that fall in this store: the rows it owns, the columns it
+  // holds (the rest belong to other nodes). Returns how many values (row x column cells) it
+  // took. data must have this store's state slots and lie within the table's columns.
   uint64_t import_rows(const ShardFileData& data);
 
   // rows must all be owned here. out receives n x dim values.
@@ -56,6 +66,8 @@ class ShardStore {
   float* row_state(int64_t row);
 
   PartitionMap map_;
+  size_t table_dim_;
+  ColumnRange columns_;
   size_t dim_;
   SparseOptions options_;
   size_t slots_;

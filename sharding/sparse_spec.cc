@@ -28,6 +28,8 @@ const char* route_name(Route route) {
       return "allgatherv";
     case Route::kAllreduce:
       return "allreduce";
+    case Route::kAlltoall:
+      return "alltoall";
   }
   return "?";
 }
@@ -69,14 +71,21 @@ bool SparseOptions::validate(std::string* error) const {
   if (consistency > Consistency::kBounded) return bad("unknown consistency");
   if (consistency != Consistency::kBounded && staleness != 0)
     return bad("staleness is only meaningful with PX_BOUNDED");
-  if (route > Route::kAllreduce) return bad("unknown route");
+  if (route > Route::kAlltoall) return bad("unknown route");
+  if (alltoall_split > Split::kColumns) return bad("unknown alltoall_split");
+  if (route != Route::kAlltoall && alltoall_split != Split::kRows)
+    return bad("alltoall_split is only meaningful with PX_ROUTE_ALLTOALL");
+  // The alltoall route divides the table by node count: one partition per node.
+  if (route == Route::kAlltoall && partitions != 0)
+    return bad("partitions must be 0 with PX_ROUTE_ALLTOALL (one slice per node)");
   if (nonfinite > NonFinite::kSkip) return bad("unknown nonfinite policy");
   if (partitions > 65536) return bad("partitions must be at most 65536");
   if (wire != WireDtype::kF32 && wire != WireDtype::kF16 && wire != WireDtype::kBf16)
     return bad("wire_dtype must be PX_F32, PX_F16 or PX_BF16");
-  if (wire != WireDtype::kF32 && route != Route::kHybrid && route != Route::kPs)
+  if (wire != WireDtype::kF32 && route != Route::kHybrid && route != Route::kPs &&
+      route != Route::kAlltoall)
     return bad(std::string("wire_dtype ") + wire_dtype_name(wire) +
-               " needs the ps or hybrid route (the " + route_name(route) +
+               " needs the ps, hybrid or alltoall route (the " + route_name(route) +
                " route sends f32 only)");
   return true;
 }
@@ -122,6 +131,7 @@ std::string SparseOptions::canonical() const {
   }
   s += partitions == 0 ? " partitions=auto" : " partitions=" + std::to_string(partitions);
   s += std::string(" route=") + route_name(route);
+  if (route == Route::kAlltoall) s += alltoall_split == Split::kRows ? "(rows)" : "(columns)";
   s += nonfinite == NonFinite::kReject ? " nonfinite=reject" : " nonfinite=skip";
   if (wire != WireDtype::kF32) s += std::string(" wire=") + wire_dtype_name(wire);
   return s;

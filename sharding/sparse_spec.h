@@ -11,7 +11,15 @@ namespace px {
 enum class Optimizer : uint32_t { kSgd = 0, kAdagrad = 1, kAdam = 2 };
 enum class Initializer : uint32_t { kZeros = 0, kUniform = 1, kNormal = 2 };
 enum class Consistency : uint32_t { kSync = 0, kAsync = 1, kBounded = 2 };
-enum class Route : uint32_t { kHybrid = 0, kPs = 1, kAllgatherv = 2, kAllreduce = 3 };
+enum class Route : uint32_t {
+  kHybrid = 0,
+  kPs = 1,
+  kAllgatherv = 2,
+  kAllreduce = 3,
+  kAlltoall = 4
+};
+// How the alltoall route divides the table: rows striped over the nodes, or columns.
+enum class Split : uint32_t { kRows = 0, kColumns = 1 };
 enum class NonFinite : uint32_t { kReject = 0, kSkip = 1 };
 // The values of pulled rows and pushed gradients between nodes (px_dtype's numbers).
 enum class WireDtype : uint32_t { kF32 = 0, kF16 = 2, kBf16 = 3 };
@@ -34,7 +42,12 @@ struct SparseOptions {
   uint32_t partitions = 0;  // 0: automatic
   Route route = Route::kHybrid;
   NonFinite nonfinite = NonFinite::kReject;
-  WireDtype wire = WireDtype::kF32;  // ps/hybrid only; lossy when not f32 (wire_values.h)
+  Split alltoall_split = Split::kRows;  // kAlltoall only
+  WireDtype wire = WireDtype::kF32;     // lossy when not f32 (wire_values.h)
+
+  bool column_split() const {
+    return route == Route::kAlltoall && alltoall_split == Split::kColumns;
+  }
 
   // False with a message naming the bad option.
   bool validate(std::string* error) const;

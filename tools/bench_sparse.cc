@@ -1,13 +1,14 @@
 // px-bench sparse: an LM1B-shaped training step through every sparse route.
 //
 //   px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]
-//                   [--routes hybrid,ps,allgatherv,allreduce] [--steps N]
-//                   (hybrid-bf16, ps-f16, ...: that route with a 16-bit wire dtype)
-//                   [--rows 800000] [--dim 128] [--lookups 8192] [--dense-bytes 25000000]
-//                   [--partitions P (0: automatic)] [--mtu N (links' MTU, default 1500)]
+//                   [--routes hybrid,ps,allgatherv,allreduce,alltoall-rows,alltoall-columns]
+//                   [--steps N] [--rows 800000] [--dim 128] [--lookups 8192]
+//                   [--dense-bytes 25000000] [--partitions P (0: automatic)]
+//                   [--mtu N (links' MTU, default 1500)] [--zipf S (default 1.0)]
+//                   (any of them + "-bf16" or "-f16": that route with a 16-bit wire dtype)
 //                   [--peers gloo] [--daemon PATH]
 //
-// Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(1.0)-distributed,
+// Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(S)-distributed,
 // pulls them, and pushes a gradient for each (uncoalesced, as a model would); the full step
 // also reduces `dense-bytes` of dense gradients (allreduce; through the parameter server
 // too under the ps route, as Parallax's PS mode). Runs on tools/px-cluster netns links.
@@ -15,7 +16,9 @@
 // step's time is its slowest worker's, over every node; median, min and max over steps), the
 // payload each node sent for the table (daemon counters), the bytes its network interface
 // sent (headers included), both divided by the route's theoretical volume computed from
-// the measured unique rows, and the full step against its busiest link's bytes / link rate.
+// the measured unique rows, the full step against its busiest link's bytes / link rate, and
+// the sparse part's link balance: the busiest node link direction's bytes over the mean of
+// every node's (1.0: every link carries the same).
 // Peer in the same run: PyTorch gloo's sparse all_reduce of the same uncoalesced
 // per-worker gradients (tools/bench/gloo_sparse.py), timed the same way.
 #include <algorithm>
@@ -36,14 +39,15 @@ struct SparseShapeArgs {
   uint64_t rows = 800000, dim = 128, lookups = 8192, dense_bytes = 25000000;
   int steps = 6;
   uint32_t partitions = 0;  // 0: automatic
+  double zipf = 1.0;
 };
 
-// Zipf(1.0) over [0, rows): P(k) proportional to 1 / (k + 1).
+// Zipf(s) over [0, rows): P(k) proportional to 1 / (k + 1)^s.
 class Zipf {
  public:
-  explicit Zipf(uint64_t rows) : cdf_(rows) {
+  Zipf(uint64_t rows, double s) : cdf_(rows) {
     double sum = 0;
-    for (uint64_t k = 0; k < rows; ++k) cdf_[k] = sum += 1.0 / double(k + 1);
+    for (uint64_t k = 0; k < rows; ++k) cdf_[k] = sum += std::pow(double(k + 1), -s);
     for (double& c : cdf_) c /= sum;
   }
   int64_t operator()(uint64_t& state) const {
@@ -82,21 +86,23 @@ px_var_stats stats_of(px_var* var) {
   return s;
 }
 
-// A route with a wire dtype: "hybrid-bf16", "ps-f16" (px_sparse_options.wire_dtype; the
-// table's rows and gradients cross nodes in 16 bits). Plain names are f32.
-std::string base_route(const std::string& r) {
-  return r.substr(0, r.find('-'));
+// A route with a wire dtype: "hybrid-bf16", "alltoall-columns-f16"
+// (px_sparse_options.wire_dtype: the table's rows and gradients cross nodes in 16 bits).
+// Plain names are f32.
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 int32_t wire_of(const std::string& r) {
-  size_t dash = r.find('-');
-  if (dash == std::string::npos) return PX_F32;
-  std::string wire = r.substr(dash + 1);
-  if (wire == "bf16") return PX_BF16;
-  if (wire == "f16") return PX_F16;
-  die("unknown wire dtype " + wire + " in route " + r);
+  if (ends_with(r, "-bf16")) return PX_BF16;
+  if (ends_with(r, "-f16")) return PX_F16;
+  return PX_F32;
+}
+std::string base_route(const std::string& r) {
+  return r.substr(0, r.size() - (wire_of(r) == PX_BF16 ? 5 : wire_of(r) == PX_F16 ? 4 : 0));
 }
 
 px_route parse_route(const std::string& r) {
+  if (r == "alltoall-rows" || r == "alltoall-columns") return PX_ROUTE_ALLTOALL;
   if (r == "ps") return PX_ROUTE_PS;
   if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
   if (r == "allreduce") return PX_ROUTE_ALLREDUCE;
@@ -106,7 +112,8 @@ px_route parse_route(const std::string& r) {
 
 }  // namespace
 
-// One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS].
+// One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS
+// [ZIPF]].
 // Local rank 0 of every node prints "NODE {json}": its node's counters, and the step times
 // (median, min, max over the steps of each step's slowest worker of the whole job, the same
 // on every node).
@@ -120,6 +127,7 @@ int sparse_worker(int argc, char** argv) {
   a.dense_bytes = std::stoull(argv[4]);
   a.steps = std::max(1, atoi(argv[5]));
   if (argc > 6) a.partitions = static_cast<uint32_t>(std::stoul(argv[6]));
+  if (argc > 7) a.zipf = std::stod(argv[7]);
   uint64_t row_bytes = a.dim * sizeof(float);
   uint64_t dense_rows = (a.dense_bytes + row_bytes - 1) / row_bytes;
   bool dense_as_ps = base_route(route) == "ps";
@@ -138,7 +146,8 @@ int sparse_worker(int argc, char** argv) {
   px_sparse_options_init(&so);
   so.learning_rate = 0.01;
   so.route = parse_route(base_route(route));
-  so.partitions = a.partitions;
+  so.alltoall_split = base_route(route) == "alltoall-columns" ? PX_SPLIT_COLUMNS : PX_SPLIT_ROWS;
+  so.partitions = so.route == PX_ROUTE_ALLTOALL ? 0 : a.partitions;
   px_sparse_options table_options = so;  // the dense-as-ps table stays f32 on the wire
   table_options.wire_dtype = wire_of(route);
   px_var* table = nullptr;
@@ -171,7 +180,7 @@ int sparse_worker(int argc, char** argv) {
   auto idx = [&](int which) { return static_cast<int64_t*>(idx_mem[which]); };
   std::vector<std::vector<int64_t>> batches(1 + 2 * (1 + size_t(a.steps)));
   {
-    Zipf zipf(a.rows);
+    Zipf zipf(a.rows, a.zipf);
     uint64_t rng = 0x9e3779b97f4a7c15ull * uint64_t(w.rank + 1);
     for (auto& b : batches) {
       b.resize(a.lookups);
@@ -304,10 +313,15 @@ double json_number(const std::string& json, const std::string& key) {
 //   ps: pull requests 8 B and pushed rows 8 + v d for the rows other nodes own, and the
 //       replies v d to other nodes' pulls of its own rows: U (N-1)/N (16 + 2 v d);
 //   allgatherv: the ring forwards N-1 nodes' coalesced rows: (N-1) U (8 + 4d);
-//   allreduce: 2 (N-1)/N of the densified table, V d 4 bytes.
+//   allreduce: 2 (N-1)/N of the densified table, V d 4 bytes;
+//   alltoall-rows: as ps (one partition per node);
+//   alltoall-columns: to every other node the U indices of its pull and of its push, the
+//       push's d/N columns, and the replies' d/N columns of the others' pulls:
+//       (N-1) U (16 + 2 v d/N).
 double theoretical_sent(const std::string& route, int nodes, double unique, uint64_t rows,
                         uint64_t dim, double value_bytes = 4) {
   double n = nodes, d = double(dim);
+  if (route == "alltoall-columns") return (n - 1) * unique * (16 + 2 * value_bytes * d / n);
   if (route == "allgatherv") return (n - 1) * unique * (8 + 4 * d);
   if (route == "allreduce") return 2 * (n - 1) / n * double(rows) * d * 4;
   return unique * (n - 1) / n * (16 + 2 * value_bytes * d);
@@ -359,6 +373,8 @@ int bench_sparse(int argc, char** argv) {
       a.lookups = std::stoull(next());
     else if (o == "--dense-bytes")
       a.dense_bytes = std::stoull(next());
+    else if (o == "--zipf")
+      a.zipf = std::stod(next());
     else if (o == "--peers")
       peers = next();
     else if (o == "--daemon")
@@ -367,6 +383,12 @@ int bench_sparse(int argc, char** argv) {
       die("unknown option " + o);
   }
   std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
+  // gloo_sparse.py draws Zipf(1.0) lookups only.
+  if (peers.find("gloo") != std::string::npos && a.zipf != 1.0) {
+    fprintf(stderr, "px-bench: the gloo peer draws Zipf(1.0) only; skipping it for --zipf %g\n",
+            a.zipf);
+    peers = "";
+  }
   bool want_gloo = peers.find("gloo") != std::string::npos &&
                    system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
   if (peers.find("gloo") != std::string::npos && !want_gloo)
@@ -378,10 +400,10 @@ int bench_sparse(int argc, char** argv) {
     printf(
         "{\"scenario\":\"sparse\",\"cores\":%u,\"link_gbit\":%s,\"rows\":%llu,\"dim\":%llu,"
         "\"lookups_per_worker\":%llu,\"dense_bytes\":%llu,\"workers_per_node\":%d,"
-        "\"steps\":%d,\"partitions\":%u,\"mtu\":%d,\"timing\":\"%s\",\"results\":[",
+        "\"steps\":%d,\"partitions\":%u,\"mtu\":%d,\"zipf\":%g,\"timing\":\"%s\",\"results\":[",
         std::thread::hardware_concurrency(), link_text, (unsigned long long)a.rows,
         (unsigned long long)a.dim, (unsigned long long)a.lookups, (unsigned long long)a.dense_bytes,
-        per_node, a.steps, a.partitions, mtu > 0 ? mtu : 1500, kTimingMethod);
+        per_node, a.steps, a.partitions, mtu > 0 ? mtu : 1500, a.zipf, kTimingMethod);
   else
     printf("timing: %s; seconds: median (min-max) over steps\n", kTimingMethod);
   bool first = true;
@@ -393,7 +415,9 @@ int bench_sparse(int argc, char** argv) {
     std::string shape = std::to_string(a.rows) + " " + std::to_string(a.dim) + " " +
                         std::to_string(a.lookups) + " " + std::to_string(a.dense_bytes) + " " +
                         std::to_string(a.steps);
-    std::string worker_shape = shape + " " + std::to_string(a.partitions);
+    char zipf_text[32];
+    snprintf(zipf_text, sizeof zipf_text, "%g", a.zipf);
+    std::string worker_shape = shape + " " + std::to_string(a.partitions) + " " + zipf_text;
     for (const std::string& route : split(routes)) {
       std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
                             "/px-bench sparse-worker " + route + " " + worker_shape +
@@ -412,6 +436,8 @@ int bench_sparse(int argc, char** argv) {
       // prints the same); the max over nodes only guards against a node disagreeing.
       StepSummary step_t, sparse_t;
       double unique = 0, pulled = 0, sent = 0, tx_sparse = 0, busiest = 0;
+      // The sparse part's per-link bytes: each node's link, each direction.
+      double link_max = 0, link_sum = 0;
       std::vector<std::string> chosen;  // each node's request partitions
       for (const std::string& j : node_json) {
         auto widen = [&j](StepSummary& t, const std::string& key) {
@@ -427,6 +453,9 @@ int bench_sparse(int argc, char** argv) {
         tx_sparse += json_number(j, "iface_tx_sparse") / n;
         busiest =
             std::max({busiest, json_number(j, "iface_tx_full"), json_number(j, "iface_rx_full")});
+        double tx = json_number(j, "iface_tx_sparse"), rx = json_number(j, "iface_rx_sparse");
+        link_max = std::max({link_max, tx, rx});
+        link_sum += tx + rx;
         chosen.push_back(
             std::to_string(static_cast<long long>(json_number(j, "request_partitions"))));
       }
@@ -443,6 +472,7 @@ int bench_sparse(int argc, char** argv) {
                          (link_bytes_per_s * tcp_payload_share(mtu > 0 ? mtu : 1500));
       double alpha = pulled / per_node / double(a.rows);
       double link_bound = busiest / link_bytes_per_s;
+      double link_balance = link_sum > 0 ? link_max / (link_sum / (2.0 * n)) : 0;
       double step = step_t.median, sparse_step = sparse_t.median;
       if (json) {
         printf(
@@ -454,20 +484,22 @@ int bench_sparse(int argc, char** argv) {
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
             "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\","
-            "\"f32_wire_floor_s\":%.4f,\"sparse_over_f32_floor\":%.3f}",
+            "\"sparse_link_max_over_mean\":%.3f,\"f32_wire_floor_s\":%.4f,"
+            "\"sparse_over_f32_floor\":%.3f}",
             first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
             sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
-            tx_sparse / theory, busiest, step / link_bound, partitions.c_str(), f32_floor,
-            sparse_step / f32_floor);
+            tx_sparse / theory, busiest, step / link_bound, partitions.c_str(), link_balance,
+            f32_floor, sparse_step / f32_floor);
         first = false;
       } else {
         printf(
             "%-10s N=%d step %.3f s (%.3f-%.3f)  sparse %.3f s (%.3f-%.3f)  alpha %.5f  "
             "unique/node %.0f  sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
-            "step / link bound %.2f  P %s  sparse / f32 floor %.2f\n",
+            "step / link bound %.2f  P %s  sparse link max/mean %.3f  sparse / f32 floor %.2f\n",
             route.c_str(), n, step, step_t.min, step_t.max, sparse_step, sparse_t.min, sparse_t.max,
             alpha, unique, sent / 1e6, tx_sparse / 1e6, theory / 1e6, sent / theory,
-            tx_sparse / theory, step / link_bound, partitions.c_str(), sparse_step / f32_floor);
+            tx_sparse / theory, step / link_bound, partitions.c_str(), link_balance,
+            sparse_step / f32_floor);
       }
       fflush(stdout);
     }

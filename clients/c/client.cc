@@ -387,6 +387,9 @@ static_assert(static_cast<int>(px::Optimizer::kAdam) == PX_OPT_ADAM);
 static_assert(static_cast<int>(px::Initializer::kNormal) == PX_INIT_NORMAL);
 static_assert(static_cast<int>(px::Consistency::kBounded) == PX_BOUNDED);
 static_assert(static_cast<int>(px::Route::kAllreduce) == PX_ROUTE_ALLREDUCE);
+static_assert(static_cast<int>(px::Route::kAlltoall) == PX_ROUTE_ALLTOALL);
+static_assert(static_cast<int>(px::Split::kRows) == PX_SPLIT_ROWS);
+static_assert(static_cast<int>(px::Split::kColumns) == PX_SPLIT_COLUMNS);
 static_assert(static_cast<int>(px::NonFinite::kSkip) == PX_NONFINITE_SKIP);
 static_assert(static_cast<int>(px::WireDtype::kBf16) == PX_BF16 &&
               static_cast<int>(px::WireDtype::kF16) == PX_F16);
@@ -415,6 +418,7 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
   o->partitions = d.partitions;
   o->route = static_cast<int32_t>(d.route);
   o->nonfinite = static_cast<int32_t>(d.nonfinite);
+  o->alltoall_split = static_cast<int32_t>(d.alltoall_split);
   o->wire_dtype = static_cast<int32_t>(d.wire);
 }
 
@@ -450,7 +454,7 @@ PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtyp
       o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
       static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
       static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
-      static_cast<uint32_t>(o.wire_dtype));
+      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype));
   auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
                                                dim, fb_options);
   Var var;

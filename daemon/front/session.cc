@@ -348,6 +348,7 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   options.partitions = o->partitions();
   options.route = static_cast<Route>(o->route());
   options.nonfinite = static_cast<NonFinite>(o->nonfinite());
+  options.alltoall_split = static_cast<Split>(o->alltoall_split());
   options.wire = static_cast<WireDtype>(o->wire_dtype());
   std::string error;
   if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);

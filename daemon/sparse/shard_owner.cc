@@ -24,13 +24,16 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
                        PostToLoop post)
     : label_(std::move(label)),
       replicated_(options.route == Route::kAllgatherv || options.route == Route::kAllreduce),
+      columns_(options.column_split()),
       node_(node),
       node_count_(map.nodes()),
-      dim_(dim),
+      table_dim_(dim),
+      dim_(columns_ ? column_range(dim, map.nodes(), node).width() : dim),
       options_(options),
       world_size_(world_size),
-      store_(replicated_ ? PartitionMap(map.rows(), 1, 1) : map, replicated_ ? 0 : node, dim,
-             options),
+      store_(replicated_ || columns_ ? PartitionMap(map.rows(), 1, 1) : map,
+             replicated_ || columns_ ? 0 : node, dim, options,
+             columns_ ? column_range(dim, map.nodes(), node) : ColumnRange{0, dim}),
       queue_(std::make_shared<SerialQueue>(pool, post)) {
   if (replicated_) {
     units_.resize(1);
@@ -39,6 +42,8 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
         queue_, [this](uint64_t step, std::vector<ShardRequest> batches) {
           exchanged(step, std::move(batches));
         });
+  } else if (columns_) {
+    units_.resize(1);
   } else {
     unit_of_partition_.assign(map.partitions(), -1);
     held_ = map.partitions_of(node);
@@ -51,7 +56,7 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
 }
 
 ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
-  if (replicated_) return &units_[0];
+  if (replicated_ || columns_) return &units_[0];
   if (r.partition >= unit_of_partition_.size() || unit_of_partition_[r.partition] < 0)
     return nullptr;
   return &units_[static_cast<size_t>(unit_of_partition_[r.partition])];
@@ -75,7 +80,7 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
                : "partition " + std::to_string(r.partition) + " is not held by this node";
     return false;
   }
-  bool one_partition = !replicated_ && r.partition != kAllPartitions;
+  bool one_partition = !replicated_ && !columns_ && r.partition != kAllPartitions;
   for (size_t i = 0; i < r.count && r.op != SparseOp::kCheckpoint; ++i) {
     if (r.rows[i] < 0 || !store_.owns(r.rows[i]) ||
         (one_partition && store_.partition_of(r.rows[i]) != r.partition)) {
@@ -103,7 +108,7 @@ void ShardOwner::handle(ShardRequest r) {
   std::string why;
   std::vector<ShardRequest> parts;
   bool ok = true;
-  if (r.groups > 0 && !replicated_) {
+  if (r.groups > 0 && !replicated_ && !columns_) {
     ok = split(r, &parts, &why);
     for (size_t i = 0; ok && i < parts.size(); ++i) ok = valid(parts[i], &why);
   } else {
@@ -214,6 +219,8 @@ bool ShardOwner::pull_ready(const Unit& unit, uint64_t step) const {
 }
 
 bool ShardOwner::applied_through(uint64_t step) const {
+  // A column-wise node that holds no columns (dim < nodes) gets no steps: nothing to wait for.
+  if (columns_ && dim_ == 0) return true;
   for (const Unit& u : units_) {
     if (replicated_ || options_.consistency == Consistency::kSync) {
       if (u.applied_steps < step) return false;
@@ -261,25 +268,32 @@ void ShardOwner::write_checkpoint(ShardRequest r) {
 }
 
 bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, std::string* error) {
-  if (manifest.dim != dim_ || manifest.state_slots != store_.state_slots()) {
+  if (manifest.dim != table_dim_ || manifest.state_slots != store_.state_slots()) {
     *error = "the checkpoint has dim " + std::to_string(manifest.dim) + " and " +
              std::to_string(manifest.state_slots) + " optimizer state slots, the variable " +
-             std::to_string(dim_) + " and " + std::to_string(store_.state_slots());
+             std::to_string(table_dim_) + " and " + std::to_string(store_.state_slots());
     return false;
   }
+  // Files hold whole rows or (column-wise alltoall) a slice of columns of every row they
+  // list: this node takes the cells it holds from whichever files have them, so the count
+  // of cells taken says whether the checkpoint covered them.
   uint64_t taken = 0;
   for (const std::string& file : manifest.shard_files) {
     ShardFileData data;
     if (!read_shard_file(dir + "/" + file, &data, error)) return false;
-    if (data.dim != dim_ || data.slots != store_.state_slots()) {
+    bool columns_fit = data.column_slice ? data.column_begin + data.dim <= table_dim_
+                                         : data.column_begin == 0 && data.dim == table_dim_;
+    if (!columns_fit || data.slots != store_.state_slots()) {
       *error = dir + "/" + file + " does not match its manifest";
       return false;
     }
     taken += store_.import_rows(data);
   }
-  if (taken != store_.owned_rows()) {
-    *error = "the checkpoint holds " + std::to_string(taken) + " of the " +
-             std::to_string(store_.owned_rows()) + " rows this node owns";
+  uint64_t wanted = store_.owned_rows() * dim_;
+  if (taken != wanted) {
+    *error = "the checkpoint holds " + std::to_string(taken) + " of the " + std::to_string(wanted) +
+             " values (" + std::to_string(store_.owned_rows()) + " rows x " + std::to_string(dim_) +
+             " columns) this node holds";
     return false;
   }
   for (Unit& u : units_) u.applies = manifest.optimizer_steps;

@@ -6,7 +6,9 @@
 // Routes: ps/hybrid hold this node's partitions and receive every node's pushes. The
 // replicated routes hold the whole table on every node; a push step is exchanged with the
 // other nodes by a collective (replicated_exchange.h), then every replica applies the
-// identical update, in step order.
+// identical update, in step order. alltoall by rows is ps with one partition per node;
+// alltoall by columns holds every row's slice of columns (column_split.h): its pulls and
+// pushes carry that many values per row, and the whole slice is one unit of steps.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,7 @@ class ShardOwner {
   bool restore(const std::string& dir, const ManifestData& manifest, std::string* error);
 
   bool replicated() const { return replicated_; }
+  bool column_slice() const { return columns_; }
   uint64_t store_bytes() const { return store_.bytes(); }
   uint64_t owned_rows() const { return store_.owned_rows(); }
   uint64_t rows_applied() const { return rows_applied_; }
@@ -83,9 +86,11 @@ class ShardOwner {
   std::string label_;
   std::string job_, variable_;
   bool replicated_;
+  bool columns_;  // column-wise alltoall: every row, some columns
   int node_;
   int node_count_;
-  size_t dim_;
+  size_t table_dim_;
+  size_t dim_;  // values per row held here (table_dim_ but on the column-wise route)
   SparseOptions options_;
   int world_size_;
   ShardStore store_;

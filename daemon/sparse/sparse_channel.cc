@@ -61,13 +61,14 @@ struct SparseChannel::Incoming {
   std::string error;
 };
 
-SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim,
-                             size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
+SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes,
+                             std::vector<size_t> widths, size_t chunk_bytes,
+                             std::shared_ptr<ShardOwner> owner, PostToLoop post,
                              std::function<std::string(int)> node_label, WireDtype wire)
     : fabric_(fabric),
       node_(node),
       nodes_(nodes),
-      dim_(dim),
+      widths_(std::move(widths)),
       chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
       wire_(wire),
       step_value_bytes_(wire_value_bytes(wire)),
@@ -145,6 +146,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
     StatusCallback done;
   };
   auto call = std::make_shared<Call>();
+  size_t width = widths_[static_cast<size_t>(to)];  // values per row node `to` holds
   SparseRequestHeader header{};
   header.op = static_cast<uint32_t>(op);
   header.from_node = static_cast<uint32_t>(node_);
@@ -152,7 +154,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   header.groups = groups;
   header.step = step;
   header.count = count;
-  header.payload_bytes = sparse_payload_bytes(op, count, dim_, step_value_bytes_);
+  header.payload_bytes = sparse_payload_bytes(op, count, width, step_value_bytes_);
   size_t index_bytes = count * sizeof(int64_t);
   bool rows_inline = sparse_rows_inline(count);
   call->first.resize(sizeof header + (rows_inline ? index_bytes : 0));
@@ -164,16 +166,16 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
-  size_t reply_bytes = sparse_reply_bytes(op, count, dim_, step_value_bytes_);
+  size_t reply_bytes = sparse_reply_bytes(op, count, width, step_value_bytes_);
   char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
                                               : reinterpret_cast<char*>(&call->reply);
   size_t values_out =
-      sparse_op_carries_values(op) ? count * dim_ * sparse_value_bytes(op, step_value_bytes_) : 0;
+      sparse_op_carries_values(op) ? count * width * sparse_value_bytes(op, step_value_bytes_) : 0;
   const void* values_at = values;
   if (packs(op) && op == SparseOp::kPush) {
     // On the pool for a push (the router's request()): packing is a pass over the values.
-    call->wire_values.resize(count * dim_);
-    pack_wire(wire_, values, count * dim_, call->wire_values.data());
+    call->wire_values.resize(count * width);
+    pack_wire(wire_, values, count * width, call->wire_values.data());
     values_at = call->wire_values.data();
   } else if (packs(op)) {
     call->wire_reply.resize(reply_bytes);
@@ -188,7 +190,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   bytes_received_ += reply_bytes;
   auto self = shared_from_this();
   WireDtype wire = wire_;
-  size_t reply_values = count * dim_;
+  size_t reply_values = count * width;
   auto part_done = [self, call, to, wire, reply_values](bool ok, const std::string& error) {
     if (!ok) {
       std::lock_guard<std::mutex> lock(call->mutex);
@@ -235,8 +237,9 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
+  size_t width = widths_[static_cast<size_t>(node_)];  // what this node's shard holds per row
   SparseRequestHeader h{};
-  std::string bad = check_sparse_request(p.first.data(), bytes, peer, dim_, &h, step_value_bytes_);
+  std::string bad = check_sparse_request(p.first.data(), bytes, peer, width, &h, step_value_bytes_);
   if (!bad.empty()) {
     // The stream from that node cannot be trusted any further: stop reading it.
     PX_LOG_ERROR_AT(peer_fields(peer),
@@ -253,10 +256,10 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   bool rows_inline = sparse_rows_inline(h.count);
   if (rows_inline && index_bytes > 0)
     std::memcpy(in->rows.data(), p.first.data() + sizeof h, index_bytes);
-  if (sparse_op_carries_values(op)) in->values.resize(h.count * dim_);
-  if (packs(op) && op == SparseOp::kPush) in->wire_values.resize(h.count * dim_);
+  if (sparse_op_carries_values(op)) in->values.resize(h.count * width);
+  if (packs(op) && op == SparseOp::kPush) in->wire_values.resize(h.count * width);
   // The owner gathers f32 rows into reply; reply() packs them when the wire dtype is 16-bit.
-  in->reply.resize(sparse_reply_bytes(op, h.count, dim_) / sizeof(float));
+  in->reply.resize(sparse_reply_bytes(op, h.count, width) / sizeof(float));
   bytes_received_ += sizeof h + h.payload_bytes;
   p.in_order.push_back(in);
   uint64_t tag = make_tag(TagKind::kSparseRequest, global_id_, in->seq);

@@ -31,11 +31,13 @@ std::string check_sparse_request(const char* first, size_t bytes, int peer, size
 
 class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
  public:
-  // fabric is null on a single node. node_label(i) names node i in errors. wire: the
-  // dtype of pull rows and push gradients between nodes; the values handed to request()
-  // and produced by the owner are already rounded to it (wire_values.h), so packing is exact.
-  SparseChannel(CollectiveTransport* fabric, int node, int nodes, size_t dim, size_t chunk_bytes,
-                std::shared_ptr<ShardOwner> owner, PostToLoop post,
+  // fabric is null on a single node. node_label(i) names node i in errors. widths[i]: the
+  // values per row node i's shard holds (the table's dim, but on the column-wise alltoall
+  // route), what its requests' values and replies carry. wire: the dtype of pull rows and
+  // push gradients between nodes; the values handed to request() and produced by the owner
+  // are already rounded to it (wire_values.h), so packing is exact.
+  SparseChannel(CollectiveTransport* fabric, int node, int nodes, std::vector<size_t> widths,
+                size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
                 std::function<std::string(int)> node_label, WireDtype wire = WireDtype::kF32);
 
   // Cluster: serve other nodes' requests; the variable's bulk messages use global_id.
@@ -44,8 +46,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
 
   // Sends a request to node `to` (this node included) for one partition, a group of them
   // (groups > 0) or all of them (sparse_wire.h). rows and values (push, load) must stay valid, and
-  // out (pull, read: count x dim) writable, until done; keep_alive holds them. done runs on the
-  // loop thread.
+  // out (pull, read: count x node to's width) writable, until done; keep_alive holds them. done
+  // runs on the loop thread.
   void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
                size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, StatusCallback done);
@@ -79,7 +81,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   CollectiveTransport* fabric_;
   int node_;
   int nodes_;
-  size_t dim_;
+  std::vector<size_t> widths_;
   size_t chunk_bytes_;
   WireDtype wire_;
   size_t step_value_bytes_;  // wire_value_bytes(wire_)

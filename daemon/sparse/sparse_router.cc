@@ -7,112 +7,13 @@
 #include "daemon/common/log.h"
 #include "daemon/common/operation.h"
 #include "daemon/observe/step_trace.h"
-#include "daemon/sparse/sparse_run_state.h"
+#include "daemon/sparse/sparse_run.h"
 #include "sharding/coalesce.h"
 #include "sharding/row_plan.h"
 #include "sharding/wire_values.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
 
 namespace px {
-namespace {
-
-// Row work above this many values goes to the pool.
-constexpr size_t kInlineValues = 32 * 1024;
-
-std::string op_noun(SparseOp op) {
-  bool step = op == SparseOp::kPull || op == SparseOp::kPush;
-  return std::string(sparse_op_name(op)) + (step ? " step" : "");
-}
-
-}  // namespace
-
-struct SparseRun {
-  std::shared_ptr<Job> job;
-  Variable* var = nullptr;  // kept alive by job
-  std::shared_ptr<SparseTable> table;
-  SparseOp op = SparseOp::kPull;
-  uint64_t step = 0;
-  int64_t start_ns = 0;
-  // ps/hybrid pulls and pushes: how this run's requests group the partitions.
-  std::shared_ptr<const RequestGroups> request_groups;
-  struct Worker {
-    std::shared_ptr<Completer> worker;
-    uint64_t request_id = 0;
-    const int64_t* indices = nullptr;
-    size_t n = 0;
-    char* rows = nullptr;  // pull/read: out; push: gradients; load: values
-    px_status status = PX_OK;
-    std::string message;
-  };
-  std::vector<Worker> workers;
-  // Requests, group-major: group i's rows are row_ids()[group_begin(i) .. group_begin(i+1)),
-  // from the plan (pull, read, push) or from rows and begin (load). values is left
-  // uninitialised: every byte is written before it is read or sent.
-  std::vector<int64_t> rows;
-  std::unique_ptr<float[]> values;
-  std::vector<size_t> begin;
-  // pull/read/push: the workers' rows by group (partition or node); a pull scatters each
-  // group's reply through it as soon as that reply is in, a push sums each group's
-  // gradients just before its request is sent (the first leaves while the rest are summed).
-  std::shared_ptr<const RowPlan> plan;
-  std::shared_ptr<const RowPlan> last_pull_plan;          // push: reused if its indices match
-  std::shared_ptr<const RequestGroups> last_pull_groups;  // ... and it grouped them alike
-  std::vector<RowBatch> batches;                          // the workers whose input was accepted
-  std::vector<float*> outs;                               // pull/read: by batch, where rows go
-  std::vector<int> targets;                               // groups that get a request, in order
-  int requests_left = 0;  // requests issued whose reply (or failure) is not in yet
-  px_status status = PX_OK;
-  std::string error;
-  RunState state = RunState::kCreated;  // sparse_run_state.h
-  int busy = 0;                         // pool tasks working on the workers' buffers
-  StepTrace trace;  // metrics, timeline, stall report (observe/): its stages are its states
-
-  // Every move goes through here; one run_transition_legal does not list is a bug (debug
-  // builds abort on it, naming both states).
-  void set_state(RunState to);
-  bool has_sent() const { return run_has_sent(state); }
-  // Sent and not finished: what is still out (replies, pool tasks) decides when it ends.
-  bool outstanding() const { return state == RunState::kSent || state == RunState::kAbandoned; }
-
-  // Appended piece by piece: GCC 12's -O3 -Wrestrict misfires on the chain of operator+.
-  std::string where() const {
-    std::string text = " (variable '";
-    text += var->name;
-    text += "', ";
-    text += op_noun(op);
-    if (op == SparseOp::kPull || op == SparseOp::kPush) {
-      text += ' ';
-      text += std::to_string(step);
-    }
-    text += ')';
-    return text;
-  }
-  size_t dim() const { return table->shape.dim; }
-  int groups() const { return static_cast<int>(plan ? plan->group_count() : begin.size() - 1); }
-  size_t group_begin(int g) const {
-    return plan ? plan->group_begin(g) : begin[static_cast<size_t>(g)];
-  }
-  const int64_t* row_ids() const { return plan ? plan->rows().data() : rows.data(); }
-  size_t row_count() const { return plan ? plan->unique_rows() : rows.size(); }
-  // Takes the plan the requests follow and room for their values (pull, read: each group's
-  // rows preceded by the headroom its reply's status arrives in).
-  void use_plan(std::shared_ptr<const RowPlan> p) {
-    plan = std::move(p);
-    values.reset(new float[plan->unique_rows() * dim() + plan->group_count() * headroom()]);
-  }
-  size_t headroom() const {
-    return sparse_op_returns_rows(op) ? kReplyHeadroom / sizeof(float) : 0;
-  }
-  // Group g's values: what a push or load sends, where a pull's or read's reply lands.
-  float* group_values(int g) const {
-    return values.get() + group_begin(g) * dim() + static_cast<size_t>(g + 1) * headroom();
-  }
-  size_t total_rows() const {
-    size_t n = 0;
-    for (auto& w : workers) n += w.n;
-    return n;
-  }
-};
 
 void SparseRun::set_state(RunState to) {
 #ifndef NDEBUG
@@ -141,8 +42,10 @@ int target_node(const SparseTable& table, int64_t row) {
 
 // A run's requests go per group: per group of partitions for ps/hybrid pulls and pushes
 // (each partition is applied on its own, so its replies can leave while the pushes of
-// others are still arriving; request_groups.h), per node otherwise.
+// others are still arriving; request_groups.h), one for every row on the column-wise
+// alltoall route (each node gets all of them, column_requests.cc), per node otherwise.
 int group_count(const SparseTable& table, const SparseRun& run) {
+  if (table.columns) return 1;
   return run.request_groups ? run.request_groups->count() : table.map.nodes();
 }
 std::function<int(int64_t)> group_of_row(const SparseTable& table, const SparseRun& run) {
@@ -240,7 +143,7 @@ void SparseRouter::release_pulls(SparseTable& table) {
 
 // The run is kPreparing (set by the caller).
 void SparseRouter::prepare(const std::shared_ptr<Run>& run) {
-  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  bool heavy = run->total_rows() * run->dim() > kRouterInlineValues;
   bool updates = run->op == SparseOp::kPush || run->op == SparseOp::kLoad;
   if (run->op == SparseOp::kPush) {
     run->last_pull_plan = run->table->last_pull_plan;
@@ -352,20 +255,23 @@ void SparseRouter::prepare_updates(Run& run) {
     run.last_pull_groups.reset();
     return;
   }
-  size_t nodes = static_cast<size_t>(table.map.nodes());
-  run.begin.assign(nodes + 1, 0);
+  // Column-wise: one group, every row (each node gets its columns of all of them).
+  size_t groups = table.columns ? 1 : static_cast<size_t>(table.map.nodes());
+  auto group_of = [&](int64_t row) {
+    return table.columns ? size_t{0} : static_cast<size_t>(target_node(table, row));
+  };
+  run.begin.assign(groups + 1, 0);
   size_t total = 0;
   for (auto& b : batches) total += b.n;
   for (auto& b : batches)
-    for (size_t i = 0; i < b.n; ++i)
-      ++run.begin[static_cast<size_t>(target_node(table, b.rows[i])) + 1];
-  for (size_t i = 0; i < nodes; ++i) run.begin[i + 1] += run.begin[i];
+    for (size_t i = 0; i < b.n; ++i) ++run.begin[group_of(b.rows[i]) + 1];
+  for (size_t i = 0; i < groups; ++i) run.begin[i + 1] += run.begin[i];
   std::vector<size_t> fill(run.begin.begin(), run.begin.end() - 1);
   run.rows.resize(total);
   run.values.reset(new float[total * dim]);
   for (auto& b : batches) {
     for (size_t i = 0; i < b.n; ++i) {
-      size_t at = fill[static_cast<size_t>(target_node(table, b.rows[i]))]++;
+      size_t at = fill[group_of(b.rows[i])]++;
       run.rows[at] = b.rows[i];
       std::memcpy(run.values.get() + at * dim, b.values + i * dim, dim * sizeof(float));
     }
@@ -399,6 +305,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     table.rows_unique += run->plan->unique_rows();
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
+  if (table.columns) return send_columns(run);
   // Every partition hears of every push step (empty or not): sync and bounded owners count
   // them. A replica hears only of this node's pushes (exchanging them is its business); a
   // load goes to every replica. Other nodes' groups first, taking the nodes in turn (from
@@ -431,7 +338,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   // Push: sum each group's rows, then send them; on the pool when heavy, where each
   // request to another node leaves as soon as its sums are ready (the channel takes remote
   // requests from any thread; a hop through the loop cost a millisecond on a busy node).
-  bool heavy = run->total_rows() * run->dim() > kInlineValues;
+  bool heavy = run->total_rows() * run->dim() > kRouterInlineValues;
   if (!heavy) {
     for (int group : run->targets) {
       sum_group(*run, group);
@@ -506,7 +413,7 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
 
 // Copies one group's reply rows to every worker position that asked for them.
 void SparseRouter::scatter(const std::shared_ptr<Run>& run, int group) {
-  bool heavy = run->plan->group_entries(group) * run->dim() > kInlineValues;
+  bool heavy = run->plan->group_entries(group) * run->dim() > kRouterInlineValues;
   ++run->busy;
   offload_.run(
       heavy,

@@ -15,6 +15,7 @@
 #include "daemon/common/offload.h"
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
+#include "sharding/column_split.h"
 #include "sharding/partition_map.h"
 #include "sharding/partition_search.h"
 #include "sharding/request_groups.h"
@@ -34,6 +35,10 @@ struct SparseTable {
   SparseOptions options;
   PartitionMap map;         // ps: where rows live
   bool replicated = false;  // allgatherv/allreduce routes: every node holds every row
+  // Column-wise alltoall: every node holds every row's columns column_ranges[node]; a step
+  // sends every node the rows and its columns of them (column_requests.cc).
+  bool columns = false;
+  std::vector<ColumnRange> column_ranges;
   int node = 0;
   std::shared_ptr<ShardOwner> owner;
   std::shared_ptr<SparseChannel> channel;
@@ -128,6 +133,11 @@ class SparseRouter {
   void scatter(const std::shared_ptr<Run>& run, int group);
   void settle(const std::shared_ptr<Run>& run);
   void finish(Run& run, px_status status, const std::string& message);
+  // Column-wise alltoall (column_requests.cc): every node gets the run's rows and sends or
+  // receives its columns of them.
+  void send_columns(const std::shared_ptr<Run>& run);
+  void request_columns(const std::shared_ptr<Run>& run, int node);
+  void assemble_columns(const std::shared_ptr<Run>& run);
 
   Offload offload_;
   CollectiveTransport* fabric_ = nullptr;

@@ -25,7 +25,10 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
   c.restored_steps = table.restored_steps;
-  if (!table.replicated) {
+  if (table.columns) {
+    // Column-wise alltoall: a step's requests, one to each node that holds columns.
+    for (const ColumnRange& range : table.column_ranges) c.request_partitions += range.width() > 0;
+  } else if (!table.replicated) {
     if (table.search) c.search_steps_left = table.search->steps_left();
     c.request_partitions =
         static_cast<uint64_t>(table.groups_for(table.requests_per_node(table.push_steps))->count());
@@ -40,8 +43,11 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   auto table = std::make_shared<SparseTable>();
   table->shape = shape;
   table->options = options;
-  uint32_t partitions =
-      options.partitions ? options.partitions : automatic_partitions(shape.rows, world.node_count);
+  // alltoall: one slice per node (by rows: row % N; by columns: column_split.h).
+  bool alltoall = options.route == Route::kAlltoall;
+  uint32_t partitions = alltoall             ? static_cast<uint32_t>(world.node_count)
+                        : options.partitions ? options.partitions
+                                             : automatic_partitions(shape.rows, world.node_count);
   table->map = PartitionMap(shape.rows, partitions, world.node_count);
   std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
   table->owner =
@@ -49,14 +55,26 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
                                    world.world_size, offload_.pool(), offload_.post());
   table->owner->set_names(job.name(), var.name);
   table->replicated = table->owner->replicated();
+  table->columns = table->owner->column_slice();
   table->node = world.node_index;
+  std::vector<size_t> widths(static_cast<size_t>(world.node_count), shape.dim);
+  if (table->columns) {
+    table->column_ranges = column_ranges(shape.dim, world.node_count);
+    for (size_t i = 0; i < widths.size(); ++i) widths[i] = table->column_ranges[i].width();
+  }
   table->channel = std::make_shared<SparseChannel>(
-      fabric_, world.node_index, world.node_count, shape.dim, chunk_bytes_, table->owner,
+      fabric_, world.node_index, world.node_count, widths, chunk_bytes_, table->owner,
       offload_.post(), std::move(node_label), options.wire);
   table->label = label;
   table->log_fields = job_fields(job.name(), var.name);
   std::string why_partitions = "as asked, one per request";
-  if (!options.partitions && !table->replicated) {
+  if (alltoall && table->columns) {
+    const ColumnRange& held = table->column_ranges[static_cast<size_t>(world.node_index)];
+    why_partitions = "alltoall by columns: every row's columns [" + std::to_string(held.begin) +
+                     ", " + std::to_string(held.end) + ") held here";
+  } else if (alltoall) {
+    why_partitions = "alltoall by rows: one partition per node";
+  } else if (!options.partitions && !table->replicated) {
     size_t fewest = table->map.partitions();
     for (int n = 0; n < world.node_count; ++n)
       fewest = std::min(fewest, table->map.partitions_of(n).size());
@@ -173,7 +191,7 @@ void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
 std::shared_ptr<const RequestGroups> SparseRouter::request_groups_for(SparseTable& table,
                                                                       SparseOp op, uint64_t step,
                                                                       int64_t now_ns) {
-  if (table.replicated) return nullptr;
+  if (table.replicated || table.columns) return nullptr;
   if (table.search && op == SparseOp::kPush &&
       table.search->push_started(step, static_cast<double>(now_ns) * 1e-9))
     PX_LOG_INFO_AT(table.log_fields, "%s: partition search: %s", table.label.c_str(),

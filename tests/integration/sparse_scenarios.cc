@@ -71,13 +71,19 @@ px_sparse_options training_options(Optimizer opt, bool mean) {
 }
 
 // --route: the choices in px_route order.
-const char* const kRouteFlag = "route?:hybrid|ps|allgatherv|allreduce";
+const char* const kRouteFlag = "route?:hybrid|ps|allgatherv|allreduce|alltoall";
 static_assert(PX_ROUTE_HYBRID == 0 && PX_ROUTE_PS == 1 && PX_ROUTE_ALLGATHERV == 2 &&
-              PX_ROUTE_ALLREDUCE == 3);
+              PX_ROUTE_ALLREDUCE == 3 && PX_ROUTE_ALLTOALL == 4);
+// --split: how the alltoall route divides the table, in px_split order.
+const char* const kSplitFlag = "split?:rows|columns";
+static_assert(PX_SPLIT_ROWS == 0 && PX_SPLIT_COLUMNS == 1);
 
 // --route when given, else the options' default.
 int32_t route_flag(const Flags& f, int32_t fallback) {
   return f.has("route") ? f.choice("route") : fallback;
+}
+int32_t split_flag(const Flags& f, int32_t fallback) {
+  return f.has("split") ? f.choice("split") : fallback;
 }
 
 // The reference table: every row's value and optimizer state, in double.
@@ -170,7 +176,7 @@ std::vector<int64_t> all_rows() {
 }
 
 // sparse-train --optimizer sgd|adagrad|adam --aggregation sum|mean --steps N
-// [--partitions N] [--route R] [--bad-pushes]: STEPS synchronous steps of
+// [--partitions N] [--route R] [--split rows|columns] [--bad-pushes]: STEPS synchronous steps of
 // pull -> gradient -> push; every pull checked against the reference, then the whole table.
 // --partitions 0 (or none) lets the daemon choose. --bad-pushes: the last rank pushes an
 // out-of-range index at step 2 and rank 0 a NaN at step 4; both pushes must fail and leave
@@ -181,6 +187,7 @@ int scenario_train(px_client* c, const Flags& f) {
   uint64_t steps = f.u64("steps");
   o.partitions = uint32_t(f.u64("partitions", o.partitions));
   o.route = route_flag(f, o.route);
+  o.alltoall_split = split_flag(f, o.alltoall_split);
   bool bad = f.on("bad-pushes");
   int world = world_size(c);
   px_var* var = nullptr;
@@ -276,22 +283,27 @@ int scenario_train(px_client* c, const Flags& f) {
   expect_rows(idx, table, ref.w, "final table");
   // The requests a step makes: one per partition when the count was given; with automatic
   // partitions 1, 2, 4 or 8 per node (a trial's, or the choice after 23 push steps); none on
-  // the replicated routes.
+  // the replicated routes; one per node on alltoall (by columns: per node holding columns).
   px_world_info w = world_of(c);
   px_var_stats stats;
   stats.struct_size = sizeof stats;
   check(px_var_stats_get(var, &stats), "px_var_stats_get");
   bool replicated = o.route == PX_ROUTE_ALLGATHERV || o.route == PX_ROUTE_ALLREDUCE;
   uint64_t p = stats.request_partitions, n = uint64_t(w.node_count);
+  bool alltoall = o.route == PX_ROUTE_ALLTOALL;
   bool searched = p == n || p == 2 * n || p == 4 * n || p == 8 * n;
-  if (replicated ? p != 0 : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows) : !searched)
-    die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
+  bool wrong = replicated     ? p != 0
+               : alltoall     ? p != std::min<uint64_t>(n, kDim)
+               : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows)
+                              : !searched;
+  if (wrong) die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
   // The step it resumed from is what the daemon says it restored (0: not restored).
   if (stats.restored_steps != start)
     die("restored_steps " + std::to_string(stats.restored_steps) + ", resumed at step " +
         std::to_string(start));
   uint64_t pushed = stats.push_steps;
-  if (stats.search_steps_left != (!replicated && !o.partitions && pushed < 23 ? 23 - pushed : 0))
+  bool searches = !replicated && !alltoall && !o.partitions;
+  if (stats.search_steps_left != (searches && pushed < 23 ? 23 - pushed : 0))
     die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +
         std::to_string(pushed) + " push steps");
   printf("ok rank %d steps %llu table_hash=%016llx\n", g_rank, (unsigned long long)steps,
@@ -311,6 +323,8 @@ int scenario_bounded(px_client* c, const Flags& f) {
   px_sparse_options o = training_options(Optimizer::kSgd, false);
   o.consistency = consistency == 2 ? PX_ASYNC : consistency == 1 ? PX_BOUNDED : PX_SYNC;
   if (o.consistency == PX_BOUNDED) o.staleness = staleness;
+  o.route = route_flag(f, o.route);
+  o.alltoall_split = split_flag(f, o.alltoall_split);
   int world = world_size(c);
   px_var* var = nullptr;
   check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
@@ -486,13 +500,14 @@ int scenario_errors(px_client* c) {
 // Requests too large for one message: one partition of 20,000 rows, so every other node's
 // load, read, pull and push carries more indices than fit beside the request header and
 // gets a reply of several chunks.
-void check_large_requests(px_client* c, px_route route) {
+void check_large_requests(px_client* c, px_route route, int32_t split) {
   constexpr uint64_t rows = 20000, dim = 4;
   px_sparse_options o;
   px_sparse_options_init(&o);
   o.learning_rate = 1;
-  o.partitions = 1;
+  o.partitions = route == PX_ROUTE_ALLTOALL ? 0 : 1;  // alltoall: one slice per node
   o.route = route;
+  o.alltoall_split = split;
   px_var* var = nullptr;
   check(px_register_sparse(c, "large", PX_F32, rows, dim, &o, &var), "register large");
   std::vector<int64_t> idx(rows);
@@ -525,7 +540,7 @@ void check_large_requests(px_client* c, px_route route) {
   expect("pull large 1", float(world_size(c)));
 }
 
-// sparse-load [--route ps|allgatherv|allreduce]: rank 0 loads a table (ordinary memory), everyone
+// sparse-load [--route R] [--split rows|columns]: rank 0 loads a table (ordinary memory), everyone
 // reads it back (arena memory, duplicates), then a training step starts from the loaded values;
 // then the same for requests too large for one message.
 int scenario_load(px_client* c, const Flags& f) {
@@ -533,6 +548,7 @@ int scenario_load(px_client* c, const Flags& f) {
   px_sparse_options_init(&o);
   o.learning_rate = 0.5;
   o.route = route_flag(f, o.route);
+  o.alltoall_split = split_flag(f, o.alltoall_split);
   px_var* var = nullptr;
   check(px_register_sparse(c, "tbl", PX_F32, kRows, kDim, &o, &var), "register");
   auto value = [](int64_t row, uint64_t col) { return float(row) + float(col) / 10.0f; };
@@ -572,7 +588,7 @@ int scenario_load(px_client* c, const Flags& f) {
       die("after one step row 7 is " + std::to_string(got[col]));
   px_free(c, arena_idx);
   px_free(c, arena_rows);
-  check_large_requests(c, static_cast<px_route>(o.route));
+  check_large_requests(c, static_cast<px_route>(o.route), o.alltoall_split);
   printf("ok rank %d load\n", g_rank);
   return 0;
 }
@@ -658,15 +674,15 @@ const std::vector<ScenarioSpec>& sparse_scenario_specs() {
       // --optimizer in Optimizer order.
       {"sparse-train",
        {"optimizer:sgd|adagrad|adam", "aggregation:sum|mean", "steps:n", "partitions?:n",
-        kRouteFlag},
+        kRouteFlag, kSplitFlag},
        {"bad-pushes"},
        "training checked against a reference optimizer (--partitions 0: the daemon chooses)"},
       {"sparse-bounded",
-       {"consistency:sync|bounded|async", "staleness:n", "steps:n"},
+       {"consistency:sync|bounded|async", "staleness:n", "steps:n", kRouteFlag, kSplitFlag},
        {},
        "every pull within what the consistency and staleness allow"},
       {"sparse-errors", {}, {}, "every refusal the ABI promises"},
-      {"sparse-load", {kRouteFlag}, {}, "load, read back, train from loaded values"},
+      {"sparse-load", {kRouteFlag, kSplitFlag}, {}, "load, read back, train from loaded values"},
       {"sparse-node-mismatch", {}, {}, "options that differ by node"},
       {"sparse-checkpoint-timeout", {"dir"}, {}, "a checkpoint past its deadline (2 nodes)"},
       {"sparse-restore-mismatch", {}, {}, "a registration against a checkpoint of another shape"},

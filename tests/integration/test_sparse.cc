@@ -31,10 +31,14 @@ std::vector<std::string> train(const std::string& optimizer, const std::string& 
   return args;
 }
 
-// sparse-bounded's flags, 30 steps.
-std::vector<std::string> bounded(const std::string& consistency, int staleness) {
-  return {"sparse-bounded",          "--consistency", consistency, "--staleness",
-          std::to_string(staleness), "--steps",       "30"};
+// sparse-bounded's flags, 30 steps, then optional extras.
+std::vector<std::string> bounded(const std::string& consistency, int staleness,
+                                 const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      "sparse-bounded",          "--consistency", consistency, "--staleness",
+      std::to_string(staleness), "--steps",       "30"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
 }
 
 }  // namespace
@@ -74,15 +78,22 @@ TEST_CASE("sparse: load, read and train from loaded values") {
 TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
   // World size 6 each time: 1 x 6, 2 x 3, 3 x 2 nodes x workers. Every run is checked
   // against the same reference, so the routes and node counts agree with each other.
-  const char* routes[][2] = {{"hybrid", "0"}, {"ps", "7"}, {"allgatherv", "0"}, {"allreduce", "0"}};
+  // {job, route, partitions, alltoall split}; the table is 8 columns wide, so by columns
+  // 3 nodes hold 3, 3 and 2 of them.
+  const char* routes[][4] = {
+      {"hybrid", "hybrid", "0", "rows"},          {"ps", "ps", "7", "rows"},
+      {"allgatherv", "allgatherv", "0", "rows"},  {"allreduce", "allreduce", "0", "rows"},
+      {"alltoall-rows", "alltoall", "0", "rows"}, {"alltoall-columns", "alltoall", "0", "columns"}};
+  auto args = [](const char* const* route) {
+    return train(
+        "adam", "mean", 50,
+        {"--partitions", route[2], "--route", route[1], "--split", route[3], "--bad-pushes"});
+  };
   {
     DaemonProcess daemon("sp-eq1");
     for (auto& route : routes) {
       CAPTURE(route[0]);
-      auto results =
-          run_workers(daemon, std::string("eq-") + route[0], 6,
-                      train("adam", "mean", 50,
-                            {"--partitions", route[1], "--route", route[0], "--bad-pushes"}));
+      auto results = run_workers(daemon, std::string("eq-") + route[0], 6, args(route));
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
@@ -92,13 +103,14 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
     ClusterProcesses cluster("sp-eq" + std::to_string(nodes), nodes);
     for (auto& route : routes) {
       CAPTURE(route[0]);
-      auto results = run_cluster_workers(
-          cluster, std::string("eq-") + route[0], 6 / nodes,
-          train("adam", "mean", 50,
-                {"--partitions", route[1], "--route", route[0], "--bad-pushes"}));
+      auto results =
+          run_cluster_workers(cluster, std::string("eq-") + route[0], 6 / nodes, args(route));
       CHECK(all_ok(results));
       CHECK(same_table(results));
     }
+    // Every node holds its slice of columns of every row.
+    for (int i = 0; i < nodes; ++i)
+      CHECK(contains(cluster.node(i).log(), "alltoall by columns: every row's columns ["));
     // hybrid's automatic partitions: each node timed 4 groupings (1, 2, 4 and 8 requests per
     // node) within the 50 steps, switching between them mid-training, and kept one.
     for (int i = 0; i < nodes; ++i) {
@@ -114,11 +126,13 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
 TEST_CASE("sparse: payloads cut into many chunks arrive whole") {
   // 4 KiB chunks: a step's pull replies and pushes span several messages per owner.
   ClusterProcesses cluster("sp-chunk", 2, {"--chunk-bytes", "4096"});
-  for (auto route : {"hybrid", "allgatherv"}) {
+  for (auto [route, split] : std::vector<std::pair<std::string, std::string>>{
+           {"hybrid", "rows"}, {"allgatherv", "rows"}, {"alltoall", "columns"}}) {
     CAPTURE(route);
     auto results = run_cluster_workers(
-        cluster, std::string("chunk-") + route, 2,
-        train("adagrad", "sum", 20, {"--partitions", "0", "--route", route, "--bad-pushes"}));
+        cluster, "chunk-" + route + "-" + split, 2,
+        train("adagrad", "sum", 20,
+              {"--partitions", "0", "--route", route, "--split", split, "--bad-pushes"}));
     CHECK(all_ok(results));
     CHECK(same_table(results));
   }
@@ -159,21 +173,79 @@ TEST_CASE("sparse: a checkpoint on 2 nodes restores onto 3 nodes and onto 1") {
   }
 }
 
+TEST_CASE("sparse: alltoall checkpoints restore onto another node count, split and route") {
+  // Saved by columns on 3 nodes (8 columns: 3, 3 and 2 per node) after 10 Adam steps, then
+  // resumed by columns on 2 nodes (4 and 4: each node's columns come from two files) and on
+  // ps with 5 partitions on 1 node (whole rows from three column files); saved by rows on 2
+  // nodes, resumed by columns on 3.
+  // Every pull and the final table match the uninterrupted reference.
+  std::map<std::string, std::string> resume = {{"PX_TEST_START_STEP", "10"}};
+  auto alltoall = [](const char* split, int steps) {
+    return train("adam", "mean", steps, {"--route", "alltoall", "--split", split});
+  };
+  ScratchDir columns_scratch("ckpt-columns");
+  const std::string& columns_dir = columns_scratch.path();
+  {
+    ClusterProcesses cluster("sp-a2a-c3", 3);
+    CHECK(all_ok(run_cluster_workers(cluster, "ck", 2, alltoall("columns", 10), 120000,
+                                     {{"PX_TEST_CHECKPOINT_DIR", columns_dir}})));
+  }
+  for (int i = 0; i < 3; ++i)
+    CHECK(access((columns_dir + "/ck.emb.node" + std::to_string(i) + ".shard").c_str(), F_OK) == 0);
+  {
+    ClusterProcesses cluster("sp-a2a-c2", 2, {"--restore", columns_dir});
+    auto results = run_cluster_workers(cluster, "ck", 3, alltoall("columns", 15), 120000, resume);
+    CHECK(all_ok(results));
+    CHECK(same_table(results));
+    CHECK(contains(cluster.node(1).log(), "restored from"));
+  }
+  {
+    DaemonProcess daemon("sp-a2a-ps1", {"--restore", columns_dir});
+    CHECK(all_ok(run_workers(daemon, "ck", 6,
+                             train("adam", "mean", 15, {"--partitions", "5", "--route", "ps"}),
+                             120000, resume)));
+  }
+  ScratchDir rows_scratch("ckpt-rows");
+  const std::string& rows_dir = rows_scratch.path();
+  {
+    ClusterProcesses cluster("sp-a2a-r2", 2);
+    CHECK(all_ok(run_cluster_workers(cluster, "ck", 3, alltoall("rows", 10), 120000,
+                                     {{"PX_TEST_CHECKPOINT_DIR", rows_dir}})));
+  }
+  {
+    ClusterProcesses cluster("sp-a2a-c3b", 3, {"--restore", rows_dir});
+    auto results = run_cluster_workers(cluster, "ck", 2, alltoall("columns", 15), 120000, resume);
+    CHECK(all_ok(results));
+    CHECK(same_table(results));
+  }
+}
+
 TEST_CASE("sparse: sync, bounded and async consistency across 3 nodes") {
   ClusterProcesses cluster("sp-cons", 3);
   CHECK(all_ok(run_cluster_workers(cluster, "sync", 1, bounded("sync", 0))));
   CHECK(all_ok(run_cluster_workers(cluster, "bounded", 1, bounded("bounded", 2))));
   CHECK(all_ok(run_cluster_workers(cluster, "async", 1, bounded("async", 0))));
+  // The same rules on the alltoall route, by columns (each node one unit of steps).
+  std::vector<std::string> columns = {"--route", "alltoall", "--split", "columns"};
+  CHECK(all_ok(run_cluster_workers(cluster, "sync-columns", 1, bounded("sync", 0, columns))));
+  CHECK(all_ok(run_cluster_workers(cluster, "bounded-columns", 1, bounded("bounded", 2, columns))));
+  CHECK(all_ok(run_cluster_workers(cluster, "async-columns", 1, bounded("async", 0, columns))));
 }
 
 TEST_CASE(
     "sparse: errors, loads, option mismatches and a checkpoint past its deadline on a cluster") {
   ClusterProcesses cluster("sp-cerr", 2);
   CHECK(all_ok(run_cluster_workers(cluster, "errors", 2, {"sparse-errors"})));
-  for (auto route : {"ps", "allgatherv", "allreduce"}) {
+  for (auto [route, split] :
+       std::vector<std::pair<std::string, std::string>>{{"ps", "rows"},
+                                                        {"allgatherv", "rows"},
+                                                        {"allreduce", "rows"},
+                                                        {"alltoall", "rows"},
+                                                        {"alltoall", "columns"}}) {
     CAPTURE(route);
-    CHECK(all_ok(run_cluster_workers(cluster, std::string("load-") + route, 2,
-                                     {"sparse-load", "--route", route})));
+    CAPTURE(split);
+    CHECK(all_ok(run_cluster_workers(cluster, "load-" + route + "-" + split, 2,
+                                     {"sparse-load", "--route", route, "--split", split})));
   }
   auto results = run_cluster_workers(cluster, "mismatch", 1, {"sparse-node-mismatch"});
   CHECK(all_ok(results));

@@ -37,7 +37,7 @@ TEST_CASE("wire: a bf16 wire on one node rounds pulls and pushes as across nodes
 
 TEST_CASE(
     "wire: bf16 and f16 rows and gradients between 3 nodes follow the rounding "
-    "reference, at half the value bytes, whichever node owns a row") {
+    "reference, at half the value bytes, whichever node owns a row or column") {
   ClusterProcesses cluster("wire3", 3);
   auto f32 = run_cluster_workers(cluster, "wire-f32", 2, wire_train("f32", "6"));
   REQUIRE(all_ok(f32));
@@ -60,4 +60,11 @@ TEST_CASE(
   auto one_owner = run_cluster_workers(cluster, "wire-bf16-p1", 2, wire_train("bf16", "1"));
   REQUIRE(all_ok(one_owner));
   CHECK(field(one_owner[0].output, "table_hash") == field(bf16[0].output, "table_hash"));
+  // Every node holding a slice of every row's columns (the column-wise alltoall route): each
+  // column is summed, rounded and applied as a whole-row owner does, so the same table.
+  std::vector<std::string> columns = wire_train("bf16", "0");
+  columns.insert(columns.end(), {"--route", "alltoall-columns"});
+  auto by_columns = run_cluster_workers(cluster, "wire-bf16-cols", 2, columns);
+  REQUIRE(all_ok(by_columns));
+  CHECK(field(by_columns[0].output, "table_hash") == field(bf16[0].output, "table_hash"));
 }

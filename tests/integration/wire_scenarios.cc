@@ -57,7 +57,8 @@ double tolerance(px::WireDtype wire, double ref) {
   return 2 * ulp * std::fabs(ref) + 1e-6;
 }
 
-// wire-train --wire f32|bf16|f16 --steps N [--partitions P] [--route hybrid|ps]
+// wire-train --wire f32|bf16|f16 --steps N [--partitions P]
+//            [--route hybrid|ps|alltoall-rows|alltoall-columns]
 int scenario_wire_train(px_client* c, const Flags& f) {
   static const px::WireDtype kWires[] = {px::WireDtype::kF32, px::WireDtype::kBf16,
                                          px::WireDtype::kF16};
@@ -72,16 +73,22 @@ int scenario_wire_train(px_client* c, const Flags& f) {
   o.init_high = 0.1;
   o.learning_rate = kLearningRate;
   o.partitions = uint32_t(f.u64("partitions", 0));
-  o.route = f.has("route") ? (f.choice("route") == 0 ? PX_ROUTE_HYBRID : PX_ROUTE_PS) : o.route;
+  if (f.has("route")) {
+    static const int32_t kRoutes[] = {PX_ROUTE_HYBRID, PX_ROUTE_PS, PX_ROUTE_ALLTOALL,
+                                      PX_ROUTE_ALLTOALL};
+    o.route = kRoutes[f.choice("route")];
+    o.alltoall_split = f.choice("route") == 3 ? PX_SPLIT_COLUMNS : PX_SPLIT_ROWS;
+  }
 
   // Refusals first: a 16-bit wire on a replicated route, and a dtype that is no wire dtype.
   px_var* refused = nullptr;
   px_sparse_options bad = o;
   bad.wire_dtype = PX_BF16;
   bad.route = PX_ROUTE_ALLGATHERV;
+  bad.alltoall_split = PX_SPLIT_ROWS;
   expect_status(px_register_sparse(c, "bad-route", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
                 "bf16 wire on the allgatherv route");
-  expect_contains(px_last_error(), "wire_dtype bf16 needs the ps or hybrid route");
+  expect_contains(px_last_error(), "wire_dtype bf16 needs the ps, hybrid or alltoall route");
   bad = o;
   bad.wire_dtype = PX_I32;
   expect_status(px_register_sparse(c, "bad-dtype", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
@@ -190,7 +197,8 @@ int scenario_wire_train(px_client* c, const Flags& f) {
 const std::vector<ScenarioSpec>& wire_scenario_specs() {
   static const std::vector<ScenarioSpec> specs = {
       {"wire-train",
-       {"wire:f32|bf16|f16", "steps:n", "partitions?:n", "route?:hybrid|ps"},
+       {"wire:f32|bf16|f16", "steps:n", "partitions?:n",
+        "route?:hybrid|ps|alltoall-rows|alltoall-columns"},
        {},
        "training with rows and gradients in the wire dtype, against a reference that rounds "
        "where the daemons do"},

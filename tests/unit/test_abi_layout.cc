@@ -17,7 +17,7 @@ static_assert(PX_ABI_VERSION == ((1u << 16) | 5u), "ABI 1.5");
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
               sizeof(px_memory_kind) == 4 && sizeof(px_optimizer) == 4 &&
               sizeof(px_initializer) == 4 && sizeof(px_consistency) == 4 && sizeof(px_route) == 4 &&
-              sizeof(px_nonfinite) == 4);
+              sizeof(px_nonfinite) == 4 && sizeof(px_split) == 4);
 
 // Public enums and the internal ones the daemon switches on agree value for value.
 static_assert(static_cast<uint32_t>(PX_F32) == static_cast<uint32_t>(px::DType::kF32));
@@ -84,7 +84,8 @@ static_assert(offsetof(px_sparse_options, aggregation) == 88);
 static_assert(offsetof(px_sparse_options, partitions) == 100);
 static_assert(offsetof(px_sparse_options, route) == 104);
 static_assert(offsetof(px_sparse_options, nonfinite) == 108);
-static_assert(offsetof(px_sparse_options, wire_dtype) == 112);
+static_assert(offsetof(px_sparse_options, alltoall_split) == 112);  // (1.5)
+static_assert(offsetof(px_sparse_options, wire_dtype) == 116);
 
 // The shared-memory entries libparallax and parallaxd exchange.
 static_assert(sizeof(px::SubmitEntry) == 80 && sizeof(px::CompletionEntry) == 256);

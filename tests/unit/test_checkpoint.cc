@@ -107,6 +107,42 @@ TEST_CASE("checkpoint: a shard file reads back bit for bit") {
   expect_no_temp_files(dir);
 }
 
+TEST_CASE("checkpoint: a column-slice shard file keeps its first column, an empty slice too") {
+  TempDir dir;
+  std::string path = dir.file("v.node1.shard");
+  std::string error;
+  ShardFileData data = sample_shard(3, 2, 11, 4.0f);
+  data.column_slice = true;
+  data.column_begin = 5;
+  REQUIRE_MESSAGE(write_shard_file(path, data, &error), error);
+  ShardFileData back;
+  REQUIRE_MESSAGE(read_shard_file(path, &back, &error), error);
+  CHECK(back.column_slice);
+  CHECK(back.column_begin == 5);
+  CHECK(back.dim == 3);
+  CHECK(back.rows == data.rows);
+  CHECK(same_bits(back.values, data.values));
+  CHECK(same_bits(back.state, data.state));
+  // A whole-row file reads back as no slice.
+  REQUIRE_MESSAGE(write_shard_file(path, sample_shard(3, 0, 2, 1.0f), &error), error);
+  REQUIRE_MESSAGE(read_shard_file(path, &back, &error), error);
+  CHECK_FALSE(back.column_slice);
+  CHECK(back.column_begin == 0);
+  // A node past dim holds no columns: dim 0 with no rows reads back; dim 0 with rows not.
+  ShardFileData empty;
+  empty.column_slice = true;
+  empty.column_begin = 2;
+  REQUIRE_MESSAGE(write_shard_file(path, empty, &error), error);
+  REQUIRE_MESSAGE(read_shard_file(path, &back, &error), error);
+  CHECK(back.dim == 0);
+  CHECK(back.rows.empty());
+  ShardFileData rows_without_columns = empty;
+  rows_without_columns.rows = {1, 2};
+  REQUIRE_MESSAGE(write_shard_file(path, rows_without_columns, &error), error);
+  CHECK_FALSE(read_shard_file(path, &back, &error));
+  CHECK(contains(error, path));
+}
+
 TEST_CASE("checkpoint: a manifest reads back field for field") {
   TempDir dir;
   std::string path = dir.file("job.var.manifest");

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "sharding/coalesce.h"
+#include "sharding/column_split.h"
 #include "sharding/initializer.h"
 #include "sharding/optimizer.h"
 #include "sharding/partition_map.h"
@@ -85,6 +87,99 @@ TEST_CASE("initial values depend on seed, row and column only") {
   initial_row(options, 3, 1000, row.data());
   for (float v : row) sq += double(v) * v;
   CHECK(std::sqrt(sq / 1000) == doctest::Approx(0.5).epsilon(0.1));
+}
+
+TEST_CASE("column ranges split dim as evenly as possible, nodes past dim hold nothing") {
+  auto widths = [](uint64_t dim, int nodes) {
+    std::vector<uint64_t> w;
+    uint64_t next = 0;
+    for (const ColumnRange& r : column_ranges(dim, nodes)) {
+      CHECK(r.begin == next);  // contiguous, in node order
+      next = r.end;
+      w.push_back(r.width());
+    }
+    CHECK(next == dim);
+    return w;
+  };
+  CHECK(widths(8, 3) == std::vector<uint64_t>{3, 3, 2});
+  CHECK(widths(8, 2) == std::vector<uint64_t>{4, 4});
+  CHECK(widths(128, 4) == std::vector<uint64_t>{32, 32, 32, 32});
+  CHECK(widths(2, 4) == std::vector<uint64_t>{1, 1, 0, 0});
+  CHECK(widths(5, 1) == std::vector<uint64_t>{5});
+}
+
+TEST_CASE("column stores initialise their columns and restore cells from any slicing") {
+  SparseOptions options;
+  options.optimizer = Optimizer::kAdam;
+  options.initializer = Initializer::kNormal;
+  options.init_seed = 3;
+  const uint64_t rows = 50, dim = 8;
+  ShardStore whole(PartitionMap(rows, 1, 1), 0, dim, options);
+  // Three column slices (3, 3, 2 columns): each value is the whole table's.
+  std::vector<ShardStore> slices;
+  for (int n = 0; n < 3; ++n)
+    slices.emplace_back(PartitionMap(rows, 1, 1), 0, dim, options, column_range(dim, 3, n));
+  // Train them alike: one Adam step on every row (the column-wise route's elementwise apply).
+  std::vector<int64_t> all(rows);
+  for (uint64_t r = 0; r < rows; ++r) all[r] = int64_t(r);
+  std::vector<float> grads(rows * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * float(i % 13) - 0.05f;
+  whole.apply(all.data(), rows, grads.data(), 1);
+  for (int n = 0; n < 3; ++n) {
+    ColumnRange c = column_range(dim, 3, n);
+    std::vector<float> part(rows * c.width());
+    for (uint64_t r = 0; r < rows; ++r)
+      for (uint64_t k = 0; k < c.width(); ++k)
+        part[r * c.width() + k] = grads[r * dim + c.begin + k];
+    slices[size_t(n)].apply(all.data(), rows, part.data(), 1);
+  }
+  ShardFileData whole_file;
+  whole.export_rows(&whole_file);
+  CHECK_FALSE(whole_file.column_slice);
+  std::vector<ShardFileData> files(3);
+  for (int n = 0; n < 3; ++n) {
+    slices[size_t(n)].export_rows(&files[size_t(n)]);
+    CHECK(files[size_t(n)].column_slice);
+    CHECK(files[size_t(n)].column_begin == column_range(dim, 3, n).begin);
+  }
+  // Onto 2 column slices (4 + 4: each from two files) and onto whole rows of 2 nodes' ps
+  // partitions: every cell comes back, values and Adam's moments bit for bit.
+  for (int n = 0; n < 2; ++n) {
+    ShardStore target(PartitionMap(rows, 1, 1), 0, dim, options, column_range(dim, 2, n));
+    uint64_t taken = 0;
+    for (const ShardFileData& f : files) taken += target.import_rows(f);
+    CHECK(taken == rows * 4);
+    ShardFileData back;
+    target.export_rows(&back);
+    ColumnRange c = column_range(dim, 2, n);
+    for (uint64_t r = 0; r < rows; ++r)
+      for (uint64_t k = 0; k < c.width(); ++k) {
+        CHECK(back.values[r * 4 + k] == whole_file.values[r * dim + c.begin + k]);
+        for (size_t s = 0; s < 2; ++s)
+          CHECK(back.state[(r * 2 + s) * 4 + k] ==
+                whole_file.state[(r * 2 + s) * dim + c.begin + k]);
+      }
+  }
+  PartitionMap striped(rows, 4, 2);
+  for (int node = 0; node < 2; ++node) {
+    ShardStore target(striped, node, dim, options);
+    uint64_t taken = 0;
+    for (const ShardFileData& f : files) taken += target.import_rows(f);
+    CHECK(taken == target.owned_rows() * dim);
+    for (int64_t row = 0; row < int64_t(rows); ++row) {
+      if (!target.owns(row)) continue;
+      float got[dim], want[dim];
+      target.gather(&row, 1, got);
+      whole.gather(&row, 1, want);
+      CHECK(std::memcmp(got, want, sizeof got) == 0);
+    }
+  }
+  // A node past dim holds no columns: an empty slice.
+  ShardStore none(PartitionMap(rows, 1, 1), 0, 2, options, column_range(2, 4, 3));
+  ShardFileData empty;
+  none.export_rows(&empty);
+  CHECK(empty.dim == 0);
+  CHECK(empty.rows.empty());
 }
 
 TEST_CASE("coalesce sums duplicates within and across batches in a fixed order") {
@@ -292,6 +387,20 @@ TEST_CASE("options validate and describe themselves") {
   CHECK_FALSE(o.validate(&error));
   o.consistency = Consistency::kBounded;
   CHECK(o.validate(&error));
+  // The alltoall route: its split is part of what workers must agree on; partitions are
+  // one per node, and a split means nothing on the other routes.
+  o.alltoall_split = Split::kColumns;
+  CHECK_FALSE(o.validate(&error));
+  CHECK(error.find("alltoall_split") != std::string::npos);
+  o.route = Route::kAlltoall;
+  CHECK(o.validate(&error));
+  CHECK(o.canonical().find("route=alltoall(columns)") != std::string::npos);
+  o.partitions = 4;
+  CHECK_FALSE(o.validate(&error));
+  CHECK(error.find("partitions") != std::string::npos);
+  o.partitions = 0;
+  o.alltoall_split = static_cast<Split>(2);
+  CHECK_FALSE(o.validate(&error));
 }
 
 }  // namespace

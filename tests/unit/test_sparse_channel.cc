@@ -109,7 +109,8 @@ TEST_CASE("a sparse owner refuses malformed requests from a peer and serves well
   SparseOptions options;
   PartitionMap map(40, 4, 2);  // node 0 holds partitions 0 and 2
   auto owner = std::make_shared<ShardOwner>("test", map, 0, 2, options, 2, pool, post);
-  auto channel = std::make_shared<SparseChannel>(eps[0].get(), 0, 2, 2, 256 * 1024, owner, post,
+  auto channel = std::make_shared<SparseChannel>(eps[0].get(), 0, 2, std::vector<size_t>{2, 2},
+                                                 256 * 1024, owner, post,
                                                  [](int n) { return "node " + std::to_string(n); });
   channel->start(kVarId);
   FabricEndpoint& peer = *eps[1];

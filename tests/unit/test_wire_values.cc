@@ -72,7 +72,8 @@ TEST_CASE("wire values: packing rounded values and unpacking them gives them bac
   CHECK(wire_value_bytes(WireDtype::kF32) == 4);
 }
 
-TEST_CASE("wire values: the options name a 16-bit wire, and only ps/hybrid take one") {
+TEST_CASE(
+    "wire values: the options name a 16-bit wire, and only ps, hybrid and alltoall take one") {
   SparseOptions o;
   std::string error;
   CHECK(o.canonical().find("wire") == std::string::npos);  // f32: older strings unchanged
@@ -82,7 +83,8 @@ TEST_CASE("wire values: the options name a 16-bit wire, and only ps/hybrid take 
   o.route = Route::kAllgatherv;
   CHECK_FALSE(o.validate(&error));
   CHECK(error ==
-        "wire_dtype bf16 needs the ps or hybrid route (the allgatherv route sends f32 only)");
+        "wire_dtype bf16 needs the ps, hybrid or alltoall route (the allgatherv route sends f32 "
+        "only)");
   o.route = Route::kPs;
   o.wire = static_cast<WireDtype>(4);
   CHECK_FALSE(o.validate(&error));

@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.4), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.5), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -46,12 +46,13 @@ F32, F64, F16, BF16, I32, I64 = range(6)
 SUM, MEAN, MIN, MAX = range(4)
 # px_memory_kind
 MEMORY_HOST, MEMORY_CUDA = range(2)
-# px_optimizer, px_initializer, px_consistency, px_route, px_nonfinite
+# px_optimizer, px_initializer, px_consistency, px_route, px_nonfinite, px_split
 OPT_SGD, OPT_ADAGRAD, OPT_ADAM = range(3)
 INIT_ZEROS, INIT_UNIFORM, INIT_NORMAL = range(3)
 SYNC, ASYNC, BOUNDED = range(3)
-ROUTE_HYBRID, ROUTE_PS, ROUTE_ALLGATHERV, ROUTE_ALLREDUCE = range(4)
+ROUTE_HYBRID, ROUTE_PS, ROUTE_ALLGATHERV, ROUTE_ALLREDUCE, ROUTE_ALLTOALL = range(5)
 NONFINITE_REJECT, NONFINITE_SKIP = range(2)
+SPLIT_ROWS, SPLIT_COLUMNS = range(2)
 
 
 class ConnectOptions(Structure):
@@ -92,7 +93,7 @@ class SparseOptions(Structure):
                 ("init_low", c_double), ("init_high", c_double), ("init_std", c_double),
                 ("aggregation", c_int32), ("consistency", c_int32), ("staleness", c_uint32),
                 ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32),
-                ("wire_dtype", c_int32)]
+                ("alltoall_split", c_int32), ("wire_dtype", c_int32)]
 
 
 _P = c_void_p  # opaque handles travel as void*

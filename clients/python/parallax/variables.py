@@ -21,8 +21,10 @@ _INITIALIZERS = {"zeros": _lib.INIT_ZEROS, "uniform": _lib.INIT_UNIFORM,
                  "normal": _lib.INIT_NORMAL}
 _CONSISTENCY = {"sync": _lib.SYNC, "async": _lib.ASYNC, "bounded": _lib.BOUNDED}
 _ROUTES = {"hybrid": _lib.ROUTE_HYBRID, "ps": _lib.ROUTE_PS,
-           "allgatherv": _lib.ROUTE_ALLGATHERV, "allreduce": _lib.ROUTE_ALLREDUCE}
+           "allgatherv": _lib.ROUTE_ALLGATHERV, "allreduce": _lib.ROUTE_ALLREDUCE,
+           "alltoall": _lib.ROUTE_ALLTOALL}
 _NONFINITE = {"reject": _lib.NONFINITE_REJECT, "skip": _lib.NONFINITE_SKIP}
+_SPLITS = {"rows": _lib.SPLIT_ROWS, "columns": _lib.SPLIT_COLUMNS}
 _WIRE_DTYPES = {"f32": _lib.F32, "bf16": _lib.BF16, "f16": _lib.F16}
 
 
@@ -184,9 +186,10 @@ class SparseVariable(_Variable):
     beta1, beta2, epsilon, initial_accumulator; initializer ("zeros", "uniform",
     "normal"), seed, init_low, init_high, init_std; aggregation ("sum" or "mean");
     consistency ("sync", "async", "bounded"), staleness; partitions (0: automatic);
-    route ("hybrid", "ps", "allgatherv", "allreduce"); nonfinite ("reject", "skip");
+    route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall"); alltoall_split ("rows",
+    "columns": how the alltoall route divides the table); nonfinite ("reject", "skip");
     wire_dtype ("f32", or lossy "bf16"/"f16": pulled rows and pushed gradients between
-    nodes in 16 bits, ps/hybrid routes).
+    nodes in 16 bits).
     The n-th pull is pull step n and the n-th push push step n, on every local worker.
     """
 
@@ -198,7 +201,7 @@ class SparseVariable(_Variable):
                  init_high: Optional[float] = None, init_std: Optional[float] = None,
                  aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
                  partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
-                 wire_dtype: str = "f32"):
+                 alltoall_split: str = "rows", wire_dtype: str = "f32"):
         super().__init__(client, name)
         self.rows, self.dim = int(rows), int(dim)
         o = _lib.SparseOptions()
@@ -219,6 +222,7 @@ class SparseVariable(_Variable):
         o.partitions = int(partitions)
         o.route = _choice(_ROUTES, route, "route")
         o.nonfinite = _choice(_NONFINITE, nonfinite, "nonfinite policy")
+        o.alltoall_split = _choice(_SPLITS, alltoall_split, "alltoall split")
         o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
         self.options = o
         handle = ctypes.c_void_p()

@@ -61,7 +61,7 @@ def test_bad_input_raises_typed_errors(daemon):
     assert index["status"] == "PX_ERR_INDEX"
     assert "10" in index["message"] and "py.err.table" in index["message"]
     assert "sgdd" in seen["optimizer"]["message"]
-    assert "wire_dtype bf16 needs the ps or hybrid route" in seen["wire_route"]["message"]
+    assert "wire_dtype bf16 needs the ps, hybrid or alltoall route" in seen["wire_route"]["message"]
     assert "f8" in seen["wire_dtype"]["message"]
 
 

@@ -21,6 +21,14 @@ def test_embedding_matches_reference_on_a_cluster_2x2():
     assert len(results) == 4
 
 
+def test_embedding_on_the_alltoall_route_by_columns_2x2():
+    # DIM 6 over 2 nodes: 3 columns each; the same reference as every other route.
+    results = run_cluster(2, 2, "embedding_matches_reference", "route=alltoall",
+                          "alltoall_split=columns", worker="torchworker.py")
+    assert len(results) == 4
+    assert all(r["max_rel_err"] < 1e-5 for r in results)
+
+
 def test_embedding_bag_and_eval_reads_without_steps(daemon):
     _torch_workers(daemon, "embedding_bag_and_eval", 1)
 

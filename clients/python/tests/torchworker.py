@@ -27,10 +27,12 @@ def _batches(world_size: int):
 
 
 def embedding_matches_reference(px):
+    # argv[2:]: table options as key=value (e.g. route=alltoall alltoall_split=columns).
+    options = dict(arg.split("=", 1) for arg in sys.argv[2:])
     torch.manual_seed(0)
     w0 = torch.randn(ROWS, DIM)
     emb = pxt.Embedding(ROWS, DIM, name="t.emb", client=px, optimizer="adagrad", lr=0.3,
-                        initial_accumulator=0.1, epsilon=1e-10)
+                        initial_accumulator=0.1, epsilon=1e-10, **options)
     emb.load_state_dict({"weight": w0})
     ref = nn.Embedding(ROWS, DIM)
     ref.weight.data.copy_(w0)

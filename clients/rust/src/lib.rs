@@ -1,4 +1,4 @@
-//! Safe Rust bindings to libparallax, the C ABI (1.4) of `parallaxd`.
+//! Safe Rust bindings to libparallax, the C ABI (1.5) of `parallaxd`.
 //!
 //! ```no_run
 //! use parallax::{Client, ReduceOp};
@@ -54,7 +54,9 @@ pub use client::{ArenaBuffer, Client, ConnectOptions, WorldInfo};
 pub use dense::DenseVar;
 pub use element::{Bf16, DType, Element, OutBuffer, ReduceOp, F16};
 pub use request::Request;
-pub use sparse::{Consistency, Initializer, NonFinite, Optimizer, Route, SparseOptions, SparseVar};
+pub use sparse::{
+    Consistency, Initializer, NonFinite, Optimizer, Route, SparseOptions, SparseVar, Split,
+};
 
 /// Statistics the daemon keeps for a variable on this node (`px_var_stats`).
 pub type VarStats = sys::px_var_stats;

@@ -59,6 +59,18 @@ pub enum Route {
     Allgatherv,
     /// Densified gradients allreduced (the sparse_as_dense baseline).
     Allreduce,
+    /// A per-step exchange with every node, each holding a slice of the table
+    /// (`SparseOptions::alltoall_split`).
+    Alltoall,
+}
+
+/// `px_split`: how `Route::Alltoall` divides the table between the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// Node i holds the rows r with r % nodes == i (the default).
+    Rows,
+    /// Node i holds the i-th slice of every row's columns.
+    Columns,
 }
 
 /// `px_nonfinite`: what a push with NaN/Inf gradients does.
@@ -176,6 +188,15 @@ impl SparseOptions {
             Route::Ps => sys::PX_ROUTE_PS,
             Route::Allgatherv => sys::PX_ROUTE_ALLGATHERV,
             Route::Allreduce => sys::PX_ROUTE_ALLREDUCE,
+            Route::Alltoall => sys::PX_ROUTE_ALLTOALL,
+        };
+        self
+    }
+    /// How `Route::Alltoall` divides the table (rows by default).
+    pub fn alltoall_split(mut self, split: Split) -> Self {
+        self.raw.alltoall_split = match split {
+            Split::Rows => sys::PX_SPLIT_ROWS,
+            Split::Columns => sys::PX_SPLIT_COLUMNS,
         };
         self
     }
@@ -188,7 +209,7 @@ impl SparseOptions {
         self
     }
     /// The dtype of pulled rows and pushed gradients between nodes: `DType::F32` (the
-    /// default) or, lossy, `DType::Bf16` / `DType::F16` (ps and hybrid routes; the daemon
+    /// default) or, lossy, `DType::Bf16` / `DType::F16` (ps, hybrid and alltoall routes; the daemon
     /// refuses other dtypes).
     pub fn wire_dtype(mut self, dtype: DType) -> Self {
         self.raw.wire_dtype = dtype.raw();

@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.4), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.5), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -79,12 +79,18 @@ pub const PX_ROUTE_HYBRID: px_route = 0;
 pub const PX_ROUTE_PS: px_route = 1;
 pub const PX_ROUTE_ALLGATHERV: px_route = 2;
 pub const PX_ROUTE_ALLREDUCE: px_route = 3;
+pub const PX_ROUTE_ALLTOALL: px_route = 4;
 pub const PX_ROUTE_FORCE_32BIT: px_route = 0x7fffffff;
 
 pub type px_nonfinite = i32;
 pub const PX_NONFINITE_REJECT: px_nonfinite = 0;
 pub const PX_NONFINITE_SKIP: px_nonfinite = 1;
 pub const PX_NONFINITE_FORCE_32BIT: px_nonfinite = 0x7fffffff;
+
+pub type px_split = i32;
+pub const PX_SPLIT_ROWS: px_split = 0;
+pub const PX_SPLIT_COLUMNS: px_split = 1;
+pub const PX_SPLIT_FORCE_32BIT: px_split = 0x7fffffff;
 
 // Opaque handles: never dereferenced, only passed back (they are ids in libparallax).
 #[repr(C)]
@@ -182,6 +188,7 @@ pub struct px_sparse_options {
     pub partitions: u32,
     pub route: i32,
     pub nonfinite: i32,
+    pub alltoall_split: i32,
     pub wire_dtype: i32,
 }
 

@@ -48,7 +48,7 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_var_stats, search_steps_left), 104);
     assert_eq!(offset!(sys::px_var_stats, restored_steps), 112);
 
-    assert_eq!(size_of::<sys::px_sparse_options>(), 112);
+    assert_eq!(size_of::<sys::px_sparse_options>(), 120);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
     assert_eq!(offset!(sys::px_sparse_options, learning_rate), 8);
     assert_eq!(offset!(sys::px_sparse_options, initializer), 48);
@@ -58,6 +58,7 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_sparse_options, partitions), 100);
     assert_eq!(offset!(sys::px_sparse_options, route), 104);
     assert_eq!(offset!(sys::px_sparse_options, nonfinite), 108);
+    assert_eq!(offset!(sys::px_sparse_options, alltoall_split), 112);
 }
 
 #[test]
@@ -94,7 +95,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 4));
+    assert_eq!(parallax::abi_version(), (1, 5));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

@@ -75,12 +75,18 @@ const PX_ROUTE_HYBRID = Cint(0)
 const PX_ROUTE_PS = Cint(1)
 const PX_ROUTE_ALLGATHERV = Cint(2)
 const PX_ROUTE_ALLREDUCE = Cint(3)
+const PX_ROUTE_ALLTOALL = Cint(4)
 const PX_ROUTE_FORCE_32BIT = Cint(0x7fffffff)
 
 # px_nonfinite
 const PX_NONFINITE_REJECT = Cint(0)
 const PX_NONFINITE_SKIP = Cint(1)
 const PX_NONFINITE_FORCE_32BIT = Cint(0x7fffffff)
+
+# px_split
+const PX_SPLIT_ROWS = Cint(0)
+const PX_SPLIT_COLUMNS = Cint(1)
+const PX_SPLIT_FORCE_32BIT = Cint(0x7fffffff)
 
 # Immutable isbits structs, laid out as C lays out the header's (sizes in the comments).
 struct PxConnectOptions  # 56 bytes
@@ -135,7 +141,7 @@ struct PxVarStats  # 120 bytes
     restored_steps::UInt64
 end
 
-struct PxSparseOptions  # 112 bytes
+struct PxSparseOptions  # 120 bytes
     struct_size::UInt32
     optimizer::Int32
     learning_rate::Float64
@@ -155,6 +161,7 @@ struct PxSparseOptions  # 112 bytes
     partitions::UInt32
     route::Int32
     nonfinite::Int32
+    alltoall_split::Int32
     wire_dtype::Int32
 end
 

@@ -307,14 +307,17 @@ const INITIALIZERS = Dict(:zeros => PX_INIT_ZEROS, :uniform => PX_INIT_UNIFORM,
                           :normal => PX_INIT_NORMAL)
 const CONSISTENCIES = Dict(:sync => PX_SYNC, :async => PX_ASYNC, :bounded => PX_BOUNDED)
 const ROUTES = Dict(:hybrid => PX_ROUTE_HYBRID, :ps => PX_ROUTE_PS,
-                    :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE)
+                    :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE,
+                    :alltoall => PX_ROUTE_ALLTOALL)
 const NONFINITE = Dict(:reject => PX_NONFINITE_REJECT, :skip => PX_NONFINITE_SKIP)
+const SPLITS = Dict(:rows => PX_SPLIT_ROWS, :columns => PX_SPLIT_COLUMNS)
 const WIRE_DTYPES = Dict(:f32 => PX_F32, :bf16 => PX_BF16, :f16 => PX_F16)
 const SYMBOL_OPTIONS = Dict(:optimizer => ("optimizer", OPTIMIZERS),
                             :initializer => ("initializer", INITIALIZERS),
                             :aggregation => ("aggregation", REDUCE_OPS),
                             :consistency => ("consistency", CONSISTENCIES),
                             :route => ("route", ROUTES), :nonfinite => ("nonfinite", NONFINITE),
+                            :alltoall_split => ("alltoall split", SPLITS),
                             :wire_dtype => ("wire dtype", WIRE_DTYPES))
 
 """
@@ -325,7 +328,8 @@ Options (defaults from `px_sparse_options_init`): `optimizer` (`:sgd`, `:adagrad
 `initializer` (`:zeros`, `:uniform` with `init_low`/`init_high`, `:normal` with
 `init_std`), `init_seed`, `aggregation` (`:sum`, `:mean`), `consistency` (`:sync`,
 `:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`,
-`:ps`, `:allgatherv`, `:allreduce`), `nonfinite` (`:reject`, `:skip`), `wire_dtype`
+`:ps`, `:allgatherv`, `:allreduce`, `:alltoall`), `alltoall_split` (`:rows`, `:columns`:
+how `:alltoall` divides the table), `nonfinite` (`:reject`, `:skip`), `wire_dtype`
 (`:f32`, or lossy `:bf16`/`:f16` rows and gradients between nodes). Every worker
 registers the table with the same options, else `PX_ERR_MISMATCH`.
 """

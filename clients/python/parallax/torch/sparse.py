@@ -25,7 +25,7 @@ from .session import default_client
 _SPARSE_OPTIONS = ("optimizer", "lr", "beta1", "beta2", "epsilon", "initial_accumulator",
                    "initializer", "seed", "init_low", "init_high", "init_std", "aggregation",
                    "consistency", "staleness", "partitions", "route", "nonfinite",
-                   "wire_dtype")
+                   "alltoall_split", "wire_dtype")
 
 
 class _Table:
@@ -134,7 +134,8 @@ class Embedding(_SparseModule):
     """A drop-in for nn.Embedding(num_embeddings, embedding_dim) whose table lives in the
     daemons. optimizer (default "adagrad") and its hyper-parameters (lr, epsilon,
     initial_accumulator, beta1, beta2), initializer ("normal" with init_std, "uniform",
-    "zeros"; seed), route ("hybrid", "ps", "allgatherv", "allreduce"), consistency
+    "zeros"; seed), route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall" with
+    alltoall_split "rows" or "columns"), consistency
     ("sync", "async", "bounded" + staleness) and aggregation ("mean": the gradient of the
     global batch's mean loss, as DDP averages; "sum") are options of the table (see
     parallax.SparseVariable). name must be the same on every worker and unique in the job.
