@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sharding/initializer.h"  // the table's initial values, to seed the reference
+#include "tests/integration/sparse_lookups.h"
 #include "tests/integration/worker_util.h"
 
 namespace pxt {
@@ -21,21 +22,9 @@ constexpr uint64_t kRows = 1000;
 constexpr uint64_t kDim = 8;
 constexpr uint64_t kLookups = 24;
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Zipf-like skew: low rows are hot, so batches repeat rows within and across workers.
+// Skewed lookups (low rows hot), repeated within and across workers.
 std::vector<int64_t> lookups(int rank, uint64_t step) {
-  std::vector<int64_t> idx(kLookups);
-  for (uint64_t j = 0; j < kLookups; ++j) {
-    double t = double(mix(uint64_t(rank) * 1000003 + step * 7919 + j) % 100000) / 100000.0;
-    idx[j] = int64_t(double(kRows) * t * t * t);
-  }
-  return idx;
+  return skewed_lookups(rank, step, kRows, kLookups, 3);
 }
 
 // The model's gradient for lookup j: depends on the pulled value, so a stale pull shows.

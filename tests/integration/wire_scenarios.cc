@@ -10,6 +10,7 @@
 
 #include "sharding/initializer.h"  // the table's initial values, to seed the reference
 #include "sharding/wire_values.h"  // the rounding the reference applies where the daemons do
+#include "tests/integration/sparse_lookups.h"
 #include "tests/integration/worker_util.h"
 
 namespace pxt {
@@ -20,21 +21,9 @@ constexpr uint64_t kDim = 32;  // wide enough that values, not indices, are most
 constexpr uint64_t kLookups = 32;
 constexpr double kLearningRate = 0.1;
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Skewed lookups (low rows hot), repeated within and across workers.
 std::vector<int64_t> lookups(int rank, uint64_t step) {
-  std::vector<int64_t> idx(kLookups);
-  for (uint64_t j = 0; j < kLookups; ++j) {
-    double t = double(mix(uint64_t(rank) * 1000003 + step * 7919 + j) % 100000) / 100000.0;
-    idx[j] = int64_t(double(kRows) * t * t);
-  }
-  return idx;
+  return skewed_lookups(rank, step, kRows, kLookups, 2);
 }
 
 // Depends on the pulled value, so a stale or wrongly unpacked pull shows.
