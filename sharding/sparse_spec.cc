@@ -46,6 +46,11 @@ const char* wire_dtype_name(WireDtype wire) {
   return "?";
 }
 
+const char* route_label(const SparseOptions& options) {
+  if (options.route != Route::kAlltoall) return route_name(options.route);
+  return options.alltoall_split == Split::kColumns ? "alltoall-columns" : "alltoall-rows";
+}
+
 bool SparseOptions::validate(std::string* error) const {
   auto bad = [error](const std::string& what) {
     *error = what;

@@ -64,5 +64,8 @@ struct SparseShape {
 
 const char* route_name(Route route);
 const char* wire_dtype_name(WireDtype wire);
+// The route as pxctl and the metrics name it: route_name, but "alltoall-rows" or
+// "alltoall-columns" for the alltoall route.
+const char* route_label(const SparseOptions& options);
 
 }  // namespace px

@@ -18,7 +18,8 @@
 // sent (headers included), both divided by the route's theoretical volume computed from
 // the measured unique rows, the full step against its busiest link's bytes / link rate, and
 // the sparse part's link balance: the busiest node link direction's bytes over the mean of
-// every node's (1.0: every link carries the same).
+// every node's (1.0: every link carries the same), from the interfaces' counters and from
+// the daemons' payload counters.
 // Peer in the same run: PyTorch gloo's sparse all_reduce of the same uncoalesced
 // per-worker gradients (tools/bench/gloo_sparse.py), timed the same way.
 #include <algorithm>
@@ -254,6 +255,9 @@ int sparse_worker(int argc, char** argv) {
       step(full);
       p.seconds.push_back(now_s() - t0);
     }
+    // Once every node's last pull is served, every request of the timed steps has arrived
+    // everywhere: the received counters stop depending on when each node reads them.
+    check(px_barrier(c, 600000), "px_barrier");
     p.after = stats_of(table);
     p.iface_after = iface_bytes();
     return p;
@@ -438,6 +442,9 @@ int bench_sparse(int argc, char** argv) {
       double unique = 0, pulled = 0, sent = 0, tx_sparse = 0, busiest = 0;
       // The sparse part's per-link bytes: each node's link, each direction.
       double link_max = 0, link_sum = 0;
+      // ... and the table's payload each node sent and received (daemon counters: no TCP
+      // acknowledgements or retransmissions in them).
+      double payload_max = 0, payload_sum = 0;
       std::vector<std::string> chosen;  // each node's request partitions
       for (const std::string& j : node_json) {
         auto widen = [&j](StepSummary& t, const std::string& key) {
@@ -456,6 +463,9 @@ int bench_sparse(int argc, char** argv) {
         double tx = json_number(j, "iface_tx_sparse"), rx = json_number(j, "iface_rx_sparse");
         link_max = std::max({link_max, tx, rx});
         link_sum += tx + rx;
+        double out = json_number(j, "payload_sent"), in = json_number(j, "payload_received");
+        payload_max = std::max({payload_max, out, in});
+        payload_sum += out + in;
         chosen.push_back(
             std::to_string(static_cast<long long>(json_number(j, "request_partitions"))));
       }
@@ -473,6 +483,7 @@ int bench_sparse(int argc, char** argv) {
       double alpha = pulled / per_node / double(a.rows);
       double link_bound = busiest / link_bytes_per_s;
       double link_balance = link_sum > 0 ? link_max / (link_sum / (2.0 * n)) : 0;
+      double payload_balance = payload_sum > 0 ? payload_max / (payload_sum / (2.0 * n)) : 0;
       double step = step_t.median, sparse_step = sparse_t.median;
       if (json) {
         printf(
@@ -484,22 +495,23 @@ int bench_sparse(int argc, char** argv) {
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
             "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\","
-            "\"sparse_link_max_over_mean\":%.3f,\"f32_wire_floor_s\":%.4f,"
-            "\"sparse_over_f32_floor\":%.3f}",
+            "\"sparse_link_max_over_mean\":%.3f,\"sparse_payload_max_over_mean\":%.3f,"
+            "\"f32_wire_floor_s\":%.4f,\"sparse_over_f32_floor\":%.3f}",
             first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
             sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
             tx_sparse / theory, busiest, step / link_bound, partitions.c_str(), link_balance,
-            f32_floor, sparse_step / f32_floor);
+            payload_balance, f32_floor, sparse_step / f32_floor);
         first = false;
       } else {
         printf(
             "%-10s N=%d step %.3f s (%.3f-%.3f)  sparse %.3f s (%.3f-%.3f)  alpha %.5f  "
             "unique/node %.0f  sent/node %.2f MB (wire %.2f MB, theory %.2f MB: x%.2f / x%.2f)  "
-            "step / link bound %.2f  P %s  sparse link max/mean %.3f  sparse / f32 floor %.2f\n",
+            "step / link bound %.2f  P %s  sparse link max/mean %.3f (payload %.3f)  "
+            "sparse / f32 floor %.2f\n",
             route.c_str(), n, step, step_t.min, step_t.max, sparse_step, sparse_t.min, sparse_t.max,
             alpha, unique, sent / 1e6, tx_sparse / 1e6, theory / 1e6, sent / theory,
             tx_sparse / theory, step / link_bound, partitions.c_str(), link_balance,
-            sparse_step / f32_floor);
+            payload_balance, sparse_step / f32_floor);
       }
       fflush(stdout);
     }

@@ -124,7 +124,7 @@ DaemonState collect_daemon_state(Server& server) {
       v.pending_steps = static_cast<uint32_t>(var->pending.size());
       if (var->poison_status != PX_OK) v.failed = var->poison_message;
       if (var->sparse) {
-        v.route = route_name(var->sparse->options.route);
+        v.route = route_label(var->sparse->options);
         SparseCounters sc = sparse_counters(*var->sparse);
         v.pull_steps = sc.pull_steps;
         v.push_steps = sc.push_steps;

@@ -31,8 +31,8 @@ void SparseRun::set_state(RunState to) {
 namespace {
 
 // The metrics' route label: what the variable's steps run (hybrid runs ps for sparse ones).
-const char* sparse_route_label(Route route) {
-  return route == Route::kHybrid ? "ps" : route_name(route);
+const char* sparse_route_label(const SparseOptions& options) {
+  return options.route == Route::kHybrid ? "ps" : route_label(options);
 }
 
 // The node a request for row goes to: its owner, or this node's replica.
@@ -475,7 +475,7 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
     var.stats.ops += 1;
     var.stats.bytes += bytes;
   }
-  trace_finished(run.trace, sparse_route_label(run.table->options.route), status,
+  trace_finished(run.trace, sparse_route_label(run.table->options), status,
                  status == PX_OK ? bytes : 0);
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   for (auto& w : run.workers)
