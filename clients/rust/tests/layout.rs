@@ -59,6 +59,7 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_sparse_options, route), 104);
     assert_eq!(offset!(sys::px_sparse_options, nonfinite), 108);
     assert_eq!(offset!(sys::px_sparse_options, alltoall_split), 112);
+    assert_eq!(offset!(sys::px_sparse_options, wire_dtype), 116);
 }
 
 #[test]
@@ -91,6 +92,11 @@ fn init_functions_fill_sizes_and_defaults() {
         (s.route, s.consistency),
         (sys::PX_ROUTE_HYBRID, sys::PX_SYNC)
     );
+    assert_eq!(s.wire_dtype, sys::PX_F32);
+    let bf16 = parallax::SparseOptions::new()
+        .wire_dtype(parallax::DType::Bf16)
+        .to_raw();
+    assert_eq!(bf16.wire_dtype, sys::PX_BF16);
 }
 
 #[test]
