@@ -82,11 +82,11 @@ size_t SparseChannel::chunks(size_t bytes) const {
 }
 
 void SparseChannel::send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
-                              const TransferCallback& done) {
+                              uint8_t priority, const TransferCallback& done) {
   size_t chunk = chunk_size(bytes);
   for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
     fabric_->send(peer, tag | part | (i << 2), static_cast<const char*>(data) + at,
-                  std::min(chunk, bytes - at), done);
+                  std::min(chunk, bytes - at), priority, done);
 }
 
 void SparseChannel::recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
@@ -105,8 +105,9 @@ void SparseChannel::start(uint32_t global_id) {
 }
 
 void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
-                            size_t count, const int64_t* rows, const float* values, float* out,
-                            std::shared_ptr<void> keep_alive, StatusCallback done) {
+                            uint8_t priority, size_t count, const int64_t* rows,
+                            const float* values, float* out, std::shared_ptr<void> keep_alive,
+                            StatusCallback done) {
   if (to == node_) {
     ShardRequest r;
     r.from_node = node_;
@@ -185,9 +186,10 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
     });
   };
   recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
-  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), part_done);
-  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
-  send_part(to, request_tag, kValuesPart, values, values_out, part_done);
+  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), priority,
+                part_done);
+  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, priority, part_done);
+  send_part(to, request_tag, kValuesPart, values, values_out, priority, part_done);
 }
 
 void SparseChannel::post_first(int peer) {
@@ -302,7 +304,7 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   std::memcpy(in->reply.data(), &header, sizeof header);
   auto keep = [in](bool, const std::string&) {};
   size_t bytes = in->reply.size() * sizeof(float);
-  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, keep);
+  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, 0, keep);
   bytes_sent_ += bytes;
 }
 
