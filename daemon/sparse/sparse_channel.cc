@@ -138,7 +138,8 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   };
   auto call = std::make_shared<Call>();
   SparseRequestHeader header{};
-  header.op = static_cast<uint32_t>(op);
+  header.op = static_cast<uint16_t>(op);
+  header.priority = priority;
   header.from_node = static_cast<uint32_t>(node_);
   header.partition = partition;
   header.groups = groups;
@@ -269,7 +270,7 @@ void SparseChannel::deliver_ready(int peer) {
       PX_LOG_WARN_AT(peer_fields(peer), "sparse %s request from %s dropped: %s",
                      sparse_op_name(static_cast<SparseOp>(in->header.op)),
                      node_label_(peer).c_str(), in->error.c_str());
-      if (in->header.op != static_cast<uint32_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
+      if (in->header.op != static_cast<uint16_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
       continue;
     }
     ShardRequest r;
@@ -304,7 +305,8 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   std::memcpy(in->reply.data(), &header, sizeof header);
   auto keep = [in](bool, const std::string&) {};
   size_t bytes = in->reply.size() * sizeof(float);
-  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, 0, keep);
+  // At the request's priority: a pull's rows are what its worker waits for.
+  send_part(peer, tag, kFirstPart, in->reply.data(), bytes, in->header.priority, keep);
   bytes_sent_ += bytes;
 }
 

@@ -41,8 +41,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   // Sends a request to node `to` (this node included) for one partition, a group of them
   // (groups > 0) or all of them (sparse_wire.h). rows and values (push, load) must stay valid, and
   // out (pull, read: count x dim) writable, until done; keep_alive holds them. done runs on the
-  // loop thread. priority orders the request's sends on the fabric (send_window.h); the
-  // owner's reply goes at priority 0 (README, Limits).
+  // loop thread. priority orders the request's sends on the fabric (send_window.h), and
+  // the owner's reply (the header carries it).
   void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
                uint8_t priority, size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, StatusCallback done);
