@@ -130,8 +130,12 @@ typedef struct px_op_options {
   uint32_t struct_size; /* sizeof(px_op_options) */
   int32_t memory_kind;  /* px_memory_kind of every buffer of the operation; default host */
   int32_t device;       /* CUDA device ordinal with PX_MEMORY_CUDA; -1 (default) otherwise */
-  int32_t priority;     /* 0..255, larger first where transfers queue; default 0. Carried to
-                           the daemon; ordering by it is not built yet (README, Limits) */
+  int32_t priority;     /* 0..255, larger first where transfers queue; default 0. A step's
+                           sends to each other node wait in a window of bytes per link and
+                           leave highest priority first (equal ones in order), so a small
+                           urgent operation overtakes a large one's queued chunks. Steps of
+                           one variable stay in order whatever their priority. Results never
+                           depend on it (README, "Priorities") */
   void* stream;         /* cudaStream_t the operation is ordered on (PX_MEMORY_CUDA); NULL:
                            the legacy default stream */
   int32_t root;         /* for collectives with a root (broadcast): its global rank; 0 */

@@ -49,6 +49,9 @@ struct PendingStep {
   std::vector<std::optional<Contribution>> by_rank;
   uint32_t arrived = 0;
   int64_t first_ns = 0;
+  // The highest px_op_options.priority of the local workers' entries: the priority of the
+  // step's transfers (each node orders only its own sends, so nodes need not agree).
+  uint8_t priority = 0;
   // Set when the step cannot succeed; later arrivals complete with it at once.
   px_status failure = PX_OK;
   std::string failure_message;

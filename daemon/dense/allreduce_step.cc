@@ -34,6 +34,7 @@ struct Run {
   std::shared_ptr<Job> job;
   Variable* var = nullptr;  // kept alive by job
   uint64_t step = 0;
+  uint8_t priority = 0;  // of the step's sends on the fabric (PendingStep::priority)
   std::vector<std::shared_ptr<Completer>> workers;
   std::vector<uint64_t> request_ids;
   std::vector<const char*> inputs;
@@ -156,6 +157,7 @@ void cross_node(const std::shared_ptr<Run>& run) {
     spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
   }
   spec.chunk_bytes = run->context.chunk_bytes;
+  spec.priority = run->priority;
   auto done = [run](bool ok, const std::string& error) {
     run->context.offload.post()([run, ok, error] { after_cross_node(run, ok, error); });
   };
@@ -168,6 +170,7 @@ void cross_node(const std::shared_ptr<Run>& run) {
     small.dtype = spec.dtype;
     small.op = spec.op;
     small.tag_base = spec.tag_base;
+    small.priority = spec.priority;
     return start_recursive_doubling_allreduce(*run->context.fabric, small, done);
   }
   ThreadPool& pool = run->context.offload.pool();
@@ -185,6 +188,7 @@ void run_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Va
   run->job = std::move(job);
   run->var = &var;
   run->step = step;
+  run->priority = pending.priority;
   run->dtype = var.fingerprint.dtype;
   run->op = var.fingerprint.op;
   run->count = var.id == 0 ? 0 : var.fingerprint.count;  // a barrier reduces no data

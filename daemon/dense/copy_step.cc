@@ -29,6 +29,7 @@ struct CopyRun {
   Variable* var = nullptr;  // kept alive by job
   Opcode opcode = Opcode::kBroadcast;
   uint64_t step = 0;
+  uint8_t priority = 0;  // of the step's sends on the fabric (PendingStep::priority)
   std::vector<std::shared_ptr<Completer>> workers;  // by local rank
   std::vector<uint64_t> request_ids;
   std::vector<const char*> inputs;
@@ -112,6 +113,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     spec.root = world.node_of_rank(run->root);
     spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
     spec.chunk_bytes = run->context.chunk_bytes;
+    spec.priority = run->priority;
     return start_chain_broadcast(*run->context.fabric, spec, done);
   }
   AllgathervSpec spec;
@@ -126,6 +128,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
   // Allgather and allgatherv count their steps apart: their tags differ (operation.h).
   spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
   spec.chunk_bytes = run->context.chunk_bytes;
+  spec.priority = run->priority;
   start_ring_allgatherv(*run->context.fabric, spec, done);
 }
 
@@ -179,6 +182,7 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
   run->var = &var;
   run->opcode = static_cast<Opcode>(opcode);
   run->step = step;
+  run->priority = pending.priority;
   trace_started(run->trace, run->job, var, operation_info(opcode).name, step, pending.first_ns);
   const JobWorld& world = run->job->world();
   uint64_t elem = dtype_size(var.fingerprint.dtype);

@@ -1,5 +1,6 @@
 #include "daemon/dense/step_matcher.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "daemon/common/loop_thread.h"
@@ -44,6 +45,7 @@ std::optional<PendingStep> match_step(Job& job, Variable& var, int rank,
     pending.first_ns = monotonic_ns();
   }
   ++pending.arrived;
+  pending.priority = std::max(pending.priority, entry.priority);
   bool everyone_arrived = pending.arrived == static_cast<uint32_t>(job.local_size());
   if (pending.failure == PX_OK && !invalid.empty()) fail_pending(pending, PX_ERR_INVALID, invalid);
   if (pending.failure != PX_OK) {

@@ -61,6 +61,8 @@ DaemonState collect_daemon_state(Server& server) {
   s.node_count = c.node_count;
   s.node_label = server.cluster() ? server.node_label() : "node 0";
   s.step_stall_ms = c.step_stall_ms;
+  if (FabricEndpoint* fabric = server.fabric())
+    s.fabric_priority_overtakes = fabric->priority_overtakes();
   const Cluster* cluster = server.cluster();
   bool ready = cluster && cluster->ready();
   if (c.node_count == 1)

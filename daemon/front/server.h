@@ -69,6 +69,7 @@ class Server {
   const std::map<std::string, std::shared_ptr<Job>>& jobs() const { return jobs_; }
   const std::map<uint64_t, std::shared_ptr<Session>>& sessions() const { return sessions_; }
   const Cluster* cluster() const { return cluster_.get(); }
+  FabricEndpoint* fabric() const { return fabric_.get(); }  // null on a single node
   const std::string& cluster_broken() const { return cluster_broken_; }
   int lost_node() const { return lost_node_; }  // -1: none
 

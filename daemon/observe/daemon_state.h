@@ -73,6 +73,8 @@ struct DaemonState {
   uint64_t timeline_dropped = 0;
   int64_t step_stall_ms = 0;
   int64_t stall_report_ms = 0;
+  // Sends that went to the fabric ahead of earlier ones by priority (send_window.h).
+  uint64_t fabric_priority_overtakes = 0;
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;
   std::vector<PeerState> peers;

@@ -198,6 +198,12 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
                              static_cast<double>(s.stalls.size())));
   out.push_back(single_gauge("parallax_timeline_enabled", "1 while the timeline is being written",
                              s.timeline_path.empty() ? 0 : 1));
+  MetricFamily overtakes =
+      family("parallax_fabric_priority_overtakes_total",
+             "Sends to other nodes that went ahead of earlier ones by their priority",
+             MetricType::Counter);
+  counter(overtakes, static_cast<double>(s.fabric_priority_overtakes));
+  out.push_back(std::move(overtakes));
   MetricFamily dropped = family("parallax_timeline_dropped_events_total",
                                 "Timeline events dropped since it was switched on (the writer "
                                 "fell behind)",

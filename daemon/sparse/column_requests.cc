@@ -90,8 +90,9 @@ void SparseRouter::request_columns(const std::shared_ptr<Run>& run, int node) {
   const SparseTable& table = *run->table;
   bool updates = sparse_op_carries_values(run->op);
   float* slice = run->column_slice(node);
-  table.channel->request(node, kAllPartitions, 0, run->op, run->step, run->row_count(),
-                         run->row_ids(), updates ? slice : nullptr, updates ? nullptr : slice, run,
+  table.channel->request(node, kAllPartitions, 0, run->op, run->step, run->priority,
+                         run->row_count(), run->row_ids(), updates ? slice : nullptr,
+                         updates ? nullptr : slice, run,
                          [this, run](px_status status, const std::string& error) {
                            if (status != PX_OK && run->status == PX_OK) {
                              run->status = status;

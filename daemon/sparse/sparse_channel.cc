@@ -89,11 +89,11 @@ size_t SparseChannel::chunks(size_t bytes) const {
 }
 
 void SparseChannel::send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
-                              const TransferCallback& done) {
+                              uint8_t priority, const TransferCallback& done) {
   size_t chunk = chunk_size(bytes);
   for (size_t i = 0, at = 0; at < bytes; ++i, at += chunk)
     fabric_->send(peer, tag | part | (i << 2), static_cast<const char*>(data) + at,
-                  std::min(chunk, bytes - at), done);
+                  std::min(chunk, bytes - at), priority, done);
 }
 
 void SparseChannel::recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
@@ -112,8 +112,9 @@ void SparseChannel::start(uint32_t global_id) {
 }
 
 void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
-                            size_t count, const int64_t* rows, const float* values, float* out,
-                            std::shared_ptr<void> keep_alive, StatusCallback done) {
+                            uint8_t priority, size_t count, const int64_t* rows,
+                            const float* values, float* out, std::shared_ptr<void> keep_alive,
+                            StatusCallback done) {
   if (to == node_) {
     ShardRequest r;
     r.from_node = node_;
@@ -148,7 +149,8 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   auto call = std::make_shared<Call>();
   size_t width = widths_[static_cast<size_t>(to)];  // values per row node `to` holds
   SparseRequestHeader header{};
-  header.op = static_cast<uint32_t>(op);
+  header.op = static_cast<uint16_t>(op);
+  header.priority = priority;
   header.from_node = static_cast<uint32_t>(node_);
   header.partition = partition;
   header.groups = groups;
@@ -214,9 +216,10 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
     });
   };
   recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
-  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), part_done);
-  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, part_done);
-  send_part(to, request_tag, kValuesPart, values_at, values_out, part_done);
+  fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), priority,
+                part_done);
+  if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, priority, part_done);
+  send_part(to, request_tag, kValuesPart, values_at, values_out, priority, part_done);
 }
 
 void SparseChannel::post_first(int peer) {
@@ -307,7 +310,7 @@ void SparseChannel::deliver_ready(int peer) {
       PX_LOG_WARN_AT(peer_fields(peer), "sparse %s request from %s dropped: %s",
                      sparse_op_name(static_cast<SparseOp>(in->header.op)),
                      node_label_(peer).c_str(), in->error.c_str());
-      if (in->header.op != static_cast<uint32_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
+      if (in->header.op != static_cast<uint16_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
       continue;
     }
     ShardRequest r;
@@ -353,7 +356,8 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
     data = in->wire_reply.data();
     bytes = in->wire_reply.size();
   }
-  send_part(peer, tag, kFirstPart, data, bytes, keep);
+  // At the request's priority: a pull's rows are what its worker waits for.
+  send_part(peer, tag, kFirstPart, data, bytes, in->header.priority, keep);
   bytes_sent_ += bytes;
 }
 

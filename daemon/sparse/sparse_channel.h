@@ -47,9 +47,10 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   // Sends a request to node `to` (this node included) for one partition, a group of them
   // (groups > 0) or all of them (sparse_wire.h). rows and values (push, load) must stay valid, and
   // out (pull, read: count x node to's width) writable, until done; keep_alive holds them. done
-  // runs on the loop thread.
+  // runs on the loop thread. priority orders the request's sends on the fabric
+  // (send_window.h), and the owner's reply (the header carries it).
   void request(int to, uint32_t partition, uint32_t groups, SparseOp op, uint64_t step,
-               size_t count, const int64_t* rows, const float* values, float* out,
+               uint8_t priority, size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, StatusCallback done);
 
   uint64_t bytes_sent() const { return bytes_sent_; }
@@ -66,7 +67,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   size_t chunk_size(size_t bytes) const;
   size_t chunks(size_t bytes) const;
   void send_part(int peer, uint64_t tag, uint64_t part, const void* data, size_t bytes,
-                 const TransferCallback& done);
+                 uint8_t priority, const TransferCallback& done);
   void recv_part(int peer, uint64_t tag, uint64_t part, void* data, size_t bytes,
                  const TransferCallback& done);
   void post_first(int peer);

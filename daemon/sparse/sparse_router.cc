@@ -72,6 +72,7 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
   run->table = var.sparse;
   run->op = operation_info(opcode).sparse_op;
   run->step = step;
+  run->priority = pending.priority;
   run->start_ns = monotonic_ns();
   run->request_groups = request_groups_for(*run->table, run->op, step, run->start_ns);
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
@@ -398,8 +399,8 @@ void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   uint32_t partition = groups ? groups->index(group) : kAllPartitions;
   uint32_t of = groups ? groups->groups_on(node) : 0;
   table.channel->request(
-      node, partition, of, run->op, run->step, count, run->row_ids() + at, values, out, run,
-      [this, run, group](px_status status, const std::string& error) {
+      node, partition, of, run->op, run->step, run->priority, count, run->row_ids() + at, values,
+      out, run, [this, run, group](px_status status, const std::string& error) {
         if (status != PX_OK && run->status == PX_OK) {
           run->status = status;
           run->error = error;

@@ -30,6 +30,7 @@ struct SparseRun {
   std::shared_ptr<SparseTable> table;
   SparseOp op = SparseOp::kPull;
   uint64_t step = 0;
+  uint8_t priority = 0;  // of the run's requests on the fabric (PendingStep::priority)
   int64_t start_ns = 0;
   // ps/hybrid pulls and pushes: how this run's requests group the partitions.
   std::shared_ptr<const RequestGroups> request_groups;

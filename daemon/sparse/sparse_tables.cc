@@ -176,7 +176,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
         done(PX_OK, "");
       });
   for (int node = 0; node < nodes; ++node)
-    table->channel->request(node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps,
+    table->channel->request(node, kAllPartitions, 0, SparseOp::kCheckpoint, push_steps, 0,
                             words->size(), words->data(), nullptr, nullptr, words, written);
 }
 

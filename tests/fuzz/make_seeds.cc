@@ -246,7 +246,7 @@ void sparse_seeds() {
       // Rows of node 0's partitions 0 and 4 (of 8, 4 nodes), ascending, as a router sends.
       std::vector<int64_t> rows = {0, 4, 8, 12, 16, 20};
       SparseRequestHeader h{};
-      h.op = static_cast<uint32_t>(op);
+      h.op = static_cast<uint16_t>(op);
       h.from_node = 1;
       h.step = 0;
       h.count = rows.size();

@@ -122,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check_sizes(h, bytes, peer, dim);
   // Checkpoint requests write a file at the path they carry: never from a fuzzer.
   if (dim <= kOwnerMaxDim && px::sparse_rows_inline(h.count) &&
-      h.op != static_cast<uint32_t>(px::SparseOp::kCheckpoint))
+      h.op != static_cast<uint16_t>(px::SparseOp::kCheckpoint))
     to_owner(h, first.data(), dim, knobs);
   return 0;
 }

@@ -534,6 +534,10 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"cluster-mismatch", {}, {}, "shapes that differ across nodes"},
     {"steady", {"dir"}, {}, "allreduces until a stop file appears in --dir (cluster faults)"},
     {"collectives", {}, {}, "px_broadcast, px_allgather, px_allgatherv against a reference"},
+    {"priority",
+     {"priority:n", "large:n", "rounds:n"},
+     {},
+     "a large allreduce at priority 0, a small one at --priority behind it: which ends first"},
     {"job-churn", {"rows:n"}, {}, "one short sparse + dense job (job-end tests)"},
     {"leave-early", {}, {}, "the last worker leaves; the others' next allreduce fails at once"},
     {"limits-variables", {}, {}, "variables and sparse bytes past the job's limits"},
@@ -615,6 +619,8 @@ int main(int argc, char** argv) {
     rc = scenario_cluster_mismatch(c);
   else if (scenario == "collectives")
     rc = run_collectives_scenario(c);
+  else if (scenario == "priority")
+    rc = run_priority_scenario(c, flags);
   else if (scenario == "job-churn")
     rc = run_job_churn(c, flags);
   else if (scenario == "leave-early")

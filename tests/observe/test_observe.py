@@ -244,6 +244,8 @@ def test_two_node_cluster_metrics_peers_and_stalls(daemons, scratch):
         assert delta(b, a, OPS, route="ps", operation="pull") == 2
         assert delta(b, a, OPS, route="ps", operation="push") == 2
         assert metric(a, "parallax_cluster_nodes_up") == 2
+        # Every operation here runs at priority 0: nothing overtakes (send_window.h).
+        assert metric(a, "parallax_fabric_priority_overtakes_total") == 0
         assert delta(b, a, "parallax_step_latency_seconds_count", route="allreduce") == 3
 
     # Global rank 3 (node 1, local rank 1) does not submit: node 1 names it; node 0, whose

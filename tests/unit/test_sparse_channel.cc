@@ -51,7 +51,7 @@ struct Loop {
 std::vector<char> request(SparseOp op, uint64_t count, uint64_t payload, uint32_t partition,
                           const std::vector<int64_t>& inline_rows) {
   SparseRequestHeader h{};
-  h.op = static_cast<uint32_t>(op);
+  h.op = static_cast<uint16_t>(op);
   h.from_node = 1;
   h.count = count;
   h.payload_bytes = payload;

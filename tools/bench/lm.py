@@ -12,7 +12,9 @@ projection, a sampled-softmax output table, both tables vocab x ~embed. Tokens a
 synthetic Zipf(1.0) stream, `tokens` per worker per step (drawn before the timed steps).
 Systems:
   parallax    both tables in the daemons (pull/push, daemon-side Adagrad); the dense body
-              through parallax.torch.DistributedDataParallel (25 MB buckets)
+              through parallax.torch.DistributedDataParallel (25 MB buckets, prioritized:
+              the first parameters' bucket first on the links; README, "Priorities")
+  parallax-fifo  the same with prioritize=False: every transfer at priority 0 (FIFO)
   ddp-dense   PyTorch DDP on gloo, nn.Embedding with dense, whole-table gradients
   ddp-sparse  PyTorch DDP on gloo, nn.Embedding(sparse=True) for both tables
 Per system, per step: the step time (every worker's, max-reduced after the run: a step
@@ -34,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SYSTEMS = ("parallax", "ddp-dense", "ddp-sparse")
+PARALLAX_SYSTEMS = ("parallax", "parallax-fifo")  # not in the default --systems
 
 
 def args_of(argv):
@@ -89,17 +92,18 @@ def worker(a) -> None:
     # Parallax's compute-only model: the same math with local sparse tables, no daemon (the
     # peers' compute steps are their own model under DDP's no_sync()). Compute steps train
     # too, so losses are not comparable across systems; only times are reported.
-    if a.system == "parallax":
+    if a.system in PARALLAX_SYSTEMS:
         local = ReferenceLM(cfg, sparse_grads=True)
         local_opts = local.optimizers()
 
-    if a.system == "parallax":
+    if a.system in PARALLAX_SYSTEMS:
         import numpy as np
         import parallax
         import parallax.torch as pxt
         client = parallax.Client(timeout=300, op_timeout=600)
         model = ParallaxLM(cfg, client, load_initial=False)
-        model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body")
+        model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body",
+                                                 prioritize=a.system == "parallax")
         opts = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
         times_var = client.dense("bench.times", 2 * a.steps, np.float64, op="max")
         barrier = lambda: client.barrier(600)
@@ -142,7 +146,7 @@ def worker(a) -> None:
         t_step = time.perf_counter() - t0
         barrier()
         t0 = time.perf_counter()
-        if a.system == "parallax":
+        if a.system in PARALLAX_SYSTEMS:
             step(local, local_opts, x, y)
         else:
             with model.no_sync():  # the issue's definition for the peers
@@ -175,7 +179,7 @@ def driver(a) -> None:
                                            ["--link-gbit", a.link_gbit]))
             cmd = [os.path.join(ROOT, "tools", "px-cluster"), "--nodes", str(n),
                    "--workers-per-node", str(a.workers_per_node), *mode, "--timeout", "3000"]
-            if system == "parallax":
+            if system in PARALLAX_SYSTEMS:
                 cmd += ["--daemon", a.daemon]
             else:
                 cmd += ["--no-daemons"]

@@ -55,7 +55,7 @@ class ChainBroadcast : public std::enable_shared_from_this<ChainBroadcast> {
   void forward(uint64_t c) {
     auto self = shared_from_this();
     auto [off, len] = range(c);
-    t_.send((rank_ + 1) % n_, spec_.tag_base | c, at(off), len,
+    t_.send((rank_ + 1) % n_, spec_.tag_base | c, at(off), len, spec_.priority,
             [self](bool ok, const std::string& error) { self->counter_->finished(ok, error); });
   }
 

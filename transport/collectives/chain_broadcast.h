@@ -14,6 +14,7 @@ struct BroadcastSpec {
   uint64_t bytes = 0;
   int root = 0;
   uint64_t tag_base = 0;
+  uint8_t priority = 0;  // px_op_options.priority: orders this collective's sends on the link
   size_t chunk_bytes = 1 << 20;
 };
 

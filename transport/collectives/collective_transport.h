@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace px {
 
@@ -26,11 +27,23 @@ class CollectiveTransport {
   // (peer, tag) must not be in flight at the same time. recv expects exactly `bytes`: a
   // message of any other length fails it (a peer's malformed message never leaves part of
   // a buffer stale); recv_message takes any message up to `capacity` bytes.
-  virtual void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
-                    TransferCallback done) = 0;
+  void send(int peer, uint64_t tag, const void* buffer, size_t bytes, TransferCallback done) {
+    post_send(peer, tag, buffer, bytes, 0, std::move(done));
+  }
+  // priority (0..255, px_op_options.priority): where sends wait for the link, larger goes
+  // first and equal ones keep their order (FabricEndpoint: send_window.h). Matching is by
+  // tag alone, so the order sends leave in never changes which receive they meet.
+  void send(int peer, uint64_t tag, const void* buffer, size_t bytes, uint8_t priority,
+            TransferCallback done) {
+    post_send(peer, tag, buffer, bytes, priority, std::move(done));
+  }
   virtual void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) = 0;
   virtual void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
                             MessageCallback done) = 0;
+
+ protected:
+  virtual void post_send(int peer, uint64_t tag, const void* buffer, size_t bytes, uint8_t priority,
+                         TransferCallback done) = 0;
 };
 
 // Tag layout: kind (4 bits) | variable id (24) | step (16, wraps) | per-algorithm (20).

@@ -109,7 +109,8 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
       pair->next();
     };
     if (recv) t_.recv(peer, spec_.tag_base | recv_stage, incoming_.data(), bytes_, finished);
-    if (send) t_.send(peer, spec_.tag_base | send_stage, spec_.buffer, bytes_, finished);
+    if (send)
+      t_.send(peer, spec_.tag_base | send_stage, spec_.buffer, bytes_, spec_.priority, finished);
   }
 
   void finish() { done_(true, ""); }

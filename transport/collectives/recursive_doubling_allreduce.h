@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "transport/collectives/collective_transport.h"
 #include "transport/collectives/ring_allreduce.h"  // CollectiveDone
@@ -25,6 +26,7 @@ struct RecursiveDoublingSpec {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;  // kMean is reduced as a sum: the caller divides
   uint64_t tag_base = 0;         // from make_tag(); the low kTagAlgorithmBits are ours
+  uint8_t priority = 0;  // px_op_options.priority: orders this collective's sends on the link
 };
 
 // Starts the allreduce; done is called exactly once, on some thread, after every send and

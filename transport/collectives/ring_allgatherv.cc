@@ -59,7 +59,7 @@ class RingAllgatherv : public std::enable_shared_from_this<RingAllgatherv> {
               }
             });
     auto [soff, sbytes] = range(mod(rank_ - step), c);
-    t_.send(mod(rank_ + 1), tag, at(soff), sbytes,
+    t_.send(mod(rank_ + 1), tag, at(soff), sbytes, spec_.priority,
             [self](bool ok, const std::string& error) { self->counter_->finished(ok, error); });
   }
 

@@ -16,6 +16,7 @@ struct AllgathervSpec {
   void* buffer = nullptr;
   std::vector<uint64_t> block_bytes;  // by rank
   uint64_t tag_base = 0;              // from make_tag(); the low kTagAlgorithmBits are ours
+  uint8_t priority = 0;  // px_op_options.priority: orders this collective's sends on the link
   size_t chunk_bytes = 1 << 20;
 };
 

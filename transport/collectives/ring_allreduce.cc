@@ -74,7 +74,7 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
               self->on_received(c, step, ok, error);
             });
     auto [slo, shi] = chunk_range(send_segment(step), c);
-    t_.send(next(), tag(step, c), at(slo), (shi - slo) * elem_,
+    t_.send(next(), tag(step, c), at(slo), (shi - slo) * elem_, spec_.priority,
             [self](bool ok, const std::string& error) { self->counter_->finished(ok, error); });
   }
 

@@ -3,6 +3,7 @@
 // transfers. Every rank ends with bitwise the same result.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@ struct RingAllreduceSpec {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;  // kMean is reduced as a sum: the caller divides
   uint64_t tag_base = 0;         // from make_tag(); the low kTagAlgorithmBits are ours
+  uint8_t priority = 0;  // px_op_options.priority: orders this collective's sends on the link
   size_t chunk_bytes = 1 << 20;
 };
 

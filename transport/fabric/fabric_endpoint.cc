@@ -7,6 +7,7 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace px {
@@ -18,8 +19,10 @@ struct FabricEndpoint::Op {
   uint64_t tag = 0;
   void* buffer = nullptr;
   size_t bytes = 0;
-  bool abandoned = false;  // failed by fail_peer; a late completion only frees it
-  std::string cancelled;   // fail_variables: the completion, whatever it says, fails with this
+  bool abandoned = false;     // failed by fail_peer; a late completion only frees it
+  bool holds_credit = false;  // a send taken from window_: its bytes count against the link
+  uint8_t priority = 0;
+  std::string cancelled;  // fail_variables: the completion, whatever it says, fails with this
   // Receives: where recv_message learns the length that arrived; null for recv, which
   // fails on any length but `bytes`.
   std::shared_ptr<size_t> received;
@@ -30,6 +33,16 @@ namespace {
 
 constexpr size_t kMaxEagerBytes = 256 * 1024;
 constexpr int kMsgRxDepth = 64;
+
+// The largest payload ofi_rxm sends eagerly: its buffer size (FI_OFI_RXM_BUFFER_SIZE, set in
+// open() unless the environment did, else rxm's default of 16 KiB), less a margin for its
+// header (open() adds the same 4 KiB).
+size_t rxm_eager_limit() {
+  constexpr size_t kHeaderMargin = 4096, kRxmDefault = 16384;
+  const char* set = getenv("FI_OFI_RXM_BUFFER_SIZE");
+  size_t buffer = set ? std::strtoull(set, nullptr, 10) : kRxmDefault;
+  return buffer > kHeaderMargin ? buffer - kHeaderMargin : 0;
+}
 
 std::string fi_error(const char* what, int rc) {
   return std::string(what) + ": " + fi_strerror(-rc);
@@ -69,6 +82,9 @@ std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& option
   }
   std::unique_ptr<FabricEndpoint> e(new FabricEndpoint());
   e->max_posted_ = options.max_posted ? options.max_posted : 1;
+  e->eager_limit_ = rxm_eager_limit();
+  size_t window = options.send_window_bytes ? options.send_window_bytes : 4 * e->eager_limit_;
+  e->window_ = SendWindow<std::unique_ptr<Op>>(window);
   fi_info* hints = fi_allocinfo();
   hints->ep_attr->type = FI_EP_RDM;
   // FI_DIRECTED_RECV: a receive matches only its peer's sends (the CollectiveTransport
@@ -128,6 +144,7 @@ bool FabricEndpoint::set_peers(const std::vector<std::string>& addresses, int se
                                std::string* error) {
   self_ = self;
   dead_.assign(addresses.size(), "");
+  window_.set_peers(addresses.size());
   peers_.assign(addresses.size(), FI_ADDR_UNSPEC);
   peer_addresses_ = addresses;
   for (size_t i = 0; i < addresses.size(); ++i) {
@@ -165,14 +182,15 @@ bool FabricEndpoint::reset_peers(const std::vector<std::string>& addresses, std:
   return true;
 }
 
-void FabricEndpoint::send(int peer, uint64_t tag, const void* buffer, size_t bytes,
-                          TransferCallback done) {
+void FabricEndpoint::post_send(int peer, uint64_t tag, const void* buffer, size_t bytes,
+                               uint8_t priority, TransferCallback done) {
   auto op = std::make_unique<Op>();
   op->is_send = true;
   op->peer = peer;
   op->tag = tag;
   op->buffer = const_cast<void*>(buffer);
   op->bytes = bytes;
+  op->priority = priority;
   op->done = std::move(done);
   post(std::move(op));
 }
@@ -203,33 +221,84 @@ void FabricEndpoint::post_recv(int peer, uint64_t tag, void* buffer, size_t byte
   post(std::move(op));
 }
 
+std::string FabricEndpoint::refusal(const Op& op) const {
+  std::string error = dead_[static_cast<size_t>(op.peer)];
+  if (error.empty() && !dead_vars_.empty()) {
+    auto dead = dead_vars_.find(tag_var_id(op.tag));
+    if (dead != dead_vars_.end()) error = dead->second;
+  }
+  return error;
+}
+
 void FabricEndpoint::post(std::unique_ptr<Op> op) {
   if (op->peer < 0 || static_cast<size_t>(op->peer) >= peers_.size()) {
     op->done(false, "no fabric peer " + std::to_string(op->peer));
     return;
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  std::string error = dead_[static_cast<size_t>(op->peer)];
-  if (error.empty() && !dead_vars_.empty()) {
-    auto dead = dead_vars_.find(tag_var_id(op->tag));
-    if (dead != dead_vars_.end()) error = dead->second;
+  Failed failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string error = refusal(*op);
+    if (!error.empty()) {
+      failed.emplace_back(std::move(op), error);
+    } else if (op->is_send && op->bytes <= eager_limit_) {
+      // Eager sends wait for the link's credit. Receives take none (they hold no bandwidth,
+      // and a receive posted early lets the peer's send finish sooner), nor do rendezvous
+      // sends (send_window.h says why).
+      int peer = op->peer;
+      uint8_t priority = op->priority;
+      size_t bytes = op->bytes;
+      window_.push(peer, priority, bytes, std::move(op));
+      pump_locked(peer, &failed);
+    } else {
+      submit_locked(std::move(op), &failed);
+    }
   }
-  if (error.empty()) {
-    if (!backlog_.empty() || posted_.size() >= max_posted_) {
-      backlog_.push_back(std::move(op));
-      return;
-    }
-    if (try_post(op.get(), &error)) {
-      posted_.insert(op.release());
-      return;
-    }
-    if (error.empty()) {  // -FI_EAGAIN: the progress thread retries it
-      backlog_.push_back(std::move(op));
-      return;
-    }
+  call_back(failed);
+}
+
+void FabricEndpoint::submit_locked(std::unique_ptr<Op> op, Failed* failed) {
+  if (!backlog_.empty() || posted_.size() >= max_posted_) {
+    backlog_.push_back(std::move(op));
+    return;
   }
-  lock.unlock();
-  op->done(false, error);
+  std::string error;
+  if (try_post(op.get(), &error)) {
+    posted_.insert(op.release());
+    return;
+  }
+  if (error.empty()) {  // -FI_EAGAIN: the progress thread retries it
+    backlog_.push_back(std::move(op));
+    return;
+  }
+  release_credit_locked(*op, failed);
+  failed->emplace_back(std::move(op), error);
+}
+
+void FabricEndpoint::pump_locked(int peer, Failed* failed) {
+  std::vector<std::unique_ptr<Op>> ready;
+  window_.take_ready(peer, &ready);
+  for (auto& op : ready) {
+    op->holds_credit = true;
+    // A hard failure returns the credit and pumps again from release_credit_locked.
+    submit_locked(std::move(op), failed);
+  }
+}
+
+void FabricEndpoint::release_credit_locked(Op& op, Failed* failed) {
+  if (!op.holds_credit) return;
+  op.holds_credit = false;
+  window_.finished(op.peer, op.bytes);
+  pump_locked(op.peer, failed);
+}
+
+void FabricEndpoint::call_back(Failed& failed) {
+  for (auto& [op, error] : failed) op->done(false, error);
+}
+
+uint64_t FabricEndpoint::priority_overtakes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return window_.overtakes();
 }
 
 void FabricEndpoint::fail_peer(int peer, const std::string& why) {
@@ -247,9 +316,13 @@ void FabricEndpoint::fail_peer(int peer, const std::string& why) {
       if (op->peer != peer || op->abandoned) continue;
       fi_cancel(&ep_->fid, &op->context);
       op->abandoned = true;
+      op->holds_credit = false;  // the window of a dead peer starts empty (reset below)
       failed.push_back(std::move(op->done));
     }
-    drop_backlog([peer](const Op& op) { return op.peer == peer; }, &failed);
+    auto of_peer = [peer](const Op& op) { return op.peer == peer; };
+    drop_backlog(of_peer, &failed);
+    drop_waiting_sends(of_peer, &failed);
+    window_.reset(peer);
   }
   for (auto& done : failed) done(false, why);
 }
@@ -273,8 +346,16 @@ void FabricEndpoint::fail_variables(const std::vector<uint32_t>& var_ids, const 
       fi_cancel(&ep_->fid, &op->context);
     }
     drop_backlog(dead, &failed);
+    drop_waiting_sends(dead, &failed);
   }
   for (auto& done : failed) done(false, why);
+}
+
+void FabricEndpoint::drop_waiting_sends(const std::function<bool(const Op&)>& matches,
+                                        std::vector<TransferCallback>* failed) {
+  std::vector<std::unique_ptr<Op>> dropped;
+  window_.drop_if([&](const std::unique_ptr<Op>& op) { return matches(*op); }, &dropped);
+  for (auto& op : dropped) failed->push_back(std::move(op->done));
 }
 
 void FabricEndpoint::drop_backlog(const std::function<bool(const Op&)>& matches,
@@ -282,6 +363,8 @@ void FabricEndpoint::drop_backlog(const std::function<bool(const Op&)>& matches,
   for (auto it = backlog_.begin(); it != backlog_.end();) {
     if (matches(**it)) {
       failed->push_back(std::move((*it)->done));
+      // Its credit returns; the window's next sends go on the next completion or retry.
+      if ((*it)->holds_credit) window_.finished((*it)->peer, (*it)->bytes);
       it = backlog_.erase(it);
     } else {
       ++it;
@@ -306,24 +389,28 @@ bool FabricEndpoint::try_post(Op* op, std::string* error) {
 }
 
 void FabricEndpoint::retry_backlog() {
-  std::vector<std::pair<std::unique_ptr<Op>, std::string>> failed;
+  Failed failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!backlog_.empty() && posted_.size() < max_posted_) {
-      std::unique_ptr<Op>& op = backlog_.front();
+      std::unique_ptr<Op> op = std::move(backlog_.front());
+      backlog_.pop_front();
       std::string error;
       if (try_post(op.get(), &error)) {
         posted_.insert(op.release());
-        backlog_.pop_front();
       } else if (error.empty()) {
+        backlog_.push_front(std::move(op));
         break;  // still -FI_EAGAIN: wait for completions
       } else {
+        release_credit_locked(*op, &failed);
         failed.emplace_back(std::move(op), error);
-        backlog_.pop_front();
       }
     }
+    // Credit returned by dropped sends (drop_backlog) is used here at the latest.
+    for (int peer = 0; peer < size(); ++peer)
+      if (dead_[static_cast<size_t>(peer)].empty()) pump_locked(peer, &failed);
   }
-  for (auto& [op, error] : failed) op->done(false, error);
+  call_back(failed);
 }
 
 void FabricEndpoint::start() {
@@ -339,11 +426,15 @@ void FabricEndpoint::stop() {
 
 void FabricEndpoint::complete(Op* op, bool ok, size_t received, const std::string& error) {
   std::unique_ptr<Op> owned(op);
+  Failed failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     posted_.erase(op);
     if (op->abandoned) return;  // already failed by fail_peer
+    // The link has room again: the highest-priority waiting send to this peer goes next.
+    release_credit_locked(*op, &failed);
   }
+  call_back(failed);
   if (!owned->cancelled.empty()) return owned->done(false, owned->cancelled);
   if (ok && !op->is_send) {
     if (op->received) {

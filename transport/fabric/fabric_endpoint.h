@@ -1,6 +1,8 @@
 // A libfabric RDM endpoint for daemon<->daemon bulk data: tagged messages, a completion
 // queue drained by one progress thread that blocks in fi_cq_sread (no busy-waiting), and
 // a backlog that absorbs -FI_EAGAIN so the number of posted operations stays bounded.
+// Sends to each peer first wait in a SendWindow (send_window.h): a window of bytes per link,
+// highest priority first, so an urgent small transfer does not queue behind a large one.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -15,9 +17,11 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "transport/collectives/collective_transport.h"
+#include "transport/fabric/send_window.h"
 
 struct fid_fabric;
 struct fid_domain;
@@ -37,6 +41,10 @@ struct FabricOptions {
   // collectives' chunk size. Larger messages take rxm's rendezvous path, which measured at
   // half the link rate on tc-limited links.
   size_t eager_bytes = 0;
+  // Bytes of eager sends handed to the provider per peer at once (send_window.h); 0: four
+  // eager messages. Smaller lets priority act sooner; too small leaves a fast link idle
+  // between completions. Larger (rendezvous) sends are not windowed (send_window.h says why).
+  size_t send_window_bytes = 0;
 };
 
 class FabricEndpoint : public CollectiveTransport {
@@ -63,8 +71,6 @@ class FabricEndpoint : public CollectiveTransport {
 
   int rank() const override { return self_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void send(int peer, uint64_t tag, const void* buffer, size_t bytes,
-            TransferCallback done) override;
   void recv(int peer, uint64_t tag, void* buffer, size_t bytes, TransferCallback done) override;
   void recv_message(int peer, uint64_t tag, void* buffer, size_t capacity,
                     MessageCallback done) override;
@@ -81,6 +87,13 @@ class FabricEndpoint : public CollectiveTransport {
   // posted sends finish as usual.
   void fail_variables(const std::vector<uint32_t>& var_ids, const std::string& why);
   static constexpr size_t kMaxDeadVars = 1 << 16;
+
+  // How many sends went ahead of sends to the same peer that had come before them (a higher
+  // priority overtook): for stats and tests.
+  uint64_t priority_overtakes();
+  size_t send_window_bytes() const { return window_.window_bytes(); }
+  // Sends up to this size are eager (ofi_rxm's buffer size) and wait in the window.
+  size_t eager_limit() const { return eager_limit_; }
 
   // Starts the progress thread (after set_peers).
   void start();
@@ -99,8 +112,24 @@ class FabricEndpoint : public CollectiveTransport {
   // Removes the backlogged operations that match (mutex_ held), collecting their callbacks.
   void drop_backlog(const std::function<bool(const Op&)>& matches,
                     std::vector<TransferCallback>* failed);
+  // The same for the sends waiting in window_ (mutex_ held).
+  void drop_waiting_sends(const std::function<bool(const Op&)>& matches,
+                          std::vector<TransferCallback>* failed);
   void progress_loop();
   void complete(Op* op, bool ok, size_t received, const std::string& error);
+  using Failed = std::vector<std::pair<std::unique_ptr<Op>, std::string>>;
+  void post_send(int peer, uint64_t tag, const void* buffer, size_t bytes, uint8_t priority,
+                 TransferCallback done) override;
+  // "" if op may go (mutex_ held); else why it fails at once (dead peer or variable).
+  std::string refusal(const Op& op) const;
+  // Hands op to the provider, or to the backlog when it is full (mutex_ held); a hard
+  // failure goes to *failed, to be called back once the mutex is released.
+  void submit_locked(std::unique_ptr<Op> op, Failed* failed);
+  // Sends to peer that fit its window now go to the provider (mutex_ held).
+  void pump_locked(int peer, Failed* failed);
+  // A send that held window credit finished or failed: the credit returns (mutex_ held).
+  void release_credit_locked(Op& op, Failed* failed);
+  static void call_back(Failed& failed);
 
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
@@ -115,9 +144,11 @@ class FabricEndpoint : public CollectiveTransport {
   std::vector<std::string> peer_addresses_;  // what peers_ were inserted from
   int self_ = 0;
   size_t max_posted_ = 256;
+  size_t eager_limit_ = 0;
 
   std::mutex mutex_;  // guards everything below
   std::deque<std::unique_ptr<Op>> backlog_;
+  SendWindow<std::unique_ptr<Op>> window_;
   std::unordered_set<Op*> posted_;
   std::vector<std::string> dead_;  // per peer: why it is dead, empty while alive
   std::unordered_map<uint32_t, std::string> dead_vars_;  // var id -> why its operations fail

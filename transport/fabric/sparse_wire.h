@@ -28,7 +28,9 @@ enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4, kCh
 constexpr uint32_t kAllPartitions = 0xffffffffu;
 
 struct SparseRequestHeader {
-  uint32_t op;  // SparseOp
+  uint16_t op;       // SparseOp
+  uint8_t priority;  // the request's px_op_options.priority: its reply goes at the same
+  uint8_t reserved;
   uint32_t from_node;
   uint64_t step;  // pull/push step; 0 for load/read
   uint64_t count;

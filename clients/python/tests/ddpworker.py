@@ -119,17 +119,21 @@ def train(px: parallax.Client, argv: List[str]) -> None:
     a.add_argument("--zero", choices=["zero", "none"], default="zero")
     a.add_argument("--passes", type=int, default=1)
     a.add_argument("--steps", type=int, default=6)
+    a.add_argument("--fifo", action="store_true", help="prioritize=False")
     args = a.parse_args(argv)
     w = px.world
+    submitted = record_priorities()
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     if args.mode == "ddp":
-        ddp = pxt.DistributedDataParallel(model, client=px, bucket_cap_mb=args.cap)
+        ddp = pxt.DistributedDataParallel(model, client=px, bucket_cap_mb=args.cap,
+                                          prioritize=not args.fifo)
         buckets, forward = ddp.buckets, ddp
     else:
         opt = pxt.DistributedOptimizer(opt, model.named_parameters(), client=px,
                                        bucket_cap_mb=args.cap,
-                                       backward_passes_per_step=args.passes)
+                                       backward_passes_per_step=args.passes,
+                                       prioritize=not args.fifo)
         buckets, forward = opt.buckets, model
     views = []
     for step in range(args.steps):
@@ -145,9 +149,24 @@ def train(px: parallax.Client, argv: List[str]) -> None:
         with opt.skip_synchronize() if args.mode == "opt" else _nothing():
             opt.step()
     emit(px, ok=True, world=w.__dict__, views=views,
-         buckets=[{"name": b.name, "params": b.params, "dtype": str(b.buffer.dtype)}
-                  for b in buckets],
+         buckets=[{"name": b.name, "params": b.params, "dtype": str(b.buffer.dtype),
+                   "priority": b.priority} for b in buckets],
+         submitted_priorities=sorted(submitted),
          **compare(model, reference(w.world_size, args.steps, args.passes)))
+
+
+def record_priorities() -> set:
+    """The (variable, priority) pairs of every allreduce submitted from now on: what
+    parallax.torch really passes to px_allreduce_ex, not only what BucketInfo says."""
+    seen: set = set()
+    original = parallax.DenseVariable.allreduce
+
+    def allreduce(self, x, out=None, *, priority=0):
+        seen.add((self.name, priority))
+        return original(self, x, out, priority=priority)
+
+    parallax.DenseVariable.allreduce = allreduce
+    return seen
 
 
 class _nothing:

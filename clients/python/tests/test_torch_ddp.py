@@ -47,7 +47,8 @@ def test_ddp_matches_single_process_reference_2_local_workers(daemon):
     float32, float64 = results[0]["buckets"]
     assert float32["params"][:2] == ["fc3.bias", "fc3.weight"] and "extra" in float32["params"]
     assert float32["dtype"] == "torch.float32" and len(float32["params"]) == 7
-    assert float64 == {"name": "ddp.b1", "params": ["scale"], "dtype": "torch.float64"}
+    assert float64 == {"name": "ddp.b1", "params": ["scale"], "dtype": "torch.float64",
+                       "priority": 0}  # after extra's bucket in named_parameters order
 
 
 def test_ddp_on_a_cluster_2x2():
@@ -68,6 +69,37 @@ def test_bucket_cap_smaller_than_a_parameter(daemon):
     names = [b["params"] for b in results[0]["buckets"]]
     assert names == [["fc3.bias", "fc3.weight", "fc2.bias", "fc2.weight"],
                      ["fc1.bias", "fc1.weight", "extra"], ["scale"]], names
+
+
+def bucket_priorities(result):
+    """{bucket name: priority} from BucketInfo, and what the bucket allreduces carried."""
+    info = {b["name"]: b["priority"] for b in result["buckets"]}
+    sent = {}
+    for name, priority in result["submitted_priorities"]:
+        if name in info:
+            sent.setdefault(name, set()).add(priority)
+    return info, sent
+
+
+def test_buckets_the_next_forward_needs_first_get_the_highest_priority(daemon):
+    # named_parameters order (taken for forward order, as DDP takes its reverse for
+    # backward's): extra, scale, fc1, fc2, fc3. Buckets are filled in reverse: b0 = fc3 +
+    # fc2, b1 = fc1 + extra, b2 = scale (float64). b1 holds the first parameter: it goes
+    # first where transfers queue, then b2 (scale, second), then b0 (the last layers).
+    results = ddp_workers(daemon, "train", 2, "--cap", "0.002")
+    assert_matches_reference(results)
+    for r in results:
+        info, sent = bucket_priorities(r)
+        assert info == {"ddp.b0": 0, "ddp.b1": 255, "ddp.b2": 128}, info
+        assert sent == {name: {p} for name, p in info.items()}, sent
+    # The optimizer wrapper the same; prioritize=False sends everything at 0 (FIFO).
+    results = ddp_workers(daemon, "train", 2, "--mode", "opt", "--cap", "0.002")
+    assert_matches_reference(results)
+    assert bucket_priorities(results[0])[0] == {"opt.b0": 0, "opt.b1": 255, "opt.b2": 128}
+    results = ddp_workers(daemon, "train", 2, "--cap", "0.002", "--fifo")
+    assert_matches_reference(results)
+    info, sent = bucket_priorities(results[0])
+    assert set(info.values()) == {0} and sent == {name: {0} for name in info}, (info, sent)
 
 
 def test_one_bucket_per_parameter(daemon):

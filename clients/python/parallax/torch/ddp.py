@@ -6,7 +6,10 @@ moment its last gradient is ready, while the rest of backward runs: nothing is c
 Each bucket is its own Parallax dense variable, and a variable's n-th allreduce is its step
 n on every worker: buckets may therefore be submitted and complete in any order on
 different workers (a parameter unused on one worker, a different hook order) without
-deadlocking or pairing the wrong data. Every wait has a deadline (the client's
+deadlocking or pairing the wrong data. Buckets carry priorities (px_op_options.priority):
+the bucket of the first layers, whose parameters the next forward needs first, goes
+first where transfers queue on the fabric (ByteScheduler's order; README, "Priorities").
+Every wait has a deadline (the client's
 op_timeout); a failure (a peer or daemon lost, a mismatch) is raised from backward(),
 step() or the next call, as the matching parallax exception, never as a hang.
 """
@@ -199,11 +202,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
 class BucketInfo:
     """A bucket as the user sees it: its Parallax variable's name, the flat arena tensor
     every gradient of the bucket is a view into, those parameters' names, and the
-    DenseVariable (for its stats())."""
+    DenseVariable (for its stats()), and the priority its allreduces carry."""
     name: str
     buffer: torch.Tensor
     params: List[str]
     variable: Any
+    priority: int = 0
 
 
 @dataclass
@@ -225,6 +229,7 @@ class _Bucket:
     var: Any = None
     request: Optional[Request] = None
     ready: int = 0
+    priority: int = 0
 
     def describe(self) -> str:
         names = [s.name for s in self.slots]
@@ -256,6 +261,19 @@ def _assign_buckets(named: List[Tuple[str, torch.Tensor]], cap_bytes: int,
     return done
 
 
+def _assign_priorities(buckets: List[_Bucket], named: List[Tuple[str, torch.Tensor]]) -> None:
+    """ByteScheduler's order: the next forward needs the first layers' parameters first, so
+    their bucket gets the highest priority (255) and the bucket whose earliest parameter (in
+    registration order, about forward order) comes last gets 0, the others spread between.
+    Backward produces those gradients last: with priority, their allreduce overtakes the
+    later layers' chunks still queued for the link."""
+    position = {id(p): i for i, (_, p) in enumerate(named)}
+    by_need = sorted(buckets, key=lambda b: min(position[id(s.param)] for s in b.slots))
+    last = max(1, len(by_need) - 1)
+    for k, b in enumerate(by_need):
+        b.priority = 255 - (255 * k) // last
+
+
 def _hook(engine_ref: "weakref.ref[_GradBuckets]", i: int, *_: Any) -> None:
     # A weak reference: the AccumulateGrad node (C++) holds this hook, and a strong one would
     # keep the engine, its arena buffers and the module alive in a cycle GC cannot see.
@@ -275,7 +293,7 @@ class _GradBuckets:
 
     def __init__(self, c: Client, named: List[Tuple[str, torch.Tensor]], name: str,
                  bucket_cap_mb: float, first_bucket_mb: float, passes: int,
-                 end_of_backward: bool):
+                 end_of_backward: bool, prioritize: bool = True):
         seen, unique = set(), []
         for n, p in named:
             if p.requires_grad and id(p) not in seen:  # tied weights: reduced once
@@ -298,6 +316,8 @@ class _GradBuckets:
         self.buckets = _assign_buckets(unique, cap, min(cap, int(first_bucket_mb * (1 << 20))))
         for b in self.buckets:
             b.name = f"{name}.b{b.index}"
+        if prioritize:
+            _assign_priorities(self.buckets, unique)
         self._check_layout()
         self.slots: List[_Slot] = []
         for b in self.buckets:
@@ -425,7 +445,8 @@ class _GradBuckets:
 
     def _launch(self, b: _Bucket) -> None:
         try:
-            b.request = b.var.allreduce(b.buffer)  # in place: the grads are views into it
+            # In place: the grads are views into it.
+            b.request = b.var.allreduce(b.buffer, priority=b.priority)
         except ParallaxError as e:
             raise _with_context(e, f"submitting {b.describe()}") from None
 
@@ -490,7 +511,7 @@ class _GradBuckets:
                           "backward pass was interrupted, and the job cannot continue")
 
     def info(self) -> List[BucketInfo]:
-        return [BucketInfo(b.var.name, b.buffer, [s.name for s in b.slots], b.var)
+        return [BucketInfo(b.var.name, b.buffer, [s.name for s in b.slots], b.var, b.priority)
                 for b in self.buckets]
 
 
@@ -505,11 +526,14 @@ class DistributedDataParallel(torch.nn.Module):
     unused in a backward contribute zeros (find_unused_parameters is always on).
     first_bucket_mb is DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). name
     prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
+    prioritize (default) gives the first layers' bucket the highest transfer priority
+    (_assign_priorities); False sends every bucket at priority 0, in submission order.
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None,
                  bucket_cap_mb: float = 25.0, name: str = "ddp", broadcast_buffers: bool = True,
-                 *, first_bucket_mb: float = 1.0, init_sync: bool = True):
+                 *, first_bucket_mb: float = 1.0, init_sync: bool = True,
+                 prioritize: bool = True):
         super().__init__()
         self.module = module
         self.client = client or globals()["client"]()
@@ -519,7 +543,8 @@ class DistributedDataParallel(torch.nn.Module):
         if init_sync:
             broadcast_parameters(module.state_dict(), 0, self.client, name=f"{self.name}.init")
         self._engine = _GradBuckets(self.client, list(module.named_parameters()), self.name,
-                                    bucket_cap_mb, first_bucket_mb, 1, end_of_backward=True)
+                                    bucket_cap_mb, first_bucket_mb, 1, end_of_backward=True,
+                                    prioritize=prioritize)
 
     @property
     def buckets(self) -> List[BucketInfo]:
@@ -563,7 +588,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]],
                  c: Client, bucket_cap_mb: float, backward_passes_per_step: int, name: str,
-                 first_bucket_mb: float):
+                 first_bucket_mb: float, prioritize: bool):
         # Horovod's construction: the user's optimizer class, re-initialised on its param
         # groups (which carry their hyperparameters); its state carries over.
         super(self.__class__, self).__init__(optimizer.param_groups)
@@ -581,7 +606,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.client = c
         self._engine = _GradBuckets(c, named, _unique_name(c, name), bucket_cap_mb,
                                     first_bucket_mb, backward_passes_per_step,
-                                    end_of_backward=False)
+                                    end_of_backward=False, prioritize=prioritize)
         self._synchronized = False
         self._skip_sync = False
 
@@ -626,15 +651,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          client: Optional[Client] = None, bucket_cap_mb: float = 25.0,
                          backward_passes_per_step: int = 1, *, name: str = "opt",
-                         first_bucket_mb: float = 1.0) -> torch.optim.Optimizer:
+                         first_bucket_mb: float = 1.0,
+                         prioritize: bool = True) -> torch.optim.Optimizer:
     """Horovod's DistributedOptimizer: an optimizer of `optimizer`'s class whose step()
     first waits for the gradients' mean over all workers, reduced in arena buckets as
     backward produces them (DistributedDataParallel's engine). With
     backward_passes_per_step = k a bucket goes once accumulated over k backward passes
-    (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients."""
+    (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients.
+    prioritize: as DistributedDataParallel's."""
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     return cls(optimizer, named_parameters, c, bucket_cap_mb, backward_passes_per_step, name,
-               first_bucket_mb)
+               first_bucket_mb, prioritize)
