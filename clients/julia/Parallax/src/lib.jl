@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.4), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.5), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
