@@ -66,6 +66,14 @@ class Agreement {
     vars_.clear();
     runs_.clear();
   }
+  // Ids from here on are at least `first` (never 0 in the tags' 24 bits). A coordinator
+  // restarted from scratch would count from 1 again while the members still hold the old
+  // epoch's ids (runs ended there, variables' traffic marked dead): each epoch starts its
+  // ids in a range of its own (Cluster::form), so an old id is never handed out again.
+  void skip_ids_below(uint32_t first) {
+    if (next_id_ < first) next_id_ = first;
+    if ((next_id_ & 0xffffffu) == 0) ++next_id_;
+  }
 
   int node_count() const { return node_count_; }
   // Runs started and not yet ended everywhere (for tests and leak checks).

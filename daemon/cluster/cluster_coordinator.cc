@@ -177,6 +177,10 @@ void Cluster::form() {
   // The coordinator takes it up as a member does (member_handle), which moves epoch_.
   uint64_t epoch = std::max(epoch_, highest_join_epoch_) + 1;
   agreement_.reset();
+  // Epoch e's ids start at e x 65,536: a restarted coordinator, whose counter starts at 1,
+  // hands out none of the ids the members knew in an earlier epoch (unless one epoch
+  // registered more than 65,536 runs and variables).
+  agreement_.skip_ids_below(static_cast<uint32_t>(epoch << 16));
   auto message = build(config_.cluster, epoch, [&](Envelope::Body::Builder body) {
     auto table = body.initAddressTable();
     auto addresses = table.initFabricAddresses(static_cast<unsigned>(config_.node_count));
