@@ -4,6 +4,7 @@ timeline, the stall report, on one node and on a 2-node cluster."""
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -344,8 +345,11 @@ if os.environ["PARALLAX_LOCAL_RANK"] == "0":
     text = urllib.request.urlopen(status["metrics_url"], timeout=10).read().decode()
     ops = [s.value for f in text_string_to_metric_families(text) for s in f.samples
            if s.name == "parallax_operations_total" and s.labels.get("operation") == "allreduce"]
-    print("PROBE " + json.dumps({"node": status["node_index"], "state": status["cluster_state"],
-                                 "up": status["nodes_up"], "allreduces": ops}))
+    # One write of the whole line: the two nodes' probes share px-cluster's stdout.
+    os.write(1, ("PROBE " + json.dumps({"node": status["node_index"],
+                                        "state": status["cluster_state"],
+                                        "up": status["nodes_up"], "allreduces": ops}) +
+                 "\n").encode())
 """
 
 
@@ -359,6 +363,7 @@ def test_two_node_cluster_under_px_cluster():
                           "/usr/bin/python3", "-c", PROBE],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
-    probes = sorted((json.loads(l[len("PROBE "):]) for l in run.stdout.splitlines()
-                     if l.startswith("PROBE ")), key=lambda p: p["node"])
+    # Found anywhere in the output: a line of the other node's may still run into one.
+    probes = sorted((json.loads(m) for m in re.findall(r"PROBE (\{[^{}]*\})", run.stdout)),
+                    key=lambda p: p["node"])
     assert probes == [{"node": n, "state": "ready", "up": 2, "allreduces": [3.0]} for n in (0, 1)]
