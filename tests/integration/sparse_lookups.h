@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallax_c.h"
+#include "sharding/initializer.h"
+
 namespace pxt {
 
 // splitmix64's finaliser: a well-mixed 64-bit value of x.
@@ -28,6 +31,25 @@ inline std::vector<int64_t> skewed_lookups(int rank, uint64_t step, uint64_t row
     idx[j] = int64_t(double(rows) * skewed);
   }
   return idx;
+}
+
+// The table a uniform initializer of o (seed, low, high) gives rows x dim, as the daemons
+// compute it, in double: where the scenarios' references start.
+inline std::vector<double> initial_uniform_table(const px_sparse_options& o, uint64_t rows,
+                                                 uint64_t dim) {
+  px::SparseOptions init;
+  init.initializer = px::Initializer::kUniform;
+  init.init_seed = o.init_seed;
+  init.init_low = o.init_low;
+  init.init_high = o.init_high;
+  std::vector<double> table;
+  table.reserve(rows * dim);
+  std::vector<float> row(dim);
+  for (uint64_t r = 0; r < rows; ++r) {
+    px::initial_row(init, r, dim, row.data());
+    table.insert(table.end(), row.begin(), row.end());
+  }
+  return table;
 }
 
 }  // namespace pxt

@@ -80,17 +80,8 @@ struct Reference {
   px_sparse_options o;
   std::vector<double> w, s1, s2;
 
-  explicit Reference(const px_sparse_options& options) : o(options) {
-    px::SparseOptions init;
-    init.initializer = px::Initializer::kUniform;
-    init.init_seed = o.init_seed;
-    init.init_low = o.init_low;
-    init.init_high = o.init_high;
-    std::vector<float> row(kDim);
-    for (uint64_t r = 0; r < kRows; ++r) {
-      px::initial_row(init, r, kDim, row.data());
-      w.insert(w.end(), row.begin(), row.end());
-    }
+  explicit Reference(const px_sparse_options& options)
+      : o(options), w(initial_uniform_table(options, kRows, kDim)) {
     s1.assign(kRows * kDim, o.optimizer == PX_OPT_ADAGRAD ? o.initial_accumulator : 0.0);
     s2.assign(kRows * kDim, 0.0);
   }

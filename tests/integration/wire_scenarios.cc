@@ -89,19 +89,7 @@ int scenario_wire_train(px_client* c, const Flags& f) {
   check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
 
   // The reference: the shard values (double), initialised as the daemons do.
-  std::vector<double> ref(kRows * kDim);
-  {
-    px::SparseOptions init;
-    init.initializer = px::Initializer::kUniform;
-    init.init_seed = o.init_seed;
-    init.init_low = o.init_low;
-    init.init_high = o.init_high;
-    std::vector<float> row(kDim);
-    for (uint64_t r = 0; r < kRows; ++r) {
-      px::initial_row(init, r, kDim, row.data());
-      for (uint64_t col = 0; col < kDim; ++col) ref[r * kDim + col] = row[col];
-    }
-  }
+  std::vector<double> ref = initial_uniform_table(o, kRows, kDim);
   auto check_pulled = [&](const std::vector<int64_t>& idx, const std::vector<float>& got,
                           const std::string& what) {
     for (size_t j = 0; j < idx.size(); ++j)
