@@ -48,8 +48,9 @@ extern "C" {
 /* 1.1: sparse variables; 1.2: partition search stats; 1.3: request errors, cancel, abort,
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
- * px_sparse_options.alltoall_split and wire_dtype */
-#define PX_ABI_VERSION_MINOR 5
+ * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
+ * px_prefetch_rows */
+#define PX_ABI_VERSION_MINOR 6
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -179,6 +180,9 @@ typedef struct px_var_stats {
    * the run it was restored from); 0 if it was not restored. A trainer resumes at that
    * push step. */
   uint64_t restored_steps;
+  /* Sparse variables with prefetch (ABI 1.6): rows this node's shards served to other
+   * nodes' pulls ahead of the previous push step (no node had pulled them in that step). */
+  uint64_t rows_served_ahead;
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------
@@ -268,6 +272,13 @@ typedef struct px_sparse_options {
    * gradients are rounded once (to nearest even; f16 saturates at +-65504), on every node
    * alike, and the shards keep f32. Loads and reads stay f32. Half the bytes of the rows. */
   int32_t wire_dtype;
+  /* (1.6) 1: the next pull step may be issued before this push step, and its rows that no
+   * node pulled in this step are served at once, without waiting for this step's push
+   * (EmbRace's relaxed dependency; see px_prefetch_rows). The promise it rests on: a
+   * worker's push step n has only rows its own pull step n had (the usual loop pushes
+   * exactly the pulled rows); a push with another row fails with PX_ERR_INVALID naming it.
+   * ps, hybrid and alltoall routes; PX_SYNC stays exact. Default 0. */
+  uint32_t prefetch;
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */
@@ -394,6 +405,16 @@ PX_API px_status px_pull_rows(px_var* var, const int64_t* indices, uint64_t n, v
                               px_request** out_request);
 PX_API px_status px_pull_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                  const px_op_options* options, px_request** out_request);
+/* (1.6) The next pull step, issued ahead: exactly px_pull_rows, on a variable registered
+ * with px_sparse_options.prefetch = 1 (else PX_ERR_INVALID), typically before the push of
+ * the step in progress. In PX_SYNC the rows no node pulled in that step (so none can push
+ * them) come from their owners at once, the others once that step's push is applied: the
+ * result is the same as a pull issued after the push, never a stale row. */
+PX_API px_status px_prefetch_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                                  px_request** out_request);
+PX_API px_status px_prefetch_rows_ex(px_var* var, const int64_t* indices, uint64_t n,
+                                     void* out_rows, const px_op_options* options,
+                                     px_request** out_request);
 /* Push step: gradients for the rows; duplicates are summed. Completes once the daemon has
  * taken the gradients (they are applied by the owning shards, see "Steps"). */
 PX_API px_status px_push_rows(px_var* var, const int64_t* indices, uint64_t n, const void* grads,

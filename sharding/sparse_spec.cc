@@ -92,6 +92,10 @@ bool SparseOptions::validate(std::string* error) const {
     return bad(std::string("wire_dtype ") + wire_dtype_name(wire) +
                " needs the ps, hybrid or alltoall route (the " + route_name(route) +
                " route sends f32 only)");
+  // A replica serves its pulls locally, so no owner sees every node's pulls.
+  if (prefetch && route != Route::kHybrid && route != Route::kPs && route != Route::kAlltoall)
+    return bad(std::string("prefetch needs the ps, hybrid or alltoall route (the ") +
+               route_name(route) + " route serves pulls from each node's replica)");
   return true;
 }
 
@@ -139,6 +143,7 @@ std::string SparseOptions::canonical() const {
   if (route == Route::kAlltoall) s += alltoall_split == Split::kRows ? "(rows)" : "(columns)";
   s += nonfinite == NonFinite::kReject ? " nonfinite=reject" : " nonfinite=skip";
   if (wire != WireDtype::kF32) s += std::string(" wire=") + wire_dtype_name(wire);
+  if (prefetch) s += " prefetch";
   return s;
 }
 

@@ -44,6 +44,9 @@ struct SparseOptions {
   NonFinite nonfinite = NonFinite::kReject;
   Split alltoall_split = Split::kRows;  // kAlltoall only
   WireDtype wire = WireDtype::kF32;     // lossy when not f32 (wire_values.h)
+  // Relaxed dependency (px_sparse_options.prefetch): a pull step may be served ahead of
+  // the previous push step for the rows no node pulled in that step.
+  bool prefetch = false;
 
   bool column_split() const {
     return route == Route::kAlltoall && alltoall_split == Split::kColumns;

@@ -420,6 +420,7 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
   o->nonfinite = static_cast<int32_t>(d.nonfinite);
   o->alltoall_split = static_cast<int32_t>(d.alltoall_split);
   o->wire_dtype = static_cast<int32_t>(d.wire);
+  o->prefetch = d.prefetch ? 1 : 0;
 }
 
 PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,
@@ -454,7 +455,7 @@ PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtyp
       o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
       static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
       static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
-      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype));
+      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch);
   auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
                                                dim, fb_options);
   Var var;
@@ -463,6 +464,7 @@ PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtyp
   var.count = rows;
   var.dim = dim;
   var.sparse = true;
+  var.prefetch = o.prefetch == 1;
   return register_var(ref.client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
                       std::move(var), out_var);
 }
@@ -550,6 +552,7 @@ PX_API px_status px_var_stats_get(px_var* handle, px_var_stats* out_stats) {
   s.request_partitions = reply->request_partitions();
   s.search_steps_left = reply->search_steps_left();
   s.restored_steps = reply->restored_steps();
+  s.rows_served_ahead = reply->rows_served_ahead();
   std::memcpy(out_stats, &s, s.struct_size);
   return succeed();
 }

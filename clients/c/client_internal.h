@@ -41,6 +41,10 @@ struct Var {
   uint64_t dim = 0;             // sparse: values per row (count holds the rows)
   uint64_t next_pull_step = 0;  // sparse, guarded by client->mutex
   uint64_t next_push_step = 0;
+  // px_sparse_options.prefetch: each pull step's rows (sorted, unique) until the push of the
+  // same step, which may push only those (the owners serve the next pull's other rows early).
+  bool prefetch = false;
+  std::map<uint64_t, std::vector<int64_t>> pulled_rows;
 };
 
 // Every field is guarded by client->mutex.

@@ -4,6 +4,7 @@
 #include <link.h>
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -227,6 +228,52 @@ px_status find_operand(px_var* handle, const char* fn, px_request** out_request,
   return PX_OK;
 }
 
+// A variable with px_sparse_options.prefetch: owners serve pull step n+1's rows that no node
+// pulled in step n before step n's push is applied, trusting that every worker's push step
+// n has only rows of its own pull step n. Pulls record their rows; pushes are held to them.
+// (Caller holds c->mutex.)
+constexpr size_t kPrefetchStepsKept = 16;  // pull steps ahead of their push remembered
+
+px_status check_prefetch_promise(Client* c, Var* var, const std::string& who, Opcode opcode,
+                                 const int64_t* indices, uint64_t n) {
+  if (opcode == Opcode::kPullRows) {
+    // A pull with a bad index fails whole at the daemon (none of its rows are asked for):
+    // its push step may then push nothing.
+    std::vector<int64_t> rows(indices, indices + n);
+    if (std::any_of(rows.begin(), rows.end(), [var](int64_t row) {
+          return row < 0 || static_cast<uint64_t>(row) >= var->count;
+        }))
+      rows.clear();
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    var->pulled_rows[var->next_pull_step] = std::move(rows);
+    while (var->pulled_rows.size() > kPrefetchStepsKept)
+      var->pulled_rows.erase(var->pulled_rows.begin());
+    return PX_OK;
+  }
+  if (opcode != Opcode::kPushRows) return PX_OK;
+  uint64_t step = var->next_push_step;
+  auto it = var->pulled_rows.find(step);
+  if (it == var->pulled_rows.end() && n > 0)
+    return fail(c, PX_ERR_INVALID,
+                who + ": push step " + std::to_string(step) + " of a variable with prefetch, but " +
+                    (step >= var->next_pull_step
+                         ? std::string("pull step ") + std::to_string(step) + " was not issued"
+                         : std::string("its pull step is too far back")) +
+                    "; a push step may only push rows its pull step pulled");
+  for (uint64_t i = 0; i < n; ++i) {
+    if (std::binary_search(it->second.begin(), it->second.end(), indices[i])) continue;
+    return fail(c, PX_ERR_INVALID,
+                who + ": row " + std::to_string(indices[i]) + " at position " + std::to_string(i) +
+                    " of push step " + std::to_string(step) + " was not pulled in pull step " +
+                    std::to_string(step) +
+                    "; with prefetch a push step may only push rows its pull step pulled (the "
+                    "next step's other rows may already have been served)");
+  }
+  var->pulled_rows.erase(var->pulled_rows.begin(), var->pulled_rows.upper_bound(step));
+  return PX_OK;
+}
+
 // Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
 // outside the arena, or misaligned, are staged through one arena block.
 px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64_t* indices,
@@ -253,6 +300,8 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   uint64_t row_bytes = n * var->dim * sizeof(float);
   std::lock_guard<std::mutex> guard(c->mutex);
   if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  if (var->prefetch && (status = check_prefetch_promise(c, var, who, opcode, indices, n)) != PX_OK)
+    return status;
   uint64_t index_offset = 0, row_offset = 0;
   bool index_in_arena = n == 0 || (arena_offset(c, indices, index_bytes, &index_offset) &&
                                    index_offset % alignof(int64_t) == 0);
@@ -488,5 +537,24 @@ PX_ROW_OP(px_push_rows, kPushRows, buffer, nullptr, const void* buffer)
 PX_ROW_OP(px_load_rows, kLoadRows, buffer, nullptr, const void* buffer)
 PX_ROW_OP(px_read_rows, kReadRows, nullptr, buffer, void* buffer)
 #undef PX_ROW_OP
+
+PX_API px_status px_prefetch_rows_ex(px_var* var, const int64_t* indices, uint64_t n,
+                                     void* out_rows, const px_op_options* options,
+                                     px_request** out_request) {
+  px::VarRef ref;
+  if (out_request && px::find_var(var, &ref) && ref.var->sparse && !ref.var->prefetch) {
+    *out_request = nullptr;
+    return px::fail(ref.client.get(), PX_ERR_INVALID,
+                    "px_prefetch_rows('" + ref.var->name +
+                        "'): the variable was registered without px_sparse_options.prefetch");
+  }
+  return px::submit_rows(var, px::Opcode::kPullRows, "px_prefetch_rows", indices, n, nullptr,
+                         out_rows, options, out_request);
+}
+
+PX_API px_status px_prefetch_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
+                                  px_request** out_request) {
+  return px_prefetch_rows_ex(var, indices, n, out_rows, nullptr, out_request);
+}
 
 }  // extern "C"

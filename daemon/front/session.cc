@@ -350,6 +350,9 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   options.nonfinite = static_cast<NonFinite>(o->nonfinite());
   options.alltoall_split = static_cast<Split>(o->alltoall_split());
   options.wire = static_cast<WireDtype>(o->wire_dtype());
+  if (o->prefetch() > 1)
+    return reply_register(PX_ERR_INVALID, what + ": prefetch must be 0 or 1", 0);
+  options.prefetch = o->prefetch() == 1;
   std::string error;
   if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
   Fingerprint fingerprint;
@@ -549,7 +552,7 @@ void Session::handle_stats(const control::StatsRequest& request) {
     body = control::CreateStatsReply(
         b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns, sc.pull_steps, sc.push_steps,
         sc.rows_pulled, sc.rows_unique, sc.rows_applied, sc.bytes_sent, sc.bytes_received,
-        sc.request_partitions, sc.search_steps_left, sc.restored_steps);
+        sc.request_partitions, sc.search_steps_left, sc.restored_steps, sc.rows_served_ahead);
   }
   send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
 }

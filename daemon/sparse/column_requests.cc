@@ -44,8 +44,10 @@ void SparseRouter::send_columns(const std::shared_ptr<Run>& run) {
   const SparseTable& table = *run->table;
   size_t count = run->row_count();
   // Every node that holds columns hears of every push step, empty or not (sync and bounded
-  // owners count them); other operations without rows ask nothing.
-  if (count > 0 || run->op == SparseOp::kPush) run->targets = column_targets(table);
+  // owners count them), and with prefetch of every pull step; other operations without
+  // rows ask nothing.
+  bool counts_pulls = run->op == SparseOp::kPull && table.options.prefetch;
+  if (count > 0 || run->op == SparseOp::kPush || counts_pulls) run->targets = column_targets(table);
   run->requests_left = static_cast<int>(run->targets.size());
   if (run->targets.empty()) {
     run->set_state(RunState::kSent);

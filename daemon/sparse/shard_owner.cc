@@ -52,7 +52,10 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
       units_.emplace_back();
     }
   }
-  for (Unit& u : units_) u.pushes_by_node.assign(static_cast<size_t>(node_count_), 0);
+  for (Unit& u : units_) {
+    u.pushes_by_node.assign(static_cast<size_t>(node_count_), 0);
+    u.pulls_by_node.assign(static_cast<size_t>(node_count_), 0);
+  }
 }
 
 ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
@@ -128,10 +131,26 @@ void ShardOwner::handle(ShardRequest r) {
     if (r.done) r.done(PX_OK, "");
     return;
   }
-  // A pull of a group is answered once every partition of it served its part.
+  // A pull of a group is answered once every partition of it served its part; its early
+  // rows go once every part said which of its rows are still pending.
   StatusCallback answered = join_statuses(parts.size(), std::move(r.done));
+  struct EarlyJoin {
+    size_t parts_left;
+    std::vector<size_t> pending;
+    std::function<void(std::vector<size_t>)> early;
+  };
+  std::shared_ptr<EarlyJoin> join;
+  if (r.early) join = std::make_shared<EarlyJoin>(EarlyJoin{parts.size(), {}, std::move(r.early)});
+  size_t offset = 0;
   for (auto& part : parts) {
     part.done = answered;
+    if (join) {
+      part.early = [join, offset](std::vector<size_t> pending) {
+        for (size_t at : pending) join->pending.push_back(offset + at);
+        if (--join->parts_left == 0) join->early(std::move(join->pending));
+      };
+    }
+    offset += part.count;
     handle_valid(std::move(part));
   }
 }
@@ -176,12 +195,14 @@ bool ShardOwner::split(ShardRequest& r, std::vector<ShardRequest>* parts, std::s
 
 void ShardOwner::handle_valid(ShardRequest r) {
   switch (r.op) {
-    case SparseOp::kPull:
-      if (!pull_ready(*unit_of(r), r.step)) {
-        waiting_pulls_.push_back(std::move(r));
-        return;
-      }
-      return serve(std::move(r));
+    case SparseOp::kPull: {
+      Unit& unit = *unit_of(r);
+      note_pull(unit, r);
+      if (pull_ready(unit, r.step)) return serve(std::move(r));
+      if (r.early && ahead_ready(unit, r.step)) return serve_ahead(unit, std::move(r));
+      waiting_pulls_.push_back(std::move(r));
+      return;
+    }
     case SparseOp::kRead:
       return serve(std::move(r));
     case SparseOp::kCheckpoint:
@@ -216,6 +237,64 @@ bool ShardOwner::pull_ready(const Unit& unit, uint64_t step) const {
     }
   }
   return true;
+}
+
+// Prefetch (sync only: the other modes serve pulls without waiting for the push step).
+void ShardOwner::note_pull(Unit& unit, const ShardRequest& r) {
+  if (!options_.prefetch || options_.consistency != Consistency::kSync) return;
+  ++unit.pulls_by_node[static_cast<size_t>(r.from_node)];
+  if (r.step < unit.applied_steps) return;  // its push step is applied: nothing waits on it
+  std::vector<int64_t>& rows = unit.pulled[r.step];
+  rows.insert(rows.end(), r.rows, r.rows + r.count);
+  unit.pulled_sorted[r.step] = false;
+}
+
+// Pull `step` may be served ahead of push step-1 once every earlier push step is applied
+// and every node's pull step-1 is in: its rows are all push step-1 can touch here (a
+// worker pushes only rows it pulled in that step; libparallax holds it to that).
+bool ShardOwner::ahead_ready(const Unit& unit, uint64_t step) const {
+  if (!options_.prefetch || options_.consistency != Consistency::kSync || step == 0) return false;
+  if (unit.applied_steps + 1 != step) return false;
+  return *std::min_element(unit.pulls_by_node.begin(), unit.pulls_by_node.end()) >= step;
+}
+
+// Gathers now the rows no node pulled in step-1, tells the requester which are pending,
+// and waits (served_ahead) for the push step to gather the rest.
+void ShardOwner::serve_ahead(Unit& unit, ShardRequest r) {
+  std::vector<int64_t>& touched = unit.pulled[r.step - 1];
+  bool& sorted = unit.pulled_sorted[r.step - 1];
+  if (!sorted) {
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    sorted = true;
+  }
+  for (size_t i = 0; i < r.count; ++i)
+    if (std::binary_search(touched.begin(), touched.end(), r.rows[i])) r.pending.push_back(i);
+  size_t ahead = r.count - r.pending.size();
+  rows_served_ahead_ += ahead;
+  if (r.pending.empty()) return serve(std::move(r));  // whole, at once
+  r.served_ahead = true;
+  auto shared = std::make_shared<ShardRequest>(std::move(r));
+  queue_->push(
+      ahead * dim_ > kInlineValues,
+      [this, shared] {
+        const std::vector<size_t>& pending = shared->pending;
+        size_t next = 0;
+        for (size_t i = 0; i < shared->count; ++i) {
+          if (next < pending.size() && pending[next] == i) {
+            ++next;
+            continue;
+          }
+          store_.gather(&shared->rows[i], 1, shared->out + i * dim_);
+          round_to_wire(options_.wire, shared->out + i * dim_, dim_);
+        }
+      },
+      [this, shared] {
+        shared->early(shared->pending);
+        // (Maybe inside serve_ready_pulls, which then takes it from waiting_pulls_.)
+        if (ready(*shared)) return serve(std::move(*shared));
+        waiting_pulls_.push_back(std::move(*shared));
+      });
 }
 
 bool ShardOwner::applied_through(uint64_t step) const {
@@ -302,15 +381,27 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
 
 void ShardOwner::serve(ShardRequest r) {
   auto shared = std::make_shared<ShardRequest>(std::move(r));
+  size_t rows =
+      shared->served_ahead ? shared->pending.size() : std::max(shared->count, shared->whole_count);
   queue_->push(
-      std::max(shared->count, shared->whole_count) * dim_ > kInlineValues,
+      rows * dim_ > kInlineValues,
       [this, shared] {
-        store_.gather(shared->rows, shared->count, shared->out);
         // Rounded here, for every requester alike (wire_values.h).
-        if (shared->op == SparseOp::kPull)
-          round_to_wire(options_.wire, shared->out, shared->count * dim_);
+        WireDtype wire = shared->op == SparseOp::kPull ? options_.wire : WireDtype::kF32;
+        if (!shared->served_ahead) {
+          store_.gather(shared->rows, shared->count, shared->out);
+          round_to_wire(wire, shared->out, shared->count * dim_);
+          return;
+        }
+        for (size_t i : shared->pending) {
+          store_.gather(&shared->rows[i], 1, shared->out + i * dim_);
+          round_to_wire(wire, shared->out + i * dim_, dim_);
+        }
       },
-      [shared] { shared->done(PX_OK, ""); });
+      [shared] {
+        if (shared->early && !shared->served_ahead) shared->early({});
+        shared->done(PX_OK, "");
+      });
 }
 
 // A push is done once taken (its memory is kept alive until applied), as for other nodes'
@@ -350,6 +441,9 @@ void ShardOwner::apply_sync_steps(Unit& unit) {
     unit.sync_pushes.erase(it);
     apply(unit, std::move(by_node));
     ++unit.applied_steps;
+    unit.pulled.erase(unit.pulled.begin(), unit.pulled.lower_bound(unit.applied_steps));
+    unit.pulled_sorted.erase(unit.pulled_sorted.begin(),
+                             unit.pulled_sorted.lower_bound(unit.applied_steps));
     serve_ready_pulls();
   }
 }
@@ -392,7 +486,10 @@ void ShardOwner::serve_ready_pulls() {
   while (!waiting_pulls_.empty()) {
     ShardRequest r = std::move(waiting_pulls_.front());
     waiting_pulls_.pop_front();
-    if (!ready(r)) {
+    if (!ready(r) && r.op == SparseOp::kPull && r.early && !r.served_ahead &&
+        ahead_ready(*unit_of(r), r.step)) {
+      serve_ahead(*unit_of(r), std::move(r));
+    } else if (!ready(r)) {
       still_waiting.push_back(std::move(r));
     } else if (r.op == SparseOp::kCheckpoint) {
       write_checkpoint(std::move(r));

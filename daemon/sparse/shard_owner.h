@@ -54,6 +54,7 @@ class ShardOwner {
   uint64_t store_bytes() const { return store_.bytes(); }
   uint64_t owned_rows() const { return store_.owned_rows(); }
   uint64_t rows_applied() const { return rows_applied_; }
+  uint64_t rows_served_ahead() const { return rows_served_ahead_; }
   uint64_t bytes_sent() const { return exchange_ ? exchange_->bytes_sent() : 0; }
   uint64_t bytes_received() const { return exchange_ ? exchange_->bytes_received() : 0; }
 
@@ -66,12 +67,21 @@ class ShardOwner {
     std::vector<uint64_t> pushes_by_node;  // push steps received (and queued) per node
     uint64_t applies = 0;                  // optimizer applications so far (Adam's step)
     std::map<uint64_t, std::vector<std::optional<ShardRequest>>> sync_pushes;
+    // Prefetch (sync): pull steps received per node, and the rows every node pulled in
+    // each step not yet applied (sorted and made unique when first needed).
+    std::vector<uint64_t> pulls_by_node;
+    std::map<uint64_t, std::vector<int64_t>> pulled;
+    std::map<uint64_t, bool> pulled_sorted;
   };
   Unit* unit_of(const ShardRequest& r);
   bool split(ShardRequest& r, std::vector<ShardRequest>* parts, std::string* why);
   void handle_valid(ShardRequest r);
   bool valid(const ShardRequest& r, std::string* why);
   bool pull_ready(const Unit& unit, uint64_t step) const;
+  // Prefetch: notes a pull's rows; whether pull `step` may be served ahead of push step-1.
+  void note_pull(Unit& unit, const ShardRequest& r);
+  bool ahead_ready(const Unit& unit, uint64_t step) const;
+  void serve_ahead(Unit& unit, ShardRequest r);
   bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)
   bool ready(const ShardRequest& r);
   void write_checkpoint(ShardRequest r);
@@ -103,6 +113,7 @@ class ShardOwner {
   std::unique_ptr<ReplicatedExchange> exchange_;             // replicated routes only
   std::map<uint64_t, std::vector<ShardRequest>> exchanged_;  // replicated: done, by step
   uint64_t rows_applied_ = 0;
+  uint64_t rows_served_ahead_ = 0;
 };
 
 }  // namespace px

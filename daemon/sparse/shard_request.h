@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "daemon/common/status_join.h"
 #include "transport/fabric/sparse_wire.h"
@@ -27,6 +29,14 @@ struct ShardRequest {
   size_t whole_count = 0;         // split from a group request of this many rows (0: not)
   // Called on the loop thread once done (not for pushes from other nodes: they get none).
   StatusCallback done;
+  // Pulls from other nodes (the channel sets it): called once, before done, with the
+  // positions of the rows not yet in out (empty: every row comes by done). With prefetch
+  // the rows no node pulled in the previous step are served ahead of its push (its
+  // reply can leave at once), the others by done.
+  std::function<void(std::vector<size_t> pending)> early;
+  // The owner's own: served ahead, these positions are still to be gathered.
+  bool served_ahead = false;
+  std::vector<size_t> pending;
   std::shared_ptr<void> keep_alive;  // owns rows / values / out
 };
 

@@ -53,12 +53,32 @@ struct SparseChannel::Incoming {
   // 16-bit wire dtypes: a push's gradients as received, a pull's reply as sent.
   UninitVector<uint16_t> wire_values;
   UninitVector<char> wire_reply;
+  // A pull served ahead: the positions its first reply lacked, and the second reply.
+  bool ahead = false;
+  std::vector<size_t> pending;
+  UninitVector<char> rest;
   std::atomic<int> parts_left{0};
   bool received = false;  // every part arrived (loop thread)
   // A part failed (set by the transport's one progress thread before the last part's
   // completion is posted to the loop).
   bool failed = false;
   std::string error;
+};
+
+// A request to another node, from its first message until its reply is in.
+struct SparseChannel::Call {
+  UninitVector<char> first;            // header + inline rows
+  UninitVector<uint16_t> wire_values;  // a push's gradients packed to the wire dtype
+  UninitVector<char> wire_reply;       // a pull's reply in the wire dtype, unpacked into out
+  UninitVector<char> rest;             // a pull served ahead: its pending rows (reply part 1)
+  float* out = nullptr;
+  SparseReplyHeader reply{};
+  const char* reply_at = nullptr;  // where the reply's status lands
+  std::atomic<int> left{0};
+  std::mutex mutex;
+  std::string error;
+  std::shared_ptr<void> keep_alive;
+  StatusCallback done;
 };
 
 SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes,
@@ -133,19 +153,6 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   }
   // Remote: the reply's receives first (so the reply never waits as an unexpected
   // message), then the request's messages; done once every part finished.
-  struct Call {
-    UninitVector<char> first;            // header + inline rows
-    UninitVector<uint16_t> wire_values;  // a push's gradients packed to the wire dtype
-    UninitVector<char> wire_reply;       // a pull's reply in the wire dtype, unpacked into out
-    float* out = nullptr;
-    SparseReplyHeader reply{};
-    const char* reply_at = nullptr;  // where the reply's status lands
-    std::atomic<int> left{0};
-    std::mutex mutex;
-    std::string error;
-    std::shared_ptr<void> keep_alive;
-    StatusCallback done;
-  };
   auto call = std::make_shared<Call>();
   size_t width = widths_[static_cast<size_t>(to)];  // values per row node `to` holds
   SparseRequestHeader header{};
@@ -193,13 +200,14 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   auto self = shared_from_this();
   WireDtype wire = wire_;
   size_t reply_values = count * width;
-  auto part_done = [self, call, to, wire, reply_values](bool ok, const std::string& error) {
+  auto part_done = [self, call, to, wire, reply_values, reply_tag, op, count, width](
+                       bool ok, const std::string& error) {
     if (!ok) {
       std::lock_guard<std::mutex> lock(call->mutex);
       if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
     }
     if (call->left.fetch_sub(1) != 1) return;
-    self->post_([self, call, to, wire, reply_values] {
+    self->post_([self, call, to, wire, reply_values, reply_tag, op, count, width] {
       if (!call->error.empty())
         return call->done(PX_ERR_PEER_LOST,
                           "a transfer with " + self->node_label_(to) + " failed: " + call->error);
@@ -208,6 +216,14 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
       if (reply.status != PX_OK)
         return call->done(static_cast<px_status>(reply.status),
                           self->node_label_(to) + " refused the request (its log says why)");
+      if (reply.pending_rows > 0) {
+        if (op != SparseOp::kPull || reply.pending_rows > count)
+          return call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " replied with " +
+                                                 std::to_string(reply.pending_rows) +
+                                                 " rows pending to a " + sparse_op_name(op) +
+                                                 " of " + std::to_string(count) + " rows");
+        return self->receive_rest(to, call, reply_tag, reply.pending_rows, count, width);
+      }
       if (!call->wire_reply.empty())
         unpack_wire(wire,
                     reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
@@ -328,17 +344,28 @@ void SparseChannel::deliver_ready(int peer) {
     if (r.op != SparseOp::kPush) {
       auto self = shared_from_this();
       r.done = [self, peer, in](px_status status, const std::string&) {
+        if (in->ahead) return self->reply_rest(peer, in, status);
         self->reply(peer, in, status);
+      };
+    }
+    if (r.op == SparseOp::kPull) {
+      auto self = shared_from_this();
+      r.early = [self, peer, in](std::vector<size_t> pending) {
+        // (Past 2^32 pending rows the whole reply waits: the header counts in 32 bits.)
+        if (!pending.empty() && pending.size() <= UINT32_MAX)
+          self->reply_ahead(peer, in, std::move(pending));
       };
     }
     owner_->handle(std::move(r));
   }
 }
 
-void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
+void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status,
+                          uint32_t pending_rows) {
   uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
   SparseReplyHeader header{};
   header.status = status;
+  header.pending_rows = pending_rows;
   // Rows are sent even when refused, so the requester's posted receives complete (zeros
   // then: the buffer was never filled).
   if (status != PX_OK) std::fill(in->reply.begin(), in->reply.end(), 0.0f);
@@ -359,6 +386,99 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
   // At the request's priority: a pull's rows are what its worker waits for.
   send_part(peer, tag, kFirstPart, data, bytes, in->header.priority, keep);
   bytes_sent_ += bytes;
+}
+
+void SparseChannel::reply_ahead(int peer, const std::shared_ptr<Incoming>& in,
+                                std::vector<size_t> pending) {
+  size_t width = widths_[static_cast<size_t>(node_)];
+  float* rows = in->reply.data() + kReplyHeadroom / sizeof(float);
+  // The pending rows' places go as zeros (the requester overwrites them from part 1).
+  for (size_t at : pending) std::fill(rows + at * width, rows + (at + 1) * width, 0.0f);
+  in->ahead = true;
+  in->pending = std::move(pending);
+  reply(peer, in, PX_OK, static_cast<uint32_t>(in->pending.size()));
+}
+
+void SparseChannel::reply_rest(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
+  uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
+  size_t width = widths_[static_cast<size_t>(node_)];
+  size_t k = in->pending.size();
+  size_t value_bytes = packs(SparseOp::kPull) ? step_value_bytes_ : sizeof(float);
+  in->rest.resize(sparse_rest_bytes(k, width, value_bytes));
+  std::fill(in->rest.begin(), in->rest.end(), 0);
+  SparseReplyHeader header{};
+  header.status = status;
+  std::memcpy(in->rest.data(), &header, sizeof header);
+  char* positions = in->rest.data() + sizeof header;
+  char* values = positions + k * sizeof(uint64_t);
+  const float* rows = in->reply.data() + kReplyHeadroom / sizeof(float);
+  for (size_t j = 0; j < k && status == PX_OK; ++j) {
+    uint64_t at = in->pending[j];
+    std::memcpy(positions + j * sizeof(uint64_t), &at, sizeof at);
+    const float* row = rows + at * width;
+    char* to = values + j * width * value_bytes;
+    if (value_bytes == sizeof(float))
+      std::memcpy(to, row, width * sizeof(float));
+    else
+      pack_wire(wire_, row, width, reinterpret_cast<uint16_t*>(to));
+  }
+  auto keep = [in](bool, const std::string&) {};
+  send_part(peer, tag, kRowsPart, in->rest.data(), in->rest.size(), in->header.priority, keep);
+  bytes_sent_ += in->rest.size();
+}
+
+void SparseChannel::receive_rest(int to, const std::shared_ptr<Call>& call, uint64_t reply_tag,
+                                 size_t pending, size_t count, size_t width) {
+  size_t value_bytes = packs(SparseOp::kPull) ? step_value_bytes_ : sizeof(float);
+  size_t bytes = sparse_rest_bytes(pending, width, value_bytes);
+  call->rest.resize(bytes);
+  call->left.store(static_cast<int>(chunks(bytes)));
+  bytes_received_ += bytes;
+  auto self = shared_from_this();
+  auto part_done = [self, call, to, pending, count, width, value_bytes](bool ok,
+                                                                        const std::string& error) {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(call->mutex);
+      if (call->error.empty()) call->error = error.empty() ? "transfer failed" : error;
+    }
+    if (call->left.fetch_sub(1) != 1) return;
+    self->post_([self, call, to, pending, count, width, value_bytes] {
+      if (!call->error.empty())
+        return call->done(PX_ERR_PEER_LOST,
+                          "a transfer with " + self->node_label_(to) + " failed: " + call->error);
+      SparseReplyHeader header;
+      std::memcpy(&header, call->rest.data(), sizeof header);
+      if (header.status != PX_OK)
+        return call->done(static_cast<px_status>(header.status),
+                          self->node_label_(to) + " refused the request (its log says why)");
+      // The first part's rows (all but the pending ones), then the pending ones over them.
+      if (!call->wire_reply.empty())
+        unpack_wire(self->wire_,
+                    reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
+                    count * width, call->out);
+      float* out =
+          call->out ? call->out
+                    : reinterpret_cast<float*>(const_cast<char*>(call->reply_at) + kReplyHeadroom);
+      const char* positions = call->rest.data() + sizeof header;
+      const char* values = positions + pending * sizeof(uint64_t);
+      for (size_t j = 0; j < pending; ++j) {
+        uint64_t at;
+        std::memcpy(&at, positions + j * sizeof at, sizeof at);
+        if (at >= count)
+          return call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " sent pending row position " +
+                                                 std::to_string(at) + " of a pull of " +
+                                                 std::to_string(count) + " rows");
+        const char* from = values + j * width * value_bytes;
+        if (value_bytes == sizeof(float))
+          std::memcpy(out + at * width, from, width * sizeof(float));
+        else
+          unpack_wire(self->wire_, reinterpret_cast<const uint16_t*>(from), width,
+                      out + at * width);
+      }
+      call->done(PX_OK, "");
+    });
+  };
+  recv_part(to, reply_tag, kRowsPart, call->rest.data(), bytes, part_done);
 }
 
 }  // namespace px

@@ -58,6 +58,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
 
  private:
   struct Incoming;
+  struct Call;
   struct Peer {
     uint64_t seq = 0;         // next request sequence number expected from the peer
     std::vector<char> first;  // the next request's first message lands here
@@ -73,7 +74,14 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   void post_first(int peer);
   void on_first(int peer, bool ok, size_t bytes, const std::string& error);
   void deliver_ready(int peer);
-  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
+  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status,
+             uint32_t pending_rows = 0);
+  // A pull served ahead (ShardRequest::early): the rows in now, then the pending ones.
+  void reply_ahead(int peer, const std::shared_ptr<Incoming>& in, std::vector<size_t> pending);
+  void reply_rest(int peer, const std::shared_ptr<Incoming>& in, px_status status);
+  // The requester's side of the second part; done once it is in.
+  void receive_rest(int to, const std::shared_ptr<Call>& call, uint64_t reply_tag, size_t pending,
+                    size_t count, size_t width);
   // Pulls and pushes travel in 16 bits (packed here), other operations in f32.
   bool packs(SparseOp op) const {
     return wire_ != WireDtype::kF32 && (op == SparseOp::kPull || op == SparseOp::kPush);

@@ -308,9 +308,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   if (run->op == SparseOp::kPush) ++table.push_steps;
   if (table.columns) return send_columns(run);
   // Every partition hears of every push step (empty or not): sync and bounded owners count
-  // them. A replica hears only of this node's pushes (exchanging them is its business); a
-  // load goes to every replica. Other nodes' groups first, taking the nodes in turn (from
-  // the next node on), so their transfers start while this node's own part is prepared.
+  // them (and, with prefetch, of every pull step). A replica hears only of this node's pushes
+  // (exchanging them is its business); a load goes to every replica. Other nodes' groups first,
+  // taking the nodes in turn (from the next node on), so their transfers start while this node's
+  // own part is prepared.
   int nodes = table.map.nodes();
   bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
@@ -319,7 +320,11 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     int node = group_node(*run, g);
     size_t count = run->group_begin(g + 1) - run->group_begin(g);
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
-    if (count == 0 && !pushes_here && !(to_every_replica && run->row_count() > 0)) continue;
+    // With prefetch every partition hears of every pull step too: the rows all nodes pulled
+    // in a step are what the next pull step may not be served ahead of.
+    bool counts_pulls = run->op == SparseOp::kPull && table.options.prefetch;
+    if (count == 0 && !pushes_here && !counts_pulls && !(to_every_replica && run->row_count() > 0))
+      continue;
     int distance = (node - table.node - 1 + nodes) % nodes;  // this node last
     int t = node == table.node ? 1 << 30 : turn[static_cast<size_t>(node)]++;
     order.push_back({{t, distance}, g});

@@ -77,7 +77,7 @@ struct SparseTable {
 struct SparseCounters {
   uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
            bytes_sent = 0, bytes_received = 0, request_partitions = 0, search_steps_left = 0,
-           restored_steps = 0;
+           restored_steps = 0, rows_served_ahead = 0;
 };
 SparseCounters sparse_counters(const SparseTable& table);
 

@@ -22,6 +22,7 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.rows_pulled = table.rows_pulled;
   c.rows_unique = table.rows_unique;
   c.rows_applied = table.owner->rows_applied();
+  c.rows_served_ahead = table.owner->rows_served_ahead();
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
   c.restored_steps = table.restored_steps;

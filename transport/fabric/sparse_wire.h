@@ -9,10 +9,10 @@
 //   checkpoint  payload: the directory, NUL-padded to count int64 words; step = push steps
 //               to wait for                               reply: status
 // A reply is one stream (part 0): the status, then the rows, so a pull of a partition is
-// one message each way when it fits a chunk. The requester receives it into its rows
-// buffer and the kReplyHeadroom bytes just before it. Every part is cut into chunks
-// (sparse_channel.h). Tags carry the variable's cluster-wide id and the sender's request
-// sequence number to that owner (collective_transport.h).
+// one message each way when it fits a chunk (a pull served ahead: two, SparseReplyHeader). The
+// requester receives it into its rows buffer and the kReplyHeadroom bytes just before it. Every
+// part is cut into chunks (sparse_channel.h). Tags carry the variable's cluster-wide id and the
+// sender's request sequence number to that owner (collective_transport.h).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,10 @@ static_assert(sizeof(SparseRequestHeader) == 40);
 
 struct SparseReplyHeader {
   int32_t status;  // px_status; details are in the owner's log
-  uint32_t reserved;
+  // A pull served ahead of the previous push step (px_sparse_options.prefetch): this many
+  // of its rows are not in this reply yet. They follow as part 1 of the reply tag: another
+  // header (its status), their positions (uint64 each), then their values.
+  uint32_t pending_rows;
 };
 static_assert(sizeof(SparseReplyHeader) == 8);
 
@@ -73,6 +76,10 @@ inline uint64_t sparse_payload_bytes(SparseOp op, uint64_t count, uint64_t dim,
   return count * 8 + (sparse_op_carries_values(op)
                           ? count * dim * sparse_value_bytes(op, step_value_bytes)
                           : 0);
+}
+// The second part of a pull served ahead: `pending` rows' positions and values.
+inline uint64_t sparse_rest_bytes(uint64_t pending, uint64_t dim, uint64_t step_value_bytes) {
+  return sizeof(SparseReplyHeader) + pending * (8 + dim * step_value_bytes);
 }
 // 0: no reply.
 inline uint64_t sparse_reply_bytes(SparseOp op, uint64_t count, uint64_t dim,
