@@ -215,6 +215,16 @@ impl SparseOptions {
         self.raw.wire_dtype = dtype.raw();
         self
     }
+    /// (ABI 1.6) With `true`, the next pull step may be issued ([`SparseVar::prefetch_rows`])
+    /// before this push step, and its rows that no node pulled in this step are served at
+    /// once, without waiting for this step's push (EmbRace's relaxed dependency). A worker's
+    /// push step n may then only push rows its own pull step n pulled, else the push fails
+    /// with `Status::Invalid` naming the row. Ps, hybrid and alltoall routes; `false` by
+    /// default.
+    pub fn prefetch(mut self, prefetch: bool) -> Self {
+        self.raw.prefetch = prefetch as u32;
+        self
+    }
     /// The C struct.
     pub fn to_raw(&self) -> sys::px_sparse_options {
         self.raw
@@ -308,6 +318,30 @@ impl<'c> SparseVar<'c> {
         submit(o.busy, |r| unsafe {
             // SAFETY: n indices and n * dim values, borrowed for 'a.
             sys::px_pull_rows_ex(
+                self.raw,
+                indices.as_ptr(),
+                indices.len() as u64,
+                o.ptr as *mut c_void,
+                &opts,
+                r,
+            )
+        })
+    }
+
+    /// (ABI 1.6) The next pull step, issued ahead: exactly [`pull_rows`](Self::pull_rows)
+    /// (`px_prefetch_rows`), typically before the push of the step in progress, on a table
+    /// registered with [`SparseOptions::prefetch`] (else `Status::Invalid`). In `Sync` the
+    /// result is the same as a pull issued after that push, never a stale row.
+    pub fn prefetch_rows<'a, O>(&'a self, indices: &'a [i64], out: &'a mut O) -> Result<Request<'a>>
+    where
+        O: OutBuffer<f32> + ?Sized,
+    {
+        let o = out.out_parts()?;
+        self.expect_rows("prefetch_rows", indices.len(), o.len)?;
+        let opts = op_options(0);
+        submit(o.busy, |r| unsafe {
+            // SAFETY: n indices and n * dim values, borrowed for 'a.
+            sys::px_prefetch_rows_ex(
                 self.raw,
                 indices.as_ptr(),
                 indices.len() as u64,

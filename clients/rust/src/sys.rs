@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.5), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.6), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 5;
+pub const PX_ABI_VERSION_MINOR: u32 = 6;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -164,6 +164,7 @@ pub struct px_var_stats {
     pub request_partitions: u64,
     pub search_steps_left: u64,
     pub restored_steps: u64,
+    pub rows_served_ahead: u64,
 }
 
 #[repr(C)]
@@ -190,6 +191,7 @@ pub struct px_sparse_options {
     pub nonfinite: i32,
     pub alltoall_split: i32,
     pub wire_dtype: i32,
+    pub prefetch: u32,
 }
 
 extern "C" {
@@ -310,6 +312,21 @@ extern "C" {
         out_request: *mut *mut px_request,
     ) -> px_status;
     pub fn px_pull_rows_ex(
+        var: *mut px_var,
+        indices: *const i64,
+        n: u64,
+        out_rows: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_prefetch_rows(
+        var: *mut px_var,
+        indices: *const i64,
+        n: u64,
+        out_rows: *mut c_void,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_prefetch_rows_ex(
         var: *mut px_var,
         indices: *const i64,
         n: u64,

@@ -40,15 +40,16 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_world_info, rank), 12);
     assert_eq!(offset!(sys::px_world_info, local_size), 24);
 
-    assert_eq!(size_of::<sys::px_var_stats>(), 120);
+    assert_eq!(size_of::<sys::px_var_stats>(), 128);
     assert_eq!(offset!(sys::px_var_stats, ops), 8);
     assert_eq!(offset!(sys::px_var_stats, pull_steps), 40);
     assert_eq!(offset!(sys::px_var_stats, bytes_received), 88);
     assert_eq!(offset!(sys::px_var_stats, request_partitions), 96);
     assert_eq!(offset!(sys::px_var_stats, search_steps_left), 104);
     assert_eq!(offset!(sys::px_var_stats, restored_steps), 112);
+    assert_eq!(offset!(sys::px_var_stats, rows_served_ahead), 120);
 
-    assert_eq!(size_of::<sys::px_sparse_options>(), 120);
+    assert_eq!(size_of::<sys::px_sparse_options>(), 128);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
     assert_eq!(offset!(sys::px_sparse_options, learning_rate), 8);
     assert_eq!(offset!(sys::px_sparse_options, initializer), 48);
@@ -60,6 +61,7 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_sparse_options, nonfinite), 108);
     assert_eq!(offset!(sys::px_sparse_options, alltoall_split), 112);
     assert_eq!(offset!(sys::px_sparse_options, wire_dtype), 116);
+    assert_eq!(offset!(sys::px_sparse_options, prefetch), 120);
 }
 
 #[test]
@@ -97,11 +99,15 @@ fn init_functions_fill_sizes_and_defaults() {
         .wire_dtype(parallax::DType::Bf16)
         .to_raw();
     assert_eq!(bf16.wire_dtype, sys::PX_BF16);
+    assert_eq!(s.prefetch, 0);
+    let ahead = parallax::SparseOptions::new().prefetch(true);
+    assert_eq!(ahead.to_raw().prefetch, 1);
+    assert_eq!(ahead.prefetch(false).to_raw().prefetch, 0);
 }
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 5));
+    assert_eq!(parallax::abi_version(), (1, 6));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

@@ -1,7 +1,7 @@
 """
     Parallax
 
-Julia bindings to libparallax, the C ABI (1.3) of the `parallaxd` communication daemon:
+Julia bindings to libparallax, the C ABI (1.6) of the `parallaxd` communication daemon:
 dense collectives (allreduce, broadcast, allgather(v)) and sparse tables held by the
 daemons (pull/push rows), through `ccall` only.
 
@@ -24,7 +24,7 @@ using FileWatching: poll_fd
 export Client, DenseVar, SparseVar, Request, ArenaBuffer, ParallaxError, WorldInfo
 export world, barrier, checkpoint, abort!, alloc, register_dense, register_sparse
 export allreduce!, bcast!, allgather!, allgatherv!
-export pull_rows!, push_rows, load_rows, read_rows!, cancel!, wait_async
+export pull_rows!, prefetch_rows!, push_rows, load_rows, read_rows!, cancel!, wait_async
 
 include("lib.jl")
 

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.5), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.6), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 5
+const PX_ABI_VERSION_MINOR = 6
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -122,7 +122,7 @@ struct PxWorldInfo  # 28 bytes
     local_size::Int32
 end
 
-struct PxVarStats  # 120 bytes
+struct PxVarStats  # 128 bytes
     struct_size::UInt32
     reserved::UInt32
     ops::UInt64
@@ -139,9 +139,10 @@ struct PxVarStats  # 120 bytes
     request_partitions::UInt64
     search_steps_left::UInt64
     restored_steps::UInt64
+    rows_served_ahead::UInt64
 end
 
-struct PxSparseOptions  # 120 bytes
+struct PxSparseOptions  # 128 bytes
     struct_size::UInt32
     optimizer::Int32
     learning_rate::Float64
@@ -163,6 +164,7 @@ struct PxSparseOptions  # 120 bytes
     nonfinite::Int32
     alltoall_split::Int32
     wire_dtype::Int32
+    prefetch::UInt32
 end
 
 # A copy of an immutable struct with some fields replaced: with(o; root = 2).
@@ -264,6 +266,13 @@ px_pull_rows(v, indices, n, rows, out) =
           (Ptr{Cvoid}, Ptr{Int64}, UInt64, Ptr{Cvoid}, Ref{Ptr{Cvoid}}), v, indices, n, rows, out)
 px_pull_rows_ex(v, indices, n, rows, o::Ref{PxOpOptions}, out) =
     ccall((:px_pull_rows_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Int64}, UInt64, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
+          v, indices, n, rows, o, out)
+px_prefetch_rows(v, indices, n, rows, out) =
+    ccall((:px_prefetch_rows, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Int64}, UInt64, Ptr{Cvoid}, Ref{Ptr{Cvoid}}), v, indices, n, rows, out)
+px_prefetch_rows_ex(v, indices, n, rows, o::Ref{PxOpOptions}, out) =
+    ccall((:px_prefetch_rows_ex, libparallax()), Cint,
           (Ptr{Cvoid}, Ptr{Int64}, UInt64, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
           v, indices, n, rows, o, out)
 px_push_rows(v, indices, n, grads, out) =

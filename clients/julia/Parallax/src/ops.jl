@@ -199,7 +199,7 @@ function register_dense(c::Client, name::AbstractString, ::Type{T}, count::Integ
 end
 
 function stats(handle::Ptr{Cvoid})
-    st = Ref(PxVarStats(sizeof(PxVarStats), zeros(UInt64, 14)...))
+    st = Ref(PxVarStats(sizeof(PxVarStats), zeros(UInt64, fieldcount(PxVarStats) - 1)...))
     check(px_var_stats_get(handle, st))
     return st[]
 end
@@ -330,8 +330,12 @@ Options (defaults from `px_sparse_options_init`): `optimizer` (`:sgd`, `:adagrad
 `:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`,
 `:ps`, `:allgatherv`, `:allreduce`, `:alltoall`), `alltoall_split` (`:rows`, `:columns`:
 how `:alltoall` divides the table), `nonfinite` (`:reject`, `:skip`), `wire_dtype`
-(`:f32`, or lossy `:bf16`/`:f16` rows and gradients between nodes). Every worker
-registers the table with the same options, else `PX_ERR_MISMATCH`.
+(`:f32`, or lossy `:bf16`/`:f16` rows and gradients between nodes), `prefetch` (ABI 1.6;
+`true`: the next pull step may be issued with [`prefetch_rows!`](@ref) before this push
+step, and its rows no node pulled in this step are served at once, EmbRace's relaxed
+dependency; a worker's push step n may then only push rows its own pull step n pulled,
+else `PX_ERR_INVALID`; `:ps`, `:hybrid` and `:alltoall` routes; default `false`). Every
+worker registers the table with the same options, else `PX_ERR_MISMATCH`.
 """
 function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::Integer; options...)
     init = Ref{PxSparseOptions}()
@@ -377,6 +381,17 @@ the request with `PX_ERR_INDEX` naming it.
 """
 pull_rows!(s::SparseVar, out::DenseArray{Float32}, indices::DenseVector{Int64}) =
     rows_op(px_pull_rows_ex, "pull_rows", s, indices, out, out)
+
+"""
+    prefetch_rows!(s::SparseVar, out, indices) -> Request
+
+(ABI 1.6) The next pull step, issued ahead: exactly [`pull_rows!`](@ref)
+(`px_prefetch_rows`), typically before the push of the step in progress, on a table
+registered with `prefetch = true` (else `PX_ERR_INVALID`). In `:sync` the result is the
+same as a pull issued after that push, never a stale row.
+"""
+prefetch_rows!(s::SparseVar, out::DenseArray{Float32}, indices::DenseVector{Int64}) =
+    rows_op(px_prefetch_rows_ex, "prefetch_rows", s, indices, out, out)
 
 """
     push_rows(s::SparseVar, indices, grads) -> Request
