@@ -5,7 +5,8 @@
 //                   [--steps N] [--rows 800000] [--dim 128] [--lookups 8192]
 //                   [--dense-bytes 25000000] [--partitions P (0: automatic)]
 //                   [--mtu N (links' MTU, default 1500)] [--zipf S (default 1.0)]
-//                   (any of them + "-bf16" or "-f16": that route with a 16-bit wire dtype)
+//                   (any of them + "-bf16" or "-f16": that route with a 16-bit wire dtype;
+//                   + "-prefetch" last: each next pull issued before the push, px_prefetch_rows)
 //                   [--peers gloo] [--daemon PATH]
 //
 // Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(S)-distributed,
@@ -93,12 +94,22 @@ px_var_stats stats_of(px_var* var) {
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
-int32_t wire_of(const std::string& r) {
+// "-prefetch" last ("ps-prefetch", "hybrid-bf16-prefetch"): px_sparse_options.prefetch, and
+// each step's next pull issued before its push (px_prefetch_rows).
+bool prefetch_of(const std::string& r) {
+  return ends_with(r, "-prefetch");
+}
+std::string without_prefetch(const std::string& r) {
+  return prefetch_of(r) ? r.substr(0, r.size() - 9) : r;
+}
+int32_t wire_of(const std::string& raw) {
+  std::string r = without_prefetch(raw);
   if (ends_with(r, "-bf16")) return PX_BF16;
   if (ends_with(r, "-f16")) return PX_F16;
   return PX_F32;
 }
-std::string base_route(const std::string& r) {
+std::string base_route(const std::string& raw) {
+  std::string r = without_prefetch(raw);
   return r.substr(0, r.size() - (wire_of(r) == PX_BF16 ? 5 : wire_of(r) == PX_F16 ? 4 : 0));
 }
 
@@ -151,6 +162,8 @@ int sparse_worker(int argc, char** argv) {
   so.partitions = so.route == PX_ROUTE_ALLTOALL ? 0 : a.partitions;
   px_sparse_options table_options = so;  // the dense-as-ps table stays f32 on the wire
   table_options.wire_dtype = wire_of(route);
+  bool prefetch = prefetch_of(route);
+  table_options.prefetch = prefetch ? 1 : 0;
   px_var* table = nullptr;
   check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &table_options, &table),
         "register table");
@@ -211,13 +224,26 @@ int sparse_worker(int argc, char** argv) {
     if (d) wait(d, "pull dense");
   };
   auto step = [&](bool full) {
-    px_request *r = nullptr, *d = nullptr;
+    px_request *r = nullptr, *d = nullptr, *ahead = nullptr;
+    // Prefetch: the next batch's rows asked for before the push; those no node pulled in
+    // this step come back while the push is under way.
+    if (prefetch)
+      check(px_prefetch_rows(table, idx(1 - cur), a.lookups, rows_mem, &ahead), "prefetch");
     check(px_push_rows(table, idx(cur), a.lookups, grads, &r), "push");
     if (full && dense_as_ps)
       check(px_push_rows(dense, dense_idx, dense_rows, dense_mem, &d), "push dense");
     else if (full)
       check(px_allreduce(dense, dense_mem, dense_mem, &d), "allreduce dense");
-    pull(1 - cur, full);
+    if (ahead) {
+      wait(ahead, "prefetch");
+      if (full && dense_as_ps) {
+        px_request* dp = nullptr;
+        check(px_pull_rows(dense, dense_idx, dense_rows, dense_mem, &dp), "pull dense");
+        wait(dp, "pull dense");
+      }
+    } else {
+      pull(1 - cur, full);
+    }
     wait(r, "push");
     if (d) wait(d, "dense");
     cur = 1 - cur;

@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.5), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.6), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -16,7 +16,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 5
+ABI_MINOR = 6
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -82,7 +82,8 @@ class VarStats(Structure):
                 ("rows_pulled", c_uint64), ("rows_unique", c_uint64),
                 ("rows_applied", c_uint64), ("bytes_sent", c_uint64),
                 ("bytes_received", c_uint64), ("request_partitions", c_uint64),
-                ("search_steps_left", c_uint64), ("restored_steps", c_uint64)]
+                ("search_steps_left", c_uint64), ("restored_steps", c_uint64),
+                ("rows_served_ahead", c_uint64)]
 
 
 class SparseOptions(Structure):
@@ -93,7 +94,7 @@ class SparseOptions(Structure):
                 ("init_low", c_double), ("init_high", c_double), ("init_std", c_double),
                 ("aggregation", c_int32), ("consistency", c_int32), ("staleness", c_uint32),
                 ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32),
-                ("alltoall_split", c_int32), ("wire_dtype", c_int32)]
+                ("alltoall_split", c_int32), ("wire_dtype", c_int32), ("prefetch", c_uint32)]
 
 
 _P = c_void_p  # opaque handles travel as void*
@@ -128,6 +129,7 @@ _SIGNATURES = {
     "px_allgatherv_ex": (c_int, [_P, _P, POINTER(c_uint64), _P, POINTER(OpOptions), _PP]),
     "px_checkpoint": (c_int, [_P, c_char_p, c_int64]),
     "px_pull_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
+    "px_prefetch_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
     "px_push_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
     "px_load_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
     "px_read_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),

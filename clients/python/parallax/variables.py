@@ -54,6 +54,7 @@ class Stats:
     request_partitions: int
     search_steps_left: int
     restored_steps: int  # sparse: the checkpoint's push steps it was restored from; 0: none
+    rows_served_ahead: int  # sparse, prefetch: rows served ahead of the previous push step
 
 
 def _op_options(priority: int = 0, root: int = 0) -> _lib.OpOptions:
@@ -189,7 +190,8 @@ class SparseVariable(_Variable):
     route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall"); alltoall_split ("rows",
     "columns": how the alltoall route divides the table); nonfinite ("reject", "skip");
     wire_dtype ("f32", or lossy "bf16"/"f16": pulled rows and pushed gradients between
-    nodes in 16 bits).
+    nodes in 16 bits); prefetch (True: the next pull step may be issued before this push
+    step, see prefetch(); a push step may then push only rows its own pull step pulled).
     The n-th pull is pull step n and the n-th push push step n, on every local worker.
     """
 
@@ -201,7 +203,8 @@ class SparseVariable(_Variable):
                  init_high: Optional[float] = None, init_std: Optional[float] = None,
                  aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
                  partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
-                 alltoall_split: str = "rows", wire_dtype: str = "f32"):
+                 alltoall_split: str = "rows", wire_dtype: str = "f32",
+                 prefetch: bool = False):
         super().__init__(client, name)
         self.rows, self.dim = int(rows), int(dim)
         o = _lib.SparseOptions()
@@ -224,6 +227,7 @@ class SparseVariable(_Variable):
         o.nonfinite = _choice(_NONFINITE, nonfinite, "nonfinite policy")
         o.alltoall_split = _choice(_SPLITS, alltoall_split, "alltoall split")
         o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
+        o.prefetch = 1 if prefetch else 0
         self.options = o
         handle = ctypes.c_void_p()
         check(_lib.lib.px_register_sparse(client._h(), name.encode(), _lib.F32, self.rows,
@@ -264,6 +268,13 @@ class SparseVariable(_Variable):
     def pull(self, indices: Any, out: Any = None, *, priority: int = 0) -> Request:
         """Pull step: the rows' current values into out (n x dim; None: a new array)."""
         return self._rows_op(_lib.lib.px_pull_rows_ex, "pull", indices, out, True, priority)
+
+    def prefetch(self, indices: Any, out: Any = None, *, priority: int = 0) -> Request:
+        """The next pull step, issued ahead (px_prefetch_rows; the variable needs
+        prefetch=True): typically before this step's push. Its rows no node pulled in this
+        step come at once, the others once this step's push is applied: never a stale row."""
+        return self._rows_op(_lib.lib.px_prefetch_rows_ex, "prefetch", indices, out, True,
+                             priority)
 
     def push(self, indices: Any, grads: Any, *, priority: int = 0) -> Request:
         """Push step: gradients for the rows (duplicates summed); the daemon applies the

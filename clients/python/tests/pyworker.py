@@ -118,7 +118,37 @@ def sparse(px):
     expect = np.float32(-0.5) * bf16[node_sum] * w.node_count
     got = wire.pull([7]).wait()
     np.testing.assert_array_equal(got, np.full((1, 4), expect, np.float32))
+    # Prefetch: pull step 1 issued before push step 0. Row 3 (pulled in step 0) comes once
+    # the push is applied; row 50 (pulled by no one) may come ahead of it. Never stale.
+    ahead = px.sparse("py.ahead", 100, 4, lr=0.5, prefetch=True)
+    assert not ahead.pull([3]).wait().any()
+    early = ahead.prefetch([3, 50])
+    with pytest_raises(parallax.InvalidArgument, "was not pulled in pull step 0"):
+        ahead.push([4], np.ones((1, 4), np.float32))
+    ahead.push([3], np.ones((1, 4), np.float32)).wait()
+    got = early.wait()
+    np.testing.assert_array_equal(got[0], np.full(4, -0.5 * w.world_size, np.float32))
+    assert not got[1].any()
+    ahead.push([3, 50], np.zeros((2, 4), np.float32)).wait()
+    assert ahead.stats().rows_served_ahead >= 0
     emit(px, ok=True)
+
+
+class pytest_raises:
+    """with pytest_raises(exc, text): the block raises exc with text in its message."""
+
+    def __init__(self, exc_type, text):
+        self.exc_type, self.text = exc_type, text
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            raise AssertionError(f"no {self.exc_type.__name__} raised")
+        if not issubclass(exc_type, self.exc_type) or self.text not in str(exc):
+            return False
+        return True
 
 
 def torch_sparse(px):
@@ -190,6 +220,7 @@ def errors(px):
     expect("wire_route", parallax.InvalidArgument,
            lambda: px.sparse("x", 1, 1, route="allgatherv", wire_dtype="bf16"))
     expect("wire_dtype", parallax.InvalidArgument, lambda: px.sparse("x", 1, 1, wire_dtype="f8"))
+    expect("prefetch_option", parallax.InvalidArgument, lambda: table.prefetch([1]))
     r = var.allreduce(np.zeros(8, np.float32))
     r.wait()
     assert r.test()

@@ -63,6 +63,7 @@ def test_bad_input_raises_typed_errors(daemon):
     assert "sgdd" in seen["optimizer"]["message"]
     assert "wire_dtype bf16 needs the ps, hybrid or alltoall route" in seen["wire_route"]["message"]
     assert "f8" in seen["wire_dtype"]["message"]
+    assert "registered without px_sparse_options.prefetch" in seen["prefetch_option"]["message"]
 
 
 def test_wait_deadline_leaves_the_request_valid(daemon):
