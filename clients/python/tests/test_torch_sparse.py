@@ -29,6 +29,14 @@ def test_embedding_on_the_alltoall_route_by_columns_2x2():
     assert all(r["max_rel_err"] < 1e-5 for r in results)
 
 
+def test_embedding_prefetch_pipeline_matches_reference_on_a_cluster_2x2():
+    # Each next batch's rows pulled between forward and backward: the same table.
+    results = run_cluster(2, 2, "embedding_matches_reference", "pipeline=1", "route=ps",
+                          worker="torchworker.py")
+    assert len(results) == 4
+    assert all(r["max_rel_err"] < 1e-5 for r in results)
+
+
 def test_embedding_bag_and_eval_reads_without_steps(daemon):
     _torch_workers(daemon, "embedding_bag_and_eval", 1)
 
@@ -36,6 +44,13 @@ def test_embedding_bag_and_eval_reads_without_steps(daemon):
 def test_sampled_softmax_matches_tf_formula_on_the_global_batch(daemon):
     results = _torch_workers(daemon, "sampled_softmax_matches_reference", 2)
     assert results[0]["losses"] != results[1]["losses"]  # different halves of the batch
+
+
+def test_sampled_softmax_prefetch_pipeline_on_a_cluster_2x1():
+    # The next step's targets and sample prefetched before backward: the same table.
+    results = run_cluster(2, 1, "sampled_softmax_matches_reference", "pipeline=1",
+                          worker="torchworker.py")
+    assert len(results) == 2
 
 
 def test_bad_input_raises(daemon):

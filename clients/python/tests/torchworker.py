@@ -28,7 +28,11 @@ def _batches(world_size: int):
 
 def embedding_matches_reference(px):
     # argv[2:]: table options as key=value (e.g. route=alltoall alltoall_split=columns).
+    # pipeline=1: each next batch prefetched between forward and backward (prefetch=True).
     options = dict(arg.split("=", 1) for arg in sys.argv[2:])
+    pipeline = options.pop("pipeline", "0") == "1"
+    if pipeline:
+        options["prefetch"] = True
     torch.manual_seed(0)
     w0 = torch.randn(ROWS, DIM)
     emb = pxt.Embedding(ROWS, DIM, name="t.emb", client=px, optimizer="adagrad", lr=0.3,
@@ -40,9 +44,13 @@ def embedding_matches_reference(px):
                               eps=1e-10)
     rank, world = px.rank, px.world_size
     target = torch.linspace(-1, 1, DIM)
-    for batch in _batches(world):
+    batches = list(_batches(world))
+    for step, batch in enumerate(batches):
         mine = batch[rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1)
         loss = ((emb(mine) - target) ** 2).mean()
+        if pipeline and step + 1 < len(batches):
+            nxt = batches[step + 1][rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1)
+            emb.prefetch(nxt)
         loss.backward()
         opt.zero_grad()
         ((ref(batch) - target) ** 2).mean().backward()
@@ -78,19 +86,22 @@ def sampled_softmax_matches_reference(px):
     classes, dim, sampled = 40, 5, 12
     torch.manual_seed(2)
     w0 = torch.randn(classes, dim + 1) * 0.3
+    pipeline = "pipeline=1" in sys.argv[2:]  # each next step's rows prefetched
     layer = pxt.SampledSoftmax(classes, dim, sampled, name="t.softmax", client=px,
-                               optimizer="sgd", lr=0.5, sampler_seed=9)
+                               optimizer="sgd", lr=0.5, sampler_seed=9, prefetch=pipeline)
     layer.load_state_dict({"weight": w0})
     ref_w = w0.clone().requires_grad_(True)
     sampler = pxt.LogUniformSampler(classes, 9)
     rank, world = px.rank, px.world_size
     g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(world * 4, dim, generator=g),
+             torch.randint(0, classes, (world * 4,), generator=g)) for _ in range(3)]
     losses = []
-    for step in range(3):
-        hidden = torch.randn(world * 4, dim, generator=g)
-        targets = torch.randint(0, classes, (world * 4,), generator=g)
-        sl = slice(rank * 4, (rank + 1) * 4)
+    sl = slice(rank * 4, (rank + 1) * 4)
+    for step, (hidden, targets) in enumerate(data):
         loss = layer(hidden[sl], targets[sl])
+        if pipeline and step + 1 < len(data):
+            layer.prefetch(data[step + 1][1][sl])
         loss.backward()
         # reference: the same formula on the whole batch, dense
         s = sampler.sample(sampled, step)

@@ -6,6 +6,12 @@ step) without waiting: the daemon applies the layer's optimizer on the shards, a
 pull (step n + 1) sees every worker's push n (PX_SYNC). So each training forward must be
 followed by a backward on every worker, as with DDP; a forward under torch.no_grad() or in
 eval() mode reads the rows instead (not a step) and needs no backward.
+
+Prefetch (a table with prefetch=True): module.prefetch(next_indices) after a training
+forward and before its backward pulls the next forward's rows early (px_prefetch_rows), as
+TorchRec's TrainPipelineSparseDist does: the rows no worker pulled in this step come while
+backward runs, the others once this step's push is applied, so the next forward gets the
+same rows as without it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .session import default_client
 _SPARSE_OPTIONS = ("optimizer", "lr", "beta1", "beta2", "epsilon", "initial_accumulator",
                    "initializer", "seed", "init_low", "init_high", "init_std", "aggregation",
                    "consistency", "staleness", "partitions", "route", "nonfinite",
-                   "alltoall_split", "wire_dtype")
+                   "alltoall_split", "wire_dtype", "prefetch")
 
 
 class _Table:
@@ -94,12 +100,38 @@ class _SparseModule(nn.Module):
         super().__init__()
         self.table_name = name
         self._table = _Table(client or default_client(), name, rows, dim, options)
+        self._ahead = None  # (indices, unique, inverse, request) of a prefetch
+
+    def prefetch(self, indices: torch.Tensor) -> None:
+        """Pulls the rows of the next training forward now (its pull step, issued ahead):
+        call it after this step's forward, before its backward. The table needs
+        prefetch=True, and the next training forward must look up exactly these indices."""
+        if self._ahead is not None:
+            raise parallax.InvalidArgument(1, f"'{self.table_name}': a prefetch is already "
+                                              "waiting for its forward")
+        unique, inverse = _unique(indices, self._table.rows, self.table_name)
+        request = self._table.var.prefetch(unique)
+        self._ahead = (indices.detach().clone(), unique, inverse, request)
+
+    def _lookup(self, indices: torch.Tensor, training: bool):
+        if training and self._ahead is not None:
+            expected, unique, inverse, request = self._ahead
+            self._ahead = None
+            if expected.shape != indices.shape or not torch.equal(
+                    expected.to(torch.int64), indices.to(torch.int64)):
+                request.wait()
+                raise parallax.InvalidArgument(
+                    1, f"'{self.table_name}': the forward's indices are not the ones "
+                       "prefetched for it")
+            self._table.finish_pushes()
+            return request.wait(), unique, inverse
+        unique, inverse = _unique(indices, self._table.rows, self.table_name)
+        return self._table.lookup(unique, training), unique, inverse
 
     def _rows(self, indices: torch.Tensor):
         """(unique rows as a leaf tensor, inverse index); the leaf's gradient is pushed."""
-        unique, inverse = _unique(indices, self._table.rows, self.table_name)
         training = self.training and torch.is_grad_enabled()
-        rows = self._table.lookup(unique, training)
+        rows, unique, inverse = self._lookup(indices, training)
         if training:
             rows.requires_grad_(True)
             table = self._table
@@ -261,6 +293,11 @@ class SampledSoftmax(_SparseModule):
         b = targets.shape[0]
         return sampled_softmax_loss(hidden, targets, sampled, rows[inverse[:b]],
                                     rows[inverse[b:]], self.sampler)
+
+    def prefetch(self, targets: torch.Tensor) -> None:
+        """The next training forward's rows (its targets and the sample of its step)."""
+        sampled = self.sampler.sample(self.num_sampled, self.step)
+        super().prefetch(torch.cat([targets.reshape(-1).to(torch.int64), sampled]))
 
     def full_log_probs(self, hidden: torch.Tensor,
                        table: Optional[torch.Tensor] = None) -> torch.Tensor:
