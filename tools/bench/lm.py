@@ -15,6 +15,8 @@ Systems:
               through parallax.torch.DistributedDataParallel (25 MB buckets, prioritized:
               the first parameters' bucket first on the links; README, "Priorities")
   parallax-fifo  the same with prioritize=False: every transfer at priority 0 (FIFO)
+  parallax-prefetch  parallax with prefetch: each step's rows of both tables pulled during
+              the previous step's backward (ParallaxLM.prefetch, px_prefetch_rows)
   ddp-dense   PyTorch DDP on gloo, nn.Embedding with dense, whole-table gradients
   ddp-sparse  PyTorch DDP on gloo, nn.Embedding(sparse=True) for both tables
 Per system, per step: the step time (every worker's, max-reduced after the run: a step
@@ -36,7 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SYSTEMS = ("parallax", "ddp-dense", "ddp-sparse")
-PARALLAX_SYSTEMS = ("parallax", "parallax-fifo")  # not in the default --systems
+PARALLAX_SYSTEMS = ("parallax", "parallax-fifo", "parallax-prefetch")  # the last two: not
+# in the default --systems
 
 
 def args_of(argv):
@@ -86,7 +89,9 @@ def worker(a) -> None:
     per_node = int(os.environ["PX_CLUSTER_WORKERS_PER_NODE"])
     rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
     world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
-    cfg = LMConfig(vocab=a.vocab, embed=a.embed, hidden=a.hidden, num_sampled=a.sampled)
+    prefetch = a.system == "parallax-prefetch"
+    cfg = LMConfig(vocab=a.vocab, embed=a.embed, hidden=a.hidden, num_sampled=a.sampled,
+                   prefetch=prefetch)
     batches = zipf_batches(a, rank, a.warmup + a.steps)
 
     # Parallax's compute-only model: the same math with local sparse tables, no daemon (the
@@ -103,7 +108,7 @@ def worker(a) -> None:
         client = parallax.Client(timeout=300, op_timeout=600)
         model = ParallaxLM(cfg, client, load_initial=False)
         model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body",
-                                                 prioritize=a.system == "parallax")
+                                                 prioritize=a.system != "parallax-fifo")
         opts = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
         times_var = client.dense("bench.times", 2 * a.steps, np.float64, op="max")
         barrier = lambda: client.barrier(600)
@@ -129,10 +134,12 @@ def worker(a) -> None:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return t.tolist()
 
-    def step(m, optimizers, x, y):
+    def step(m, optimizers, x, y, ahead=None):
         for o in optimizers:
             o.zero_grad()
         loss = m(x, y)
+        if ahead is not None:  # the next step's rows, pulled while backward runs
+            m.prefetch(*ahead)
         loss.backward()
         for o in optimizers:
             o.step()
@@ -142,7 +149,8 @@ def worker(a) -> None:
     for i, (x, y) in enumerate(batches):
         barrier()
         t0 = time.perf_counter()
-        step(model, opts, x, y)
+        ahead = batches[i + 1] if prefetch and i + 1 < len(batches) else None
+        step(model, opts, x, y, ahead)
         t_step = time.perf_counter() - t0
         barrier()
         t0 = time.perf_counter()

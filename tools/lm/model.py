@@ -28,6 +28,7 @@ class LMConfig:
     seed: int = 0
     route: str = "hybrid"
     wire_dtype: str = "f32"      # both tables' rows and gradients between nodes (lossy: bf16, f16)
+    prefetch: bool = False       # tables that take the next step's pull early (prefetch())
 
 
 class Body(nn.Module):
@@ -56,7 +57,8 @@ def _table_options(cfg: LMConfig) -> dict:
     # Adagrad as torch.optim.Adagrad(initial_accumulator_value=0.1, eps=1e-10) runs it;
     # "mean" makes the push the gradient of the global batch's mean loss, as DDP's average.
     return dict(optimizer="adagrad", lr=cfg.table_lr, initial_accumulator=0.1, epsilon=1e-10,
-                aggregation="mean", route=cfg.route, wire_dtype=cfg.wire_dtype)
+                aggregation="mean", route=cfg.route, wire_dtype=cfg.wire_dtype,
+                prefetch=cfg.prefetch)
 
 
 class ParallaxLM(nn.Module):
@@ -83,6 +85,12 @@ class ParallaxLM(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.softmax(self.body(self.embedding(x)), y)
+
+    def prefetch(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The next step's rows of both tables, pulled now (cfg.prefetch): call it after a
+        training forward, before its backward, with the next step's batch."""
+        self.embedding.prefetch(x)
+        self.softmax.prefetch(y)
 
     def log_probs(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
         """Exact log-probabilities of every word after each position; table: the softmax

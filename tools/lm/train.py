@@ -44,6 +44,9 @@ def parse_args():
     p.add_argument("--route", default="hybrid", help="sparse route of both tables")
     p.add_argument("--wire-dtype", default="f32", choices=("f32", "bf16", "f16"),
                    help="both tables' rows and gradients between nodes (16 bits: lossy)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="pull each step's rows during the previous step's backward "
+                        "(px_prefetch_rows; the same result)")
     p.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens scored")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--pause-after-train", type=float, default=0.0, metavar="SECONDS",
@@ -136,11 +139,15 @@ def run_parallax(args, cfg, corpus) -> None:
     words_per_step = world.world_size * args.batch * args.bptt
     client.barrier()
     t_start = time.monotonic()
+    upcoming = next(data)
     for step in range(args.steps):
         t0 = time.monotonic()
-        x, y = next(data)
+        x, y = upcoming
+        upcoming = next(data) if step + 1 < args.steps else None
         optimizer.zero_grad()
         loss = model(x, y)
+        if args.prefetch and upcoming is not None:
+            model.prefetch(*upcoming)  # the next step's rows, pulled while backward runs
         loss.backward()
         optimizer.step()
         mean = np.array([loss.item()])
@@ -205,7 +212,8 @@ def main() -> None:
     torch.set_num_threads(1)  # several workers share this machine's cores
     corpus = corpus_mod.load(cache=args.cache)
     cfg = LMConfig(vocab=corpus.vocab_size, embed=args.embed, hidden=args.hidden,
-                   num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype)
+                   num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype,
+                   prefetch=args.prefetch)
     if args.reference:
         run_reference(args, cfg, corpus)
     else:

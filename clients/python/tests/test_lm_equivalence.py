@@ -35,6 +35,16 @@ def _env():
 
 
 def test_2x2_cluster_matches_one_process_on_the_global_batch():
+    _matches_reference([])
+
+
+def test_2x2_cluster_with_prefetch_matches_one_process():
+    # Each step's rows of both tables pulled during the previous step's backward
+    # (px_prefetch_rows): exact in sync mode, so the same comparison holds.
+    _matches_reference(["--prefetch"])
+
+
+def _matches_reference(extra):
     work = tempfile.mkdtemp(prefix="pxpy-lm-")
     ref_json, px_json = os.path.join(work, "ref.json"), os.path.join(work, "px.json")
     ref = subprocess.run([sys.executable, TRAIN, "--reference", "4", "--json", ref_json, *ARGS],
@@ -43,7 +53,7 @@ def test_2x2_cluster_matches_one_process_on_the_global_batch():
     run = subprocess.run([_require("PX_CLUSTER"), "--nodes", "2", "--workers-per-node", "2",
                           "--daemon", _require("PARALLAXD"), "--timeout", "300", "--job",
                           f"lm-{uuid.uuid4().hex[:6]}", "--", sys.executable, TRAIN,
-                          "--json", px_json, *ARGS],
+                          "--json", px_json, *ARGS, *extra],
                          env=_env(), capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout + run.stderr
     with open(ref_json) as f:
