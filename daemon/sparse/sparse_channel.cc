@@ -29,6 +29,7 @@ std::string check_sparse_request(const char* first, size_t bytes, int peer, size
   size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
   if (bytes < sizeof h) return std::to_string(bytes) + " bytes, shorter than a header";
   if (!sparse_op_valid(h.op)) return "unknown operation " + std::to_string(h.op);
+  if ((h.flags & ~kCompactReply) != 0) return "unknown flags " + std::to_string(h.flags);
   if (h.from_node != static_cast<uint32_t>(peer))
     return "claims to come from node " + std::to_string(h.from_node);
   if (h.count > kMaxRequestRows || h.count > kMaxRequestValues / std::max<size_t>(dim, 1))
@@ -74,6 +75,7 @@ struct SparseChannel::Call {
   float* out = nullptr;
   SparseReplyHeader reply{};
   const char* reply_at = nullptr;  // where the reply's status lands
+  size_t reply_got = 0;            // kCompactReply: the first part's length
   std::atomic<int> left{0};
   std::mutex mutex;
   std::string error;
@@ -84,7 +86,8 @@ struct SparseChannel::Call {
 SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes,
                              std::vector<size_t> widths, size_t chunk_bytes,
                              std::shared_ptr<ShardOwner> owner, PostToLoop post,
-                             std::function<std::string(int)> node_label, WireDtype wire)
+                             std::function<std::string(int)> node_label, WireDtype wire,
+                             bool prefetch)
     : fabric_(fabric),
       node_(node),
       nodes_(nodes),
@@ -92,6 +95,7 @@ SparseChannel::SparseChannel(CollectiveTransport* fabric, int node, int nodes,
       chunk_bytes_(std::max<size_t>(4096, chunk_bytes)),
       wire_(wire),
       step_value_bytes_(wire_value_bytes(wire)),
+      prefetch_(prefetch),
       owner_(std::move(owner)),
       post_(std::move(post)),
       node_label_(std::move(node_label)),
@@ -158,6 +162,10 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   SparseRequestHeader header{};
   header.op = static_cast<uint16_t>(op);
   header.priority = priority;
+  size_t reply_bytes =
+      sparse_reply_bytes(op, count, widths_[static_cast<size_t>(to)], step_value_bytes_);
+  bool compact = prefetch_ && op == SparseOp::kPull && reply_bytes <= chunk_bytes_;
+  header.flags = compact ? kCompactReply : 0;
   header.from_node = static_cast<uint32_t>(node_);
   header.partition = partition;
   header.groups = groups;
@@ -175,7 +183,6 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   uint64_t seq = next_seq_to_[static_cast<size_t>(to)].fetch_add(1);
   uint64_t request_tag = make_tag(TagKind::kSparseRequest, global_id_, seq);
   uint64_t reply_tag = make_tag(TagKind::kSparseReply, global_id_, seq);
-  size_t reply_bytes = sparse_reply_bytes(op, count, width, step_value_bytes_);
   char* reply_at = sparse_op_returns_rows(op) ? reinterpret_cast<char*>(out) - kReplyHeadroom
                                               : reinterpret_cast<char*>(&call->reply);
   size_t values_out =
@@ -224,6 +231,11 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
                                                  " of " + std::to_string(count) + " rows");
         return self->receive_rest(to, call, reply_tag, reply.pending_rows, count, width);
       }
+      if (call->reply_got != 0 &&
+          call->reply_got != sparse_reply_bytes(op, count, width, self->step_value_bytes_))
+        return call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " replied " +
+                                               std::to_string(call->reply_got) + " bytes to a " +
+                                               "pull of " + std::to_string(count) + " rows");
       if (!call->wire_reply.empty())
         unpack_wire(wire,
                     reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
@@ -231,7 +243,16 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
       call->done(PX_OK, "");
     });
   };
-  recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
+  if (compact) {
+    // One message of at most reply_bytes: the whole reply, or a compact one (checked when in).
+    fabric_->recv_message(to, reply_tag | kFirstPart, reply_at, reply_bytes,
+                          [call, part_done](bool ok, size_t bytes, const std::string& error) {
+                            call->reply_got = bytes;
+                            part_done(ok, error);
+                          });
+  } else {
+    recv_part(to, reply_tag, kFirstPart, reply_at, reply_bytes, part_done);
+  }
   fabric_->send(to, request_tag | kFirstPart, call->first.data(), call->first.size(), priority,
                 part_done);
   if (!rows_inline) send_part(to, request_tag, kRowsPart, rows, index_bytes, priority, part_done);
@@ -383,8 +404,12 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
     data = in->wire_reply.data();
     bytes = in->wire_reply.size();
   }
-  // At the request's priority: a pull's rows are what its worker waits for.
-  send_part(peer, tag, kFirstPart, data, bytes, in->header.priority, keep);
+  // At the request's priority: a pull's rows are what its worker waits for. A requester
+  // that asked for a compact reply posted one receive for it, whatever its size.
+  if (in->header.flags & kCompactReply)
+    fabric_->send(peer, tag | kFirstPart, data, bytes, in->header.priority, keep);
+  else
+    send_part(peer, tag, kFirstPart, data, bytes, in->header.priority, keep);
   bytes_sent_ += bytes;
 }
 
@@ -392,11 +417,41 @@ void SparseChannel::reply_ahead(int peer, const std::shared_ptr<Incoming>& in,
                                 std::vector<size_t> pending) {
   size_t width = widths_[static_cast<size_t>(node_)];
   float* rows = in->reply.data() + kReplyHeadroom / sizeof(float);
-  // The pending rows' places go as zeros (the requester overwrites them from part 1).
-  for (size_t at : pending) std::fill(rows + at * width, rows + (at + 1) * width, 0.0f);
   in->ahead = true;
   in->pending = std::move(pending);
-  reply(peer, in, PX_OK, static_cast<uint32_t>(in->pending.size()));
+  if (!(in->header.flags & kCompactReply)) {
+    // The pending rows' places go as zeros (the requester overwrites them from part 1).
+    for (size_t at : in->pending) std::fill(rows + at * width, rows + (at + 1) * width, 0.0f);
+    return reply(peer, in, PX_OK, static_cast<uint32_t>(in->pending.size()));
+  }
+  // Compact: the rows in, in order, without the pending ones' places; one message (the
+  // requester posted one receive, for the whole reply's size at most).
+  size_t value_bytes = packs(SparseOp::kPull) ? step_value_bytes_ : sizeof(float);
+  size_t count = in->header.count;
+  size_t ready = count - in->pending.size();
+  in->wire_reply.resize(kReplyHeadroom + ready * width * value_bytes);
+  SparseReplyHeader header{};
+  header.status = PX_OK;
+  header.pending_rows = static_cast<uint32_t>(in->pending.size());
+  std::memcpy(in->wire_reply.data(), &header, sizeof header);
+  char* to = in->wire_reply.data() + kReplyHeadroom;
+  size_t next = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (next < in->pending.size() && in->pending[next] == i) {
+      ++next;
+      continue;
+    }
+    if (value_bytes == sizeof(float))
+      std::memcpy(to, rows + i * width, width * sizeof(float));
+    else
+      pack_wire(wire_, rows + i * width, width, reinterpret_cast<uint16_t*>(to));
+    to += width * value_bytes;
+  }
+  auto keep = [in](bool, const std::string&) {};
+  uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
+  fabric_->send(peer, tag | kFirstPart, in->wire_reply.data(), in->wire_reply.size(),
+                in->header.priority, keep);
+  bytes_sent_ += in->wire_reply.size();
 }
 
 void SparseChannel::reply_rest(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
@@ -451,29 +506,58 @@ void SparseChannel::receive_rest(int to, const std::shared_ptr<Call>& call, uint
       if (header.status != PX_OK)
         return call->done(static_cast<px_status>(header.status),
                           self->node_label_(to) + " refused the request (its log says why)");
-      // The first part's rows (all but the pending ones), then the pending ones over them.
-      if (!call->wire_reply.empty())
-        unpack_wire(self->wire_,
-                    reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
-                    count * width, call->out);
       float* out =
           call->out ? call->out
                     : reinterpret_cast<float*>(const_cast<char*>(call->reply_at) + kReplyHeadroom);
       const char* positions = call->rest.data() + sizeof header;
       const char* values = positions + pending * sizeof(uint64_t);
+      std::vector<uint64_t> at(pending);
       for (size_t j = 0; j < pending; ++j) {
-        uint64_t at;
-        std::memcpy(&at, positions + j * sizeof at, sizeof at);
-        if (at >= count)
+        std::memcpy(&at[j], positions + j * sizeof(uint64_t), sizeof(uint64_t));
+        if (at[j] >= count || (j > 0 && at[j] <= at[j - 1]))
           return call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " sent pending row position " +
-                                                 std::to_string(at) + " of a pull of " +
+                                                 std::to_string(at[j]) + " (entry " +
+                                                 std::to_string(j) + ") of a pull of " +
                                                  std::to_string(count) + " rows");
+      }
+      // The first part's rows (all but the pending ones), then the pending ones over them.
+      size_t full = sparse_reply_bytes(SparseOp::kPull, count, width, value_bytes);
+      size_t compact = kReplyHeadroom + (count - pending) * width * value_bytes;
+      const char* first = call->wire_reply.empty() ? call->reply_at : call->wire_reply.data();
+      if (call->reply_got == compact && compact != full) {
+        self->bytes_received_ -= full - compact;
+        // Spread from the back, so a row never lands on one not yet moved (in place for f32).
+        const char* rows = first + kReplyHeadroom;
+        size_t next = pending, from = count - pending;
+        for (size_t i = count; i-- > 0;) {
+          if (next > 0 && at[next - 1] == i) {
+            --next;
+            continue;
+          }
+          --from;
+          const char* src = rows + from * width * value_bytes;
+          if (value_bytes == sizeof(float))
+            std::memmove(out + i * width, src, width * sizeof(float));
+          else
+            unpack_wire(self->wire_, reinterpret_cast<const uint16_t*>(src), width,
+                        out + i * width);
+        }
+      } else if (call->reply_got != 0 && call->reply_got != full) {
+        return call->done(PX_ERR_PROTOCOL,
+                          self->node_label_(to) + " replied " + std::to_string(call->reply_got) +
+                              " bytes to a pull of " + std::to_string(count) + " rows with " +
+                              std::to_string(pending) + " pending");
+      } else if (!call->wire_reply.empty()) {
+        unpack_wire(self->wire_, reinterpret_cast<const uint16_t*>(first + kReplyHeadroom),
+                    count * width, call->out);
+      }
+      for (size_t j = 0; j < pending; ++j) {
         const char* from = values + j * width * value_bytes;
         if (value_bytes == sizeof(float))
-          std::memcpy(out + at * width, from, width * sizeof(float));
+          std::memcpy(out + at[j] * width, from, width * sizeof(float));
         else
           unpack_wire(self->wire_, reinterpret_cast<const uint16_t*>(from), width,
-                      out + at * width);
+                      out + at[j] * width);
       }
       call->done(PX_OK, "");
     });

@@ -38,7 +38,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   // are already rounded to it (wire_values.h), so packing is exact.
   SparseChannel(CollectiveTransport* fabric, int node, int nodes, std::vector<size_t> widths,
                 size_t chunk_bytes, std::shared_ptr<ShardOwner> owner, PostToLoop post,
-                std::function<std::string(int)> node_label, WireDtype wire = WireDtype::kF32);
+                std::function<std::string(int)> node_label, WireDtype wire = WireDtype::kF32,
+                bool prefetch = false);
 
   // Cluster: serve other nodes' requests; the variable's bulk messages use global_id.
   void start(uint32_t global_id);
@@ -94,6 +95,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   size_t chunk_bytes_;
   WireDtype wire_;
   size_t step_value_bytes_;  // wire_value_bytes(wire_)
+  bool prefetch_;            // pulls may be served ahead: ask for compact replies
   std::shared_ptr<ShardOwner> owner_;
   PostToLoop post_;
   std::function<std::string(int)> node_label_;

@@ -65,7 +65,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   }
   table->channel = std::make_shared<SparseChannel>(
       fabric_, world.node_index, world.node_count, widths, chunk_bytes_, table->owner,
-      offload_.post(), std::move(node_label), options.wire);
+      offload_.post(), std::move(node_label), options.wire, options.prefetch);
   table->label = label;
   table->log_fields = job_fields(job.name(), var.name);
   std::string why_partitions = "as asked, one per request";

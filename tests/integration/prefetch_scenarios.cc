@@ -154,13 +154,18 @@ int scenario_prefetch_train(px_client* c, const Flags& f) {
     rows = std::move(next_rows);
   }
 
+  // The whole table as a pull step (a read could reach an owner before the last push
+  // step is applied: pushes complete once taken).
+  std::vector<int64_t> all(kRows);
+  for (uint64_t r = 0; r < kRows; ++r) all[r] = int64_t(r);
+  std::vector<float> table(kRows * kDim);
+  pull_rows_ok(var, all.data(), all.size(), table.data(), "pull all");
+  check_pulled(all, table, "the final table");
   check(px_barrier(c, 30000), "px_barrier");
   px_var_stats stats;
   stats.struct_size = sizeof stats;
   check(px_var_stats_get(var, &stats), "px_var_stats_get");
-  std::vector<int64_t> all(kRows);
-  for (uint64_t r = 0; r < kRows; ++r) all[r] = int64_t(r);
-  std::vector<float> table(kRows * kDim);
+  // Reads are f32 whatever the wire (the shards' own values): the reference itself.
   read_rows_ok(var, all.data(), all.size(), table.data(), "read all");
   uint64_t hash = 1469598103934665603ull;
   for (size_t i = 0; i < table.size(); ++i) {

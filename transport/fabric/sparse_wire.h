@@ -30,7 +30,7 @@ constexpr uint32_t kAllPartitions = 0xffffffffu;
 struct SparseRequestHeader {
   uint16_t op;       // SparseOp
   uint8_t priority;  // the request's px_op_options.priority: its reply goes at the same
-  uint8_t reserved;
+  uint8_t flags;     // kCompactReply
   uint32_t from_node;
   uint64_t step;  // pull/push step; 0 for load/read
   uint64_t count;
@@ -44,10 +44,17 @@ struct SparseReplyHeader {
   int32_t status;  // px_status; details are in the owner's log
   // A pull served ahead of the previous push step (px_sparse_options.prefetch): this many
   // of its rows are not in this reply yet. They follow as part 1 of the reply tag: another
-  // header (its status), their positions (uint64 each), then their values.
+  // header (its status), their positions (uint64 each, ascending), then their values. The
+  // first part holds either every row's place (the pending ones zero) or, when the request
+  // asked for kCompactReply, only the others, in order.
   uint32_t pending_rows;
 };
 static_assert(sizeof(SparseReplyHeader) == 8);
+
+// A pull whose reply is one message (it fits a chunk) of a prefetch variable: when served
+// ahead, the first part of the reply may leave out the pending rows' places (their count
+// in the header says how many; the requester spreads the rows it got over the others).
+constexpr uint8_t kCompactReply = 1;
 
 // The owner posts a receive of this size for every node's next request.
 constexpr uint64_t kRequestMessageBytes = 64 * 1024;
