@@ -38,20 +38,7 @@ float gradient(int rank, uint64_t step, uint64_t j, uint64_t c) {
 //                [--partitions P] [--wire f32|bf16] [--late-push-ms M]
 int scenario_prefetch_train(px_client* c, const Flags& f) {
   px_world_info w = world_of(c);
-  px_sparse_options o;
-  px_sparse_options_init(&o);
-  o.initializer = PX_INIT_UNIFORM;
-  o.init_seed = 11;
-  o.init_low = -0.5;
-  o.init_high = 0.5;
-  o.learning_rate = kLearningRate;
-  o.partitions = uint32_t(f.u64("partitions", 0));
-  if (f.has("route")) {
-    static const int32_t kRoutes[] = {PX_ROUTE_HYBRID, PX_ROUTE_PS, PX_ROUTE_ALLTOALL,
-                                      PX_ROUTE_ALLTOALL};
-    o.route = kRoutes[f.choice("route")];
-    o.alltoall_split = f.choice("route") == 3 ? PX_SPLIT_COLUMNS : PX_SPLIT_ROWS;
-  }
+  px_sparse_options o = training_options(f, 11, 0.5, kLearningRate);
   px::WireDtype wire =
       f.has("wire") && f.choice("wire") == 1 ? px::WireDtype::kBf16 : px::WireDtype::kF32;
   o.wire_dtype = wire == px::WireDtype::kBf16 ? PX_BF16 : PX_F32;

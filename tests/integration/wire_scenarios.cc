@@ -54,20 +54,7 @@ int scenario_wire_train(px_client* c, const Flags& f) {
   static const int32_t kWireDtypes[] = {PX_F32, PX_BF16, PX_F16};
   px::WireDtype wire = kWires[f.choice("wire")];
   px_world_info w = world_of(c);
-  px_sparse_options o;
-  px_sparse_options_init(&o);
-  o.initializer = PX_INIT_UNIFORM;
-  o.init_seed = 5;
-  o.init_low = -0.1;
-  o.init_high = 0.1;
-  o.learning_rate = kLearningRate;
-  o.partitions = uint32_t(f.u64("partitions", 0));
-  if (f.has("route")) {
-    static const int32_t kRoutes[] = {PX_ROUTE_HYBRID, PX_ROUTE_PS, PX_ROUTE_ALLTOALL,
-                                      PX_ROUTE_ALLTOALL};
-    o.route = kRoutes[f.choice("route")];
-    o.alltoall_split = f.choice("route") == 3 ? PX_SPLIT_COLUMNS : PX_SPLIT_ROWS;
-  }
+  px_sparse_options o = training_options(f, 5, 0.1, kLearningRate);
 
   // Refusals first: a 16-bit wire on a replicated route, and a dtype that is no wire dtype.
   px_var* refused = nullptr;

@@ -119,6 +119,27 @@ inline void load_rows_ok(px_var* v, const int64_t* idx, size_t n, const void* ro
   rows_ok(px_load_rows, "px_load_rows", v, idx, n, rows, what);
 }
 
+// Table options of the training scenarios (wire, prefetch): uniform initial values in
+// [-bound, bound) from seed, SGD at lr, and the --partitions and
+// --route hybrid|ps|alltoall-rows|alltoall-columns flags.
+inline px_sparse_options training_options(const Flags& f, uint64_t seed, double bound, double lr) {
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  o.initializer = PX_INIT_UNIFORM;
+  o.init_seed = seed;
+  o.init_low = -bound;
+  o.init_high = bound;
+  o.learning_rate = lr;
+  o.partitions = uint32_t(f.u64("partitions", 0));
+  if (f.has("route")) {
+    static const int32_t kRoutes[] = {PX_ROUTE_HYBRID, PX_ROUTE_PS, PX_ROUTE_ALLTOALL,
+                                      PX_ROUTE_ALLTOALL};
+    o.route = kRoutes[f.choice("route")];
+    o.alltoall_split = f.choice("route") == 3 ? PX_SPLIT_COLUMNS : PX_SPLIT_ROWS;
+  }
+  return o;
+}
+
 // The sparse-variable scenarios (sparse_scenarios.cc): their flags, and running one
 // (returns the exit code).
 const std::vector<ScenarioSpec>& sparse_scenario_specs();
