@@ -147,7 +147,10 @@ void ShardOwner::handle(ShardRequest r) {
     if (join) {
       part.early = [join, offset](std::vector<size_t> pending) {
         for (size_t at : pending) join->pending.push_back(offset + at);
-        if (--join->parts_left == 0) join->early(std::move(join->pending));
+        if (--join->parts_left > 0) return;
+        // Parts report in any order; positions go ascending (sparse_wire.h).
+        std::sort(join->pending.begin(), join->pending.end());
+        join->early(std::move(join->pending));
       };
     }
     offset += part.count;
