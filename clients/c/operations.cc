@@ -230,12 +230,13 @@ px_status find_operand(px_var* handle, const char* fn, px_request** out_request,
 
 // A variable with px_sparse_options.prefetch: owners serve pull step n+1's rows that no node
 // pulled in step n before step n's push is applied, trusting that every worker's push step
-// n has only rows of its own pull step n. Pulls record their rows; pushes are held to them.
+// n has only rows of its own pull step n. Pulls record their rows (*pulled, kept by
+// remember_pull once the step is taken); pushes are held to them. Changes nothing itself.
 // (Caller holds c->mutex.)
 constexpr size_t kPrefetchStepsKept = 16;  // pull steps ahead of their push remembered
 
-px_status check_prefetch_promise(Client* c, Var* var, const std::string& who, Opcode opcode,
-                                 const int64_t* indices, uint64_t n) {
+px_status check_prefetch_promise(Client* c, const Var* var, const std::string& who, Opcode opcode,
+                                 const int64_t* indices, uint64_t n, std::vector<int64_t>* pulled) {
   if (opcode == Opcode::kPullRows) {
     // A pull with a bad index fails whole at the daemon (none of its rows are asked for):
     // its push step may then push nothing.
@@ -246,9 +247,7 @@ px_status check_prefetch_promise(Client* c, Var* var, const std::string& who, Op
       rows.clear();
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    var->pulled_rows[var->next_pull_step] = std::move(rows);
-    while (var->pulled_rows.size() > kPrefetchStepsKept)
-      var->pulled_rows.erase(var->pulled_rows.begin());
+    *pulled = std::move(rows);
     return PX_OK;
   }
   if (opcode != Opcode::kPushRows) return PX_OK;
@@ -270,8 +269,17 @@ px_status check_prefetch_promise(Client* c, Var* var, const std::string& who, Op
                     "; with prefetch a push step may only push rows its pull step pulled (the "
                     "next step's other rows may already have been served)");
   }
-  var->pulled_rows.erase(var->pulled_rows.begin(), var->pulled_rows.upper_bound(step));
   return PX_OK;
+}
+
+// The step is taken (it is submitted or the job breaks): the promise's bookkeeping moves.
+void remember_pull(Var* var, uint64_t step, std::vector<int64_t> rows) {
+  var->pulled_rows[step] = std::move(rows);
+  while (var->pulled_rows.size() > kPrefetchStepsKept)
+    var->pulled_rows.erase(var->pulled_rows.begin());
+}
+void forget_pulls_through(Var* var, uint64_t step) {
+  var->pulled_rows.erase(var->pulled_rows.begin(), var->pulled_rows.upper_bound(step));
 }
 
 // Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
@@ -300,7 +308,9 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   uint64_t row_bytes = n * var->dim * sizeof(float);
   std::lock_guard<std::mutex> guard(c->mutex);
   if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
-  if (var->prefetch && (status = check_prefetch_promise(c, var, who, opcode, indices, n)) != PX_OK)
+  std::vector<int64_t> pulled;  // prefetch: this pull's rows
+  if (var->prefetch &&
+      (status = check_prefetch_promise(c, var, who, opcode, indices, n, &pulled)) != PX_OK)
     return status;
   uint64_t index_offset = 0, row_offset = 0;
   bool index_in_arena = n == 0 || (arena_offset(c, indices, index_bytes, &index_offset) &&
@@ -339,10 +349,12 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   switch (opcode) {
     case Opcode::kPullRows:
       entry.step = var->next_pull_step++;
+      if (var->prefetch) remember_pull(var, entry.step, std::move(pulled));
       r->what = "pull";
       break;
     case Opcode::kPushRows:
       entry.step = var->next_push_step++;
+      if (var->prefetch) forget_pulls_through(var, entry.step);
       r->what = "push";
       break;
     case Opcode::kLoadRows:

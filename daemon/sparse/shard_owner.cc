@@ -92,6 +92,15 @@ bool ShardOwner::valid(const ShardRequest& r, std::string* why) {
       return false;
     }
   }
+  // Prefetch counts each node's pull steps (the rows of step n must be in before pull n+1 is
+  // served ahead of push n): they must come in order, as pushes do.
+  bool counts_pulls = options_.prefetch && options_.consistency == Consistency::kSync;
+  if (r.op == SparseOp::kPull && counts_pulls &&
+      r.step != unit->pulls_by_node[static_cast<size_t>(r.from_node)]) {
+    *why = "pull step " + std::to_string(r.step) + " arrived but step " +
+           std::to_string(unit->pulls_by_node[static_cast<size_t>(r.from_node)]) + " was next";
+    return false;
+  }
   if (r.op == SparseOp::kPush && r.step != unit->pushes_by_node[static_cast<size_t>(r.from_node)]) {
     *why = "push step " + std::to_string(r.step) + " arrived but step " +
            std::to_string(unit->pushes_by_node[static_cast<size_t>(r.from_node)]) + " was next";
@@ -200,10 +209,15 @@ void ShardOwner::handle_valid(ShardRequest r) {
   switch (r.op) {
     case SparseOp::kPull: {
       Unit& unit = *unit_of(r);
-      note_pull(unit, r);
-      if (pull_ready(unit, r.step)) return serve(std::move(r));
-      if (r.early && ahead_ready(unit, r.step)) return serve_ahead(unit, std::move(r));
-      waiting_pulls_.push_back(std::move(r));
+      bool every_node_pulled = note_pull(unit, r);
+      if (pull_ready(unit, r.step))
+        serve(std::move(r));
+      else if (r.early && ahead_ready(unit, r.step))
+        serve_ahead(unit, std::move(r));
+      else
+        waiting_pulls_.push_back(std::move(r));
+      // The last node's pull of a step may let pulls already waiting go ahead.
+      if (every_node_pulled && !waiting_pulls_.empty()) serve_ready_pulls();
       return;
     }
     case SparseOp::kRead:
@@ -243,13 +257,20 @@ bool ShardOwner::pull_ready(const Unit& unit, uint64_t step) const {
 }
 
 // Prefetch (sync only: the other modes serve pulls without waiting for the push step).
-void ShardOwner::note_pull(Unit& unit, const ShardRequest& r) {
-  if (!options_.prefetch || options_.consistency != Consistency::kSync) return;
+// Returns whether every node's pull of one more step is now in.
+bool ShardOwner::note_pull(Unit& unit, const ShardRequest& r) {
+  if (!options_.prefetch || options_.consistency != Consistency::kSync) return false;
+  auto slowest = [&unit] {
+    return *std::min_element(unit.pulls_by_node.begin(), unit.pulls_by_node.end());
+  };
+  uint64_t before = slowest();
   ++unit.pulls_by_node[static_cast<size_t>(r.from_node)];
-  if (r.step < unit.applied_steps) return;  // its push step is applied: nothing waits on it
-  std::vector<int64_t>& rows = unit.pulled[r.step];
-  rows.insert(rows.end(), r.rows, r.rows + r.count);
-  unit.pulled_sorted[r.step] = false;
+  if (r.step >= unit.applied_steps) {  // else its push step is applied: nothing waits on it
+    std::vector<int64_t>& rows = unit.pulled[r.step];
+    rows.insert(rows.end(), r.rows, r.rows + r.count);
+    unit.pulled_sorted[r.step] = false;
+  }
+  return slowest() > before;
 }
 
 // Pull `step` may be served ahead of push step-1 once every earlier push step is applied

@@ -79,7 +79,7 @@ class ShardOwner {
   bool valid(const ShardRequest& r, std::string* why);
   bool pull_ready(const Unit& unit, uint64_t step) const;
   // Prefetch: notes a pull's rows; whether pull `step` may be served ahead of push step-1.
-  void note_pull(Unit& unit, const ShardRequest& r);
+  bool note_pull(Unit& unit, const ShardRequest& r);
   bool ahead_ready(const Unit& unit, uint64_t step) const;
   void serve_ahead(Unit& unit, ShardRequest r);
   bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)

@@ -75,7 +75,8 @@ struct SparseChannel::Call {
   float* out = nullptr;
   SparseReplyHeader reply{};
   const char* reply_at = nullptr;  // where the reply's status lands
-  size_t reply_got = 0;            // kCompactReply: the first part's length
+  bool compact = false;            // kCompactReply asked: the first part is one message
+  size_t reply_got = 0;            // ... of this length
   std::atomic<int> left{0};
   std::mutex mutex;
   std::string error;
@@ -218,6 +219,13 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
       if (!call->error.empty())
         return call->done(PX_ERR_PEER_LOST,
                           "a transfer with " + self->node_label_(to) + " failed: " + call->error);
+      auto bad_length = [&] {
+        call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " replied " +
+                                        std::to_string(call->reply_got) + " bytes to a pull of " +
+                                        std::to_string(count) + " rows");
+      };
+      size_t full = sparse_reply_bytes(op, count, width, self->step_value_bytes_);
+      if (call->compact && call->reply_got < sizeof(SparseReplyHeader)) return bad_length();
       SparseReplyHeader reply;
       std::memcpy(&reply, call->reply_at, sizeof reply);
       if (reply.status != PX_OK)
@@ -229,13 +237,13 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
                                                  std::to_string(reply.pending_rows) +
                                                  " rows pending to a " + sparse_op_name(op) +
                                                  " of " + std::to_string(count) + " rows");
+        size_t compact =
+            sparse_reply_bytes(op, count - reply.pending_rows, width, self->step_value_bytes_);
+        if (call->compact && call->reply_got != full && call->reply_got != compact)
+          return bad_length();
         return self->receive_rest(to, call, reply_tag, reply.pending_rows, count, width);
       }
-      if (call->reply_got != 0 &&
-          call->reply_got != sparse_reply_bytes(op, count, width, self->step_value_bytes_))
-        return call->done(PX_ERR_PROTOCOL, self->node_label_(to) + " replied " +
-                                               std::to_string(call->reply_got) + " bytes to a " +
-                                               "pull of " + std::to_string(count) + " rows");
+      if (call->compact && call->reply_got != full) return bad_length();
       if (!call->wire_reply.empty())
         unpack_wire(wire,
                     reinterpret_cast<const uint16_t*>(call->wire_reply.data() + kReplyHeadroom),
@@ -245,6 +253,7 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   };
   if (compact) {
     // One message of at most reply_bytes: the whole reply, or a compact one (checked when in).
+    call->compact = true;
     fabric_->recv_message(to, reply_tag | kFirstPart, reply_at, reply_bytes,
                           [call, part_done](bool ok, size_t bytes, const std::string& error) {
                             call->reply_got = bytes;
@@ -381,12 +390,10 @@ void SparseChannel::deliver_ready(int peer) {
   }
 }
 
-void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status,
-                          uint32_t pending_rows) {
+void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_status status) {
   uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
   SparseReplyHeader header{};
   header.status = status;
-  header.pending_rows = pending_rows;
   // Rows are sent even when refused, so the requester's posted receives complete (zeros
   // then: the buffer was never filled).
   if (status != PX_OK) std::fill(in->reply.begin(), in->reply.end(), 0.0f);
@@ -416,41 +423,48 @@ void SparseChannel::reply(int peer, const std::shared_ptr<Incoming>& in, px_stat
 void SparseChannel::reply_ahead(int peer, const std::shared_ptr<Incoming>& in,
                                 std::vector<size_t> pending) {
   size_t width = widths_[static_cast<size_t>(node_)];
-  float* rows = in->reply.data() + kReplyHeadroom / sizeof(float);
+  const float* rows = in->reply.data() + kReplyHeadroom / sizeof(float);
   in->ahead = true;
   in->pending = std::move(pending);
-  if (!(in->header.flags & kCompactReply)) {
-    // The pending rows' places go as zeros (the requester overwrites them from part 1).
-    for (size_t at : in->pending) std::fill(rows + at * width, rows + (at + 1) * width, 0.0f);
-    return reply(peer, in, PX_OK, static_cast<uint32_t>(in->pending.size()));
-  }
-  // Compact: the rows in, in order, without the pending ones' places; one message (the
-  // requester posted one receive, for the whole reply's size at most).
+  // The first part goes from a copy: the owner gathers the pending rows into in->reply while
+  // it is sent. Compact: without the pending rows' places, as one message (the requester
+  // posted one receive, for the whole reply's size at most); otherwise with zeros in them,
+  // in chunks as every reply (the requester overwrites them from part 1).
+  bool compact = in->header.flags & kCompactReply;
   size_t value_bytes = packs(SparseOp::kPull) ? step_value_bytes_ : sizeof(float);
   size_t count = in->header.count;
-  size_t ready = count - in->pending.size();
-  in->wire_reply.resize(kReplyHeadroom + ready * width * value_bytes);
+  size_t places = compact ? count - in->pending.size() : count;
+  in->wire_reply.resize(kReplyHeadroom + places * width * value_bytes);
   SparseReplyHeader header{};
   header.status = PX_OK;
   header.pending_rows = static_cast<uint32_t>(in->pending.size());
   std::memcpy(in->wire_reply.data(), &header, sizeof header);
   char* to = in->wire_reply.data() + kReplyHeadroom;
+  size_t row_bytes = width * value_bytes;
   size_t next = 0;
   for (size_t i = 0; i < count; ++i) {
     if (next < in->pending.size() && in->pending[next] == i) {
       ++next;
+      if (!compact) {
+        std::memset(to, 0, row_bytes);
+        to += row_bytes;
+      }
       continue;
     }
     if (value_bytes == sizeof(float))
-      std::memcpy(to, rows + i * width, width * sizeof(float));
+      std::memcpy(to, rows + i * width, row_bytes);
     else
       pack_wire(wire_, rows + i * width, width, reinterpret_cast<uint16_t*>(to));
-    to += width * value_bytes;
+    to += row_bytes;
   }
   auto keep = [in](bool, const std::string&) {};
   uint64_t tag = make_tag(TagKind::kSparseReply, global_id_, in->seq);
-  fabric_->send(peer, tag | kFirstPart, in->wire_reply.data(), in->wire_reply.size(),
-                in->header.priority, keep);
+  if (compact)
+    fabric_->send(peer, tag | kFirstPart, in->wire_reply.data(), in->wire_reply.size(),
+                  in->header.priority, keep);
+  else
+    send_part(peer, tag, kFirstPart, in->wire_reply.data(), in->wire_reply.size(),
+              in->header.priority, keep);
   bytes_sent_ += in->wire_reply.size();
 }
 
@@ -524,7 +538,7 @@ void SparseChannel::receive_rest(int to, const std::shared_ptr<Call>& call, uint
       size_t full = sparse_reply_bytes(SparseOp::kPull, count, width, value_bytes);
       size_t compact = kReplyHeadroom + (count - pending) * width * value_bytes;
       const char* first = call->wire_reply.empty() ? call->reply_at : call->wire_reply.data();
-      if (call->reply_got == compact && compact != full) {
+      if (call->compact && call->reply_got == compact && compact != full) {
         self->bytes_received_ -= full - compact;
         // Spread from the back, so a row never lands on one not yet moved (in place for f32).
         const char* rows = first + kReplyHeadroom;
@@ -542,7 +556,7 @@ void SparseChannel::receive_rest(int to, const std::shared_ptr<Call>& call, uint
             unpack_wire(self->wire_, reinterpret_cast<const uint16_t*>(src), width,
                         out + i * width);
         }
-      } else if (call->reply_got != 0 && call->reply_got != full) {
+      } else if (call->compact && call->reply_got != full) {
         return call->done(PX_ERR_PROTOCOL,
                           self->node_label_(to) + " replied " + std::to_string(call->reply_got) +
                               " bytes to a pull of " + std::to_string(count) + " rows with " +

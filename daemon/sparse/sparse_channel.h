@@ -75,8 +75,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   void post_first(int peer);
   void on_first(int peer, bool ok, size_t bytes, const std::string& error);
   void deliver_ready(int peer);
-  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status,
-             uint32_t pending_rows = 0);
+  void reply(int peer, const std::shared_ptr<Incoming>& in, px_status status);
   // A pull served ahead (ShardRequest::early): the rows in now, then the pending ones.
   void reply_ahead(int peer, const std::shared_ptr<Incoming>& in, std::vector<size_t> pending);
   void reply_rest(int peer, const std::shared_ptr<Incoming>& in, px_status status);
