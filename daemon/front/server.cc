@@ -199,6 +199,7 @@ bool Server::start_cluster(std::string* error) {
                    name.c_str());
     // Its posted receives (a sparse table's, for other nodes' requests) hold its tables.
     stop_job_traffic(*it->second, "job '" + name + "' ended on every node");
+    free_job_state(*it->second);
     ended_here_.erase(it);
   };
   cluster_ =
@@ -230,7 +231,9 @@ void Server::on_node_lost(const std::string& why) {
                   "cluster re-forms",
                   why.c_str());
   if (fabric_) fabric_->fail_all(why);
-  ended_here_.clear();  // no JobEnd will come; fail_all cancelled their receives
+  // No JobEnd will come; fail_all cancelled their receives.
+  for (auto& [id, job] : ended_here_) free_job_state(*job);
+  ended_here_.clear();
   for (auto& [name, job] : jobs_) {
     if (!job->broken().empty()) continue;
     break_job(*job, why, Break::kNodeLost);
@@ -312,6 +315,9 @@ int Server::run() {
   periodic_checkpoints_.start();
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();
+  // What is left is freed with the server; unfinished work would keep tables alive.
+  for (auto& [name, job] : jobs_) free_job_state(*job);
+  for (auto& [id, job] : ended_here_) free_job_state(*job);
   return exit_code_;
 }
 
@@ -524,7 +530,8 @@ void Server::leave_job(Session& session, const std::string& why) {
   jobs_.erase(it);
   // A run of an earlier epoch: its traffic ended with the lost node (fail_all), and its ids
   // may belong to this epoch's runs now (a restarted coordinator counts from 1 again).
-  if (cluster_ && job->barrier_id() != 0 && job->epoch() != cluster_->epoch()) return;
+  if (cluster_ && job->barrier_id() != 0 && job->epoch() != cluster_->epoch())
+    return free_job_state(*job);
   if (cluster_ && job->barrier_id() != 0 && cluster_broken_.empty()) {
     // Other nodes may still be sending to this node's shards and receives: they stay until
     // every node's workers have left (the coordinator's JobEnd, events.job_end).
@@ -537,6 +544,11 @@ void Server::leave_job(Session& session, const std::string& why) {
     return;
   }
   stop_job_traffic(*job, "job '" + job->name() + "' ended");
+  free_job_state(*job);
+}
+
+void Server::free_job_state(Job& job) {
+  for (auto& var : job.variables()) scheduler_.sparse().release(*var);
 }
 
 std::shared_ptr<Job> Server::find_run(uint32_t barrier_id) const {

@@ -98,6 +98,9 @@ class Server {
   // Cancels the job's posted fabric receives (a sparse table's, for other nodes' requests,
   // hold the table) and fails its messages that still arrive.
   void stop_job_traffic(Job& job, const std::string& why);
+  // The job's state here is no longer needed (stop_job_traffic came first): its sparse
+  // tables let go of unfinished work that refers back to them, so they are freed with it.
+  void free_job_state(Job& job);
   // A started run of a job by its barrier id, running or ended here; null if gone.
   std::shared_ptr<Job> find_run(uint32_t barrier_id) const;
   // After a worker left cleanly, how long operations under way get to finish.

@@ -58,6 +58,20 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
   }
 }
 
+void ShardOwner::abandon() {
+  std::deque<ShardRequest> pulls = std::move(waiting_pulls_);
+  waiting_pulls_.clear();
+  std::map<uint64_t, std::vector<ShardRequest>> exchanged = std::move(exchanged_);
+  exchanged_.clear();
+  std::vector<std::map<uint64_t, std::vector<std::optional<ShardRequest>>>> pushes;
+  for (Unit& u : units_) {
+    pushes.push_back(std::move(u.sync_pushes));
+    u.sync_pushes.clear();
+  }
+  // Destroyed here, after the members are empty: a callback's destructor may free what
+  // refers to this owner.
+}
+
 ShardOwner::Unit* ShardOwner::unit_of(const ShardRequest& r) {
   if (replicated_ || columns_) return &units_[0];
   if (r.partition >= unit_of_partition_.size() || unit_of_partition_[r.partition] < 0)

@@ -43,6 +43,13 @@ class ShardOwner {
 
   void handle(ShardRequest request);
 
+  // The job's state here is freed: drops the requests this owner keeps until a step
+  // completes (waiting pulls, pushes waiting for other nodes', exchanged steps) without
+  // answering them. Their callbacks refer back to the table (a remote request's to the
+  // channel, which holds this owner; a local one's to its run, which holds the table), so
+  // a job ended with steps unfinished would otherwise keep its shards allocated for good.
+  void abandon();
+
   // Checkpoint files are <dir>/<job>.<variable>.node<i>.shard.
   // The names also go into its log lines' fields.
   void set_names(std::string job, std::string variable);

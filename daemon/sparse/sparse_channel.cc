@@ -345,6 +345,13 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   deliver_ready(peer);
 }
 
+void SparseChannel::abandon() {
+  std::vector<std::deque<std::shared_ptr<Incoming>>> received;
+  for (Peer& p : peers_) received.push_back(std::move(p.in_order));
+  for (Peer& p : peers_) p.in_order.clear();
+  if (owner_) owner_->abandon();
+}
+
 // Hands received requests to the owner in the order the peer sent them.
 void SparseChannel::deliver_ready(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];

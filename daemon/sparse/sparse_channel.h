@@ -54,6 +54,11 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
                uint8_t priority, size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, StatusCallback done);
 
+  // The job's state here is freed (its receives were cancelled): drops the requests
+  // received and not yet handed to the owner, and the owner's waiting ones
+  // (ShardOwner::abandon), which hold this channel through their callbacks.
+  void abandon();
+
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
 

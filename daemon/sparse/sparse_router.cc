@@ -440,6 +440,16 @@ void SparseRouter::settle(const std::shared_ptr<Run>& run) {
   finish(*run, run->status, why + run->where());
 }
 
+void SparseRouter::release(Variable& var) {
+  if (!var.sparse) return;
+  SparseTable& table = *var.sparse;
+  std::deque<std::shared_ptr<Run>> unsent = std::move(table.send_order);
+  table.send_order.clear();
+  table.in_flight.clear();
+  if (table.channel) table.channel->abandon();
+  if (table.owner) table.owner->abandon();
+}
+
 void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
   if (!var.sparse) return;
   std::vector<std::shared_ptr<Run>> runs;

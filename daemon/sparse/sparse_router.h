@@ -116,6 +116,10 @@ class SparseRouter {
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);
+  // The job's state here is freed (its transfers cancelled, its workers gone): breaks the
+  // references the variable's table keeps to itself through unfinished work (runs waiting
+  // to send, requests waiting at the owner), so it is freed with the job.
+  void release(Variable& var);
 
  private:
   using Run = SparseRun;

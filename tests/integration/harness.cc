@@ -25,6 +25,8 @@
 
 namespace pxt {
 
+std::atomic<bool> g_check_failed{false};
+
 pid_t spawn_process(const std::vector<std::string>& argv,
                     const std::map<std::string, std::string>& env, const std::string& output_path) {
   pid_t parent = getpid();
@@ -86,6 +88,16 @@ std::string slurp(const std::string& path) {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+// The last `lines` lines of a daemon's log, on stderr, after a failed check.
+void print_log_tail(const std::string& path, size_t lines) {
+  std::string text = slurp(path);
+  size_t start = text.size();
+  for (size_t seen = 0; start > 0 && seen <= lines; --start)
+    if (text[start - 1] == '\n') ++seen;
+  fprintf(stderr, "--- a check failed: the end of %s ---\n%s--- end of %s ---\n", path.c_str(),
+          text.c_str() + start, path.c_str());
 }
 
 std::string unique_path(const std::string& tag, const char* suffix) {
@@ -170,6 +182,7 @@ DaemonProcess::~DaemonProcess() {
     if (reap(pid_, now_ms() + 5000) != 0) fprintf(stderr, "parallaxd did not exit cleanly\n");
   }
   unlink(socket_.c_str());
+  if (g_check_failed.load()) print_log_tail(log_path_, 60);
   if (!getenv("PX_TEST_KEEP_LOGS")) unlink(log_path_.c_str());
 }
 

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,10 @@
 #include "tests/integration/text_util.h"  // contains, field
 
 namespace pxt {
+
+// Set once a check of this test process failed (failure_logs.cc, in the doctest programs):
+// daemons then print the end of their logs as they stop.
+extern std::atomic<bool> g_check_failed;
 
 class DaemonProcess {
  public:

@@ -110,4 +110,37 @@ int run_leave_early(px_client* c) {
   return 0;
 }
 
+// leave-mid-step (one worker per node): a ps table, pull and push step 0 and pull step 1
+// everywhere; then the last node's worker leaves without pushing step 1, and the others
+// push step 1 and pull step 2, which waits at every owner for the push that never comes
+// (sync) until its 3 s wait runs out. The job then ends with requests still waiting at
+// the owners: the daemons must free its tables all the same (the test checks their exit).
+int run_leave_mid_step(px_client* c) {
+  px_world_info w = world_of(c);
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  o.route = PX_ROUTE_PS;
+  o.learning_rate = 0.5;
+  px_var* table = nullptr;
+  check(px_register_sparse(c, "left", PX_F32, 4096, 8, &o, &table), "register 'left'");
+  std::vector<int64_t> idx;
+  for (int64_t row = 0; row < 4096; row += 16) idx.push_back(row);
+  std::vector<float> rows(idx.size() * 8), grads(idx.size() * 8, 0.25f);
+  pull_rows_ok(table, idx.data(), idx.size(), rows.data(), "pull step 0");
+  push_rows_ok(table, idx.data(), idx.size(), grads.data(), "push step 0");
+  pull_rows_ok(table, idx.data(), idx.size(), rows.data(), "pull step 1");
+  if (w.rank == w.world_size - 1) {
+    printf("ok rank %d left before push step 1\n", w.rank);
+    return 0;  // main disconnects
+  }
+  push_rows_ok(table, idx.data(), idx.size(), grads.data(), "push step 1");
+  px_request* r = nullptr;
+  check(px_pull_rows(table, idx.data(), idx.size(), rows.data(), &r), "px_pull_rows step 2");
+  px_status s = px_wait(r, 3000);
+  if (s == PX_OK) die("pull step 2 completed without the departed worker's push step 1");
+  printf("ok rank %d pull step 2 did not complete: %s: %s\n", w.rank, px_status_name(s),
+         px_last_error());
+  return 0;
+}
+
 }  // namespace pxt

@@ -540,6 +540,7 @@ const std::vector<ScenarioSpec> kScenarios = {
      "a large allreduce at priority 0, a small one at --priority behind it: which ends first"},
     {"job-churn", {"rows:n"}, {}, "one short sparse + dense job (job-end tests)"},
     {"leave-early", {}, {}, "the last worker leaves; the others' next allreduce fails at once"},
+    {"leave-mid-step", {}, {}, "the last worker leaves before a push; pulls wait at the owners"},
     {"limits-variables", {}, {}, "variables and sparse bytes past the job's limits"},
     {"limits-requests", {"dir"}, {}, "requests in flight past the job's limit"},
     {"limits-arena", {}, {}, "a worker's arena past the job's limit (connects itself)"},
@@ -627,6 +628,8 @@ int main(int argc, char** argv) {
     rc = run_job_churn(c, flags);
   else if (scenario == "leave-early")
     rc = run_leave_early(c);
+  else if (scenario == "leave-mid-step")
+    rc = run_leave_mid_step(c);
   else if (scenario == "limits-variables")
     rc = run_limits_variables(c);
   else if (scenario == "limits-requests")

@@ -161,6 +161,9 @@ int run_priority_scenario(px_client* c, const Flags& flags);
 int run_job_churn(px_client* c, const Flags& flags);
 // The last worker leaves; the others' next step fails at once (job_end_scenarios.cc).
 int run_leave_early(px_client* c);
+// The last worker leaves between a pull and its push; the others' next pull waits at the
+// owners until the job ends (job_end_scenarios.cc).
+int run_leave_mid_step(px_client* c);
 // The per-job limits of the daemon, met by a job's workers (limits_scenarios.cc).
 int run_limits_variables(px_client* c);
 int run_limits_requests(px_client* c, const std::string& dir);
