@@ -104,8 +104,7 @@ int run_leave_early(px_client* c) {
     if (s != PX_ERR_PEER_LOST)
       die(std::string("the allreduce after a peer left gave ") + px_status_name(s) + ": " +
           message);
-    printf("ok rank %d step %d failed after %.2f s: %s\n", w.rank, step, seconds,
-           message.c_str());
+    printf("ok rank %d step %d failed after %.2f s: %s\n", w.rank, step, seconds, message.c_str());
   }
   return 0;
 }

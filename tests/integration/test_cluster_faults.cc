@@ -163,7 +163,8 @@ class SteadyJob {
  public:
   SteadyJob(ClusterProcesses& cluster, const std::string& dir) : dir_(dir) {
     thread_ = std::thread([this, &cluster] {
-      results_ = run_cluster_workers(cluster, "steady", 1, {"steady", "--dir", dir_}, 300000, kExact);
+      results_ =
+          run_cluster_workers(cluster, "steady", 1, {"steady", "--dir", dir_}, 300000, kExact);
     });
   }
   ~SteadyJob() { finish(); }

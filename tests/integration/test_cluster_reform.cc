@@ -71,6 +71,7 @@ TEST_CASE("cluster: a member killed and restarted under its index rejoins and a 
   kill_and_restart("crf1", 2);
 }
 
-TEST_CASE("cluster: the coordinator killed and restarted takes every member back and a new job runs") {
+TEST_CASE(
+    "cluster: the coordinator killed and restarted takes every member back and a new job runs") {
   kill_and_restart("crf0", 0);
 }
