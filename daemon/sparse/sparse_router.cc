@@ -304,6 +304,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     ++table.pull_steps;
     for (auto& w : run->workers) table.rows_pulled += w.n;
     table.rows_unique += run->plan->unique_rows();
+    if (table.map.nodes() > 1) sample_route(table, *run);
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
   if (table.columns) return send_columns(run);

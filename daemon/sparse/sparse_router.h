@@ -72,6 +72,18 @@ struct SparseTable {
   std::map<SparseRun*, std::weak_ptr<SparseRun>> in_flight;
   // Operations in the order they started; each sends once those before it have sent.
   std::deque<std::shared_ptr<SparseRun>> send_order;
+  // Cluster: what the route model (route_model.h) measures, over the pull steps since its
+  // last estimate: unique rows, and how many fell on each node under the ps map and under
+  // alltoall's (route_estimate.cc). The fastest route of the last estimate, logged when it
+  // changes (the table keeps its route: moving between routes is not built).
+  struct RouteSample {
+    uint64_t first_step = 0, pulls = 0;
+    double unique_rows = 0;
+    std::vector<double> ps_rows, alltoall_rows;
+  };
+  RouteSample route_sample;
+  std::optional<PartitionMap> ps_map, alltoall_map;
+  std::string fastest_route;
 };
 
 struct SparseCounters {
@@ -116,6 +128,8 @@ class SparseRouter {
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);
+  // Pull steps between the route model's estimates (route_estimate.cc).
+  static constexpr uint64_t kRouteSampleSteps = 32;
   // The job's state here is freed (its transfers cancelled, its workers gone): breaks the
   // references the variable's table keeps to itself through unfinished work (runs waiting
   // to send, requests waiting at the owner), so it is freed with the job.
@@ -131,6 +145,10 @@ class SparseRouter {
   void prepare_rows(Run& run);
   void prepare_updates(Run& run);
   void send_next(SparseTable& table);
+  // Route model (route_estimate.cc): a pull's rows measured; an estimate every
+  // kRouteSampleSteps pull steps, logged when the fastest route changes.
+  void sample_route(SparseTable& table, const Run& run);
+  void estimate_route(SparseTable& table);
   void send(const std::shared_ptr<Run>& run);
   void sum_group(Run& run, int group);
   void request(const std::shared_ptr<Run>& run, int group);

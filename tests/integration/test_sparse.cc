@@ -120,6 +120,19 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
       CHECK(contains(log, " P=" + std::to_string(8 * nodes) + ": "));
       CHECK(contains(log, " time at P="));  // fitted, or measured when noise rules the fit
     }
+    // Every route's table had its first route estimate after 32 pull steps (route_model.h).
+    for (int i = 0; i < nodes; ++i) {
+      std::string log = cluster.node(i).log();
+      for (auto& route : routes) {
+        CAPTURE(route[0]);
+        CHECK(contains(log, std::string("variable 'emb' of job 'eq-") + route[0] +
+                                "': route estimate over pull steps 0-31: "));
+      }
+      // Each route's estimate is listed.
+      for (const char* each : {"message: ps ", ", alltoall-rows ", ", alltoall-columns ",
+                               ", allgatherv ", ", allreduce "})
+        CHECK(contains(log, each));
+    }
   }
 }
 

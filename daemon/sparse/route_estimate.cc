@@ -1,0 +1,115 @@
+// The measuring half of a router that chooses a sparse variable's route (route_model.h): on
+// a cluster every pull step's unique rows are counted by the node that would own them under
+// the ps map and under alltoall's one partition per node, and every kRouteSampleSteps pull
+// steps the route model estimates each route's step from what was measured. The estimate
+// is logged when its fastest route changes (the first one always), naming what it measured;
+// the table stays on its route, since moving a table between routes is not built.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "daemon/sparse/sparse_router.h"
+#include "daemon/sparse/sparse_run.h"
+#include "sharding/route_model.h"
+#include "sharding/wire_values.h"
+
+namespace px {
+
+namespace {
+
+std::string megabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g MB", bytes / 1e6);
+  return text;
+}
+
+std::string fixed(const char* format, double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+}  // namespace
+
+void SparseRouter::sample_route(SparseTable& table, const Run& run) {
+  SparseTable::RouteSample& s = table.route_sample;
+  int nodes = table.map.nodes();
+  uint64_t rows = table.shape.rows;
+  if (!table.ps_map) {
+    bool ps = table.options.route == Route::kPs || table.options.route == Route::kHybrid;
+    table.ps_map = ps ? table.map : PartitionMap(rows, automatic_partitions(rows, nodes), nodes);
+    table.alltoall_map = PartitionMap(rows, static_cast<uint32_t>(nodes), nodes);
+  }
+  if (s.pulls == 0) {
+    s.first_step = run.step;
+    s.unique_rows = 0;
+    s.ps_rows.assign(static_cast<size_t>(nodes), 0);
+    s.alltoall_rows.assign(static_cast<size_t>(nodes), 0);
+  }
+  const std::vector<int64_t>& unique = run.plan->rows();
+  for (int64_t row : unique) {
+    if (row < 0 || static_cast<uint64_t>(row) >= rows) continue;  // refused elsewhere
+    ++s.ps_rows[static_cast<size_t>(table.ps_map->owner(static_cast<uint64_t>(row)))];
+    ++s.alltoall_rows[static_cast<size_t>(table.alltoall_map->owner(static_cast<uint64_t>(row)))];
+  }
+  s.unique_rows += static_cast<double>(unique.size());
+  if (++s.pulls >= kRouteSampleSteps) estimate_route(table);
+}
+
+void SparseRouter::estimate_route(SparseTable& table) {
+  SparseTable::RouteSample& s = table.route_sample;
+  RouteMeasure m;
+  m.nodes = table.map.nodes();
+  m.rows = table.shape.rows;
+  m.dim = table.shape.dim;
+  m.wire_value_bytes = static_cast<double>(wire_value_bytes(table.options.wire));
+  m.unique_rows = s.unique_rows / static_cast<double>(s.pulls);
+  auto shares = [&](const std::vector<double>& counts) {
+    std::vector<double> share(counts.size(), 1.0 / m.nodes);
+    if (s.unique_rows > 0)
+      for (size_t j = 0; j < counts.size(); ++j) share[j] = counts[j] / s.unique_rows;
+    return share;
+  };
+  m.ps_share = shares(s.ps_rows);
+  m.rows_share = shares(s.alltoall_rows);
+  bool ps = table.options.route == Route::kPs || table.options.route == Route::kHybrid;
+  // K, the requests to each owner: the search's grouping, or (a count that was given) one
+  // per partition the owner holds; a table on another route would start from the search's.
+  uint32_t held = (table.ps_map->partitions() + static_cast<uint32_t>(m.nodes) - 1) /
+                  static_cast<uint32_t>(m.nodes);
+  m.ps_requests_per_owner = ps ? std::min(table.requests_per_node(table.push_steps), held)
+                               : PartitionSearch::kInitialPerNode;
+  uint64_t first = s.first_step, last = first + s.pulls - 1;
+  s.pulls = 0;
+  std::vector<RouteEstimate> estimates = estimate_routes(m, LinkModel{});
+  if (estimates.empty()) return;
+  const RouteEstimate& best = fastest(estimates);
+  if (best.route == table.fastest_route) return;
+  table.fastest_route = best.route;
+  std::string in_use = route_model_name(table.options);
+  double current = best.seconds;
+  std::string each;
+  for (const RouteEstimate& e : estimates) {
+    if (e.route == in_use) current = e.seconds;
+    each += (each.empty() ? "" : ", ") + e.route + " " + megabytes(e.busiest_bytes) + " " +
+            fixed("%.3g s", e.seconds);
+  }
+  std::string verdict = best.route == in_use
+                            ? "the route in use, " + in_use + ", is the fastest"
+                            : "fastest " + best.route + " (" +
+                                  fixed("%.2f", best.seconds / current) + "x " + in_use +
+                                  "'s time); the table stays on " + in_use +
+                                  " (moving a table between routes is not built)";
+  PX_LOG_INFO_AT(table.log_fields,
+                 "%s: route estimate over pull steps %" PRIu64 "-%" PRIu64
+                 ": %s unique rows a step of %" PRIu64
+                 " (alpha %s), owner skew ps %s, "
+                 "alltoall rows %s; per step on the busiest node at 1 Gbit/s and 50 us a "
+                 "message: %s; %s",
+                 table.label.c_str(), first, last, fixed("%.0f", m.unique_rows).c_str(), m.rows,
+                 fixed("%.3g", m.unique_rows / static_cast<double>(m.rows)).c_str(),
+                 fixed("%.2f", share_skew(m.ps_share)).c_str(),
+                 fixed("%.2f", share_skew(m.rows_share)).c_str(), each.c_str(), verdict.c_str());
+}
+
+}  // namespace px

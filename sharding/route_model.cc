@@ -1,0 +1,68 @@
+#include "sharding/route_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace px {
+
+std::vector<RouteEstimate> estimate_routes(const RouteMeasure& m, const LinkModel& link) {
+  std::vector<RouteEstimate> out;
+  if (m.nodes < 1 || m.rows == 0 || m.dim == 0) return out;
+  const double n = m.nodes, u = m.unique_rows, d = static_cast<double>(m.dim);
+  const double b = m.wire_value_bytes;
+  auto add = [&](std::string name, double bytes, double messages) {
+    out.push_back({std::move(name), bytes, messages,
+                   bytes / link.bytes_per_second + messages * link.seconds_per_message});
+  };
+  // Point-to-point requests to the owners: the busiest owner, or the busiest requester.
+  auto owners = [&](const std::vector<double>& share, double requests_per_owner) {
+    double busiest = 0;
+    for (int j = 0; j < m.nodes; ++j) {
+      double s = j < static_cast<int>(share.size()) ? share[static_cast<size_t>(j)] : 1.0 / n;
+      double out_j = (n - 1) * u * s * d * b + u * (1 - s) * (16 + d * b);
+      double in_j = (n - 1) * u * s * (16 + d * b) + u * (1 - s) * d * b;
+      busiest = std::max({busiest, out_j, in_j});
+    }
+    // Sent and received per node: pull requests, their replies, pushes.
+    return std::make_pair(busiest, 6 * requests_per_owner * (n - 1));
+  };
+  auto [ps_bytes, ps_messages] = owners(m.ps_share, std::max<uint32_t>(1, m.ps_requests_per_owner));
+  add("ps", ps_bytes, ps_messages);
+  auto [rows_bytes, rows_messages] = owners(m.rows_share, 1);
+  add("alltoall-rows", rows_bytes, rows_messages);
+  double width = std::ceil(d / n);
+  add("alltoall-columns", (n - 1) * u * (16 + 2 * width * b), 6 * (n - 1));
+  add("allgatherv", (n - 1) * u * (8 + 4 * d), 2 * (n - 1));
+  add("allreduce", 2 * (n - 1) / n * static_cast<double>(m.rows) * d * 4, 4 * (n - 1));
+  return out;
+}
+
+const RouteEstimate& fastest(const std::vector<RouteEstimate>& estimates) {
+  const RouteEstimate* best = &estimates.front();
+  for (const RouteEstimate& e : estimates)
+    if (e.seconds < best->seconds) best = &e;
+  return *best;
+}
+
+std::string route_model_name(const SparseOptions& options) {
+  switch (options.route) {
+    case Route::kHybrid:
+    case Route::kPs:
+      return "ps";
+    case Route::kAllgatherv:
+      return "allgatherv";
+    case Route::kAllreduce:
+      return "allreduce";
+    case Route::kAlltoall:
+      return options.column_split() ? "alltoall-columns" : "alltoall-rows";
+  }
+  return "ps";
+}
+
+double share_skew(const std::vector<double>& share) {
+  if (share.empty()) return 1;
+  double busiest = *std::max_element(share.begin(), share.end());
+  return busiest * static_cast<double>(share.size());
+}
+
+}  // namespace px

@@ -1,0 +1,66 @@
+// What one sparse step would cost on each route, from what a node measures on the route it
+// runs: the unique rows its workers pull per step (u, so α = u / rows) and how those rows
+// fall on the nodes under the ps map and under alltoall's one-partition-per-node map (the
+// skew a route's owners would see). The half of a measuring router that decides: moving a
+// table between routes is not built, so the daemon logs the estimate and keeps the route.
+//
+// Per step (one pull and one push) every node is assumed to pull as this node does. With
+// s_j the share of a node's rows that node j owns, N nodes, d values per row of b bytes
+// on the wire and 8-byte indices, the busiest node's link carries max(in, out) of:
+//   ps / alltoall rows (point-to-point requests to the owners):
+//     out_j = (N-1)·u·s_j·d·b [replies] + u·(1-s_j)·(16 + d·b) [its pull indices, pushes]
+//     in_j  = (N-1)·u·s_j·(16 + d·b) [others' indices, pushes] + u·(1-s_j)·d·b [replies]
+//   alltoall columns (every node holds w = d/N columns of every row, width rounded up):
+//     in = out = (N-1)·u·(16 + 2·w·b), whatever the skew
+//   allgatherv (f32; coalesced gradients to every replica, pulls local):
+//     in = out = (N-1)·u·(8 + 4·d)
+//   allreduce (f32; the densified table, a ring):
+//     in = out = 2·(N-1)/N·rows·d·4
+// and each message costs a fixed time on top (latency, wake-ups): requests per node per
+// step are K·(N-1) per kind on ps (K partition groups per owner), N-1 on alltoall, and a
+// ring's 2·(N-1) steps on the replicated routes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sharding/sparse_spec.h"
+
+namespace px {
+
+struct RouteMeasure {
+  int nodes = 1;
+  uint64_t rows = 0;  // the table's
+  uint64_t dim = 0;
+  double wire_value_bytes = 4;  // pull rows and push gradients on ps and alltoall (2: 16-bit)
+  double unique_rows = 0;       // u: this node's unique rows per pull step (mean)
+  // Fractions of those rows each node owns (sum 1): under the ps map, under alltoall's.
+  std::vector<double> ps_share;
+  std::vector<double> rows_share;
+  uint32_t ps_requests_per_owner = 1;  // K: the partition groups ps sends each owner
+};
+
+// The link the estimate assumes: its payload rate and a per-message cost.
+struct LinkModel {
+  double bytes_per_second = 125e6;  // 1 Gbit/s
+  double seconds_per_message = 50e-6;
+};
+
+struct RouteEstimate {
+  std::string route;         // "ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce"
+  double busiest_bytes = 0;  // per step, max over nodes of max(in, out)
+  double messages = 0;       // per node per step
+  double seconds = 0;        // busiest_bytes / rate + messages × per-message cost
+};
+
+// Every route's estimate, in the order above. An empty measure (no nodes or rows) gives none.
+std::vector<RouteEstimate> estimate_routes(const RouteMeasure& m, const LinkModel& link);
+// The fastest estimate (the first of equals); estimates must not be empty.
+const RouteEstimate& fastest(const std::vector<RouteEstimate>& estimates);
+// The name estimate_routes uses for the options' route ("ps" for ps and hybrid).
+std::string route_model_name(const SparseOptions& options);
+// The busiest node's share over the mean share (1 = even; N = one node owns every row).
+double share_skew(const std::vector<double>& share);
+
+}  // namespace px
