@@ -11,8 +11,7 @@ std::vector<RouteEstimate> estimate_routes(const RouteMeasure& m, const LinkMode
   const double n = m.nodes, u = m.unique_rows, d = static_cast<double>(m.dim);
   const double b = m.wire_value_bytes;
   auto add = [&](std::string name, double bytes, double messages) {
-    out.push_back({std::move(name), bytes, messages,
-                   bytes / link.bytes_per_second + messages * link.seconds_per_message});
+    out.push_back({std::move(name), bytes, messages, bytes / link.bytes_per_second});
   };
   // Point-to-point requests to the owners: the busiest owner, or the busiest requester.
   auto owners = [&](const std::vector<double>& share, double requests_per_owner) {
@@ -42,6 +41,15 @@ const RouteEstimate& fastest(const std::vector<RouteEstimate>& estimates) {
   for (const RouteEstimate& e : estimates)
     if (e.seconds < best->seconds) best = &e;
   return *best;
+}
+
+const RouteEstimate& choose(const std::vector<RouteEstimate>& estimates,
+                            const std::string& in_use) {
+  const RouteEstimate& best = fastest(estimates);
+  for (const RouteEstimate& e : estimates)
+    if (e.route == in_use)
+      return best.busiest_bytes <= (1 - kRouteMargin) * e.busiest_bytes ? best : e;
+  return best;
 }
 
 std::string route_model_name(const SparseOptions& options) {

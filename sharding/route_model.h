@@ -16,9 +16,13 @@
 //     in = out = (N-1)·u·(8 + 4·d)
 //   allreduce (f32; the densified table, a ring):
 //     in = out = 2·(N-1)/N·rows·d·4
-// and each message costs a fixed time on top (latency, wake-ups): requests per node per
-// step are K·(N-1) per kind on ps (K partition groups per owner), N-1 on alltoall, and a
-// ring's 2·(N-1) steps on the replicated routes.
+// Messages per node are counted (K·(N-1) per kind on ps, K partition groups per owner; N-1 on
+// alltoall; a ring's steps on the replicated routes) but not charged: requests to the owners
+// run concurrently, and measurement says more of them is faster, not slower (the partition
+// search's t(P), px-bench sparse: ps with K = 4..8 beats alltoall by rows with K = 1 by
+// 1.07-1.22x at equal bytes). What the bytes leave out (CPU, the replicated routes' exchange
+// before apply before pull) is why choose() moves off the route in use only for a route
+// that moves at least kRouteMargin fewer bytes.
 #pragma once
 
 #include <cstdint>
@@ -41,23 +45,28 @@ struct RouteMeasure {
   uint32_t ps_requests_per_owner = 1;  // K: the partition groups ps sends each owner
 };
 
-// The link the estimate assumes: its payload rate and a per-message cost.
+// The link the estimate assumes: its payload rate.
 struct LinkModel {
   double bytes_per_second = 125e6;  // 1 Gbit/s
-  double seconds_per_message = 50e-6;
 };
+
+// A route is chosen over the one in use only when it moves this much fewer bytes.
+constexpr double kRouteMargin = 0.10;
 
 struct RouteEstimate {
   std::string route;         // "ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce"
   double busiest_bytes = 0;  // per step, max over nodes of max(in, out)
-  double messages = 0;       // per node per step
-  double seconds = 0;        // busiest_bytes / rate + messages × per-message cost
+  double messages = 0;       // per node per step (not charged, see above)
+  double seconds = 0;        // busiest_bytes / rate
 };
 
 // Every route's estimate, in the order above. An empty measure (no nodes or rows) gives none.
 std::vector<RouteEstimate> estimate_routes(const RouteMeasure& m, const LinkModel& link);
 // The fastest estimate (the first of equals); estimates must not be empty.
 const RouteEstimate& fastest(const std::vector<RouteEstimate>& estimates);
+// The route to be on: in_use, unless the fastest estimate moves at least kRouteMargin fewer
+// bytes than in_use's (in_use not among the estimates: the fastest).
+const RouteEstimate& choose(const std::vector<RouteEstimate>& estimates, const std::string& in_use);
 // The name estimate_routes uses for the options' route ("ps" for ps and hybrid).
 std::string route_model_name(const SparseOptions& options);
 // The busiest node's share over the mean share (1 = even; N = one node owns every row).

@@ -2,7 +2,7 @@
 // a cluster every pull step's unique rows are counted by the node that would own them under
 // the ps map and under alltoall's one partition per node, and every kRouteSampleSteps pull
 // steps the route model estimates each route's step from what was measured. The estimate
-// is logged when its fastest route changes (the first one always), naming what it measured;
+// is logged when its chosen route changes (the first one always), naming what it measured;
 // the table stays on its route, since moving a table between routes is not built.
 #include <algorithm>
 #include <cinttypes>
@@ -83,29 +83,28 @@ void SparseRouter::estimate_route(SparseTable& table) {
   s.pulls = 0;
   std::vector<RouteEstimate> estimates = estimate_routes(m, LinkModel{});
   if (estimates.empty()) return;
-  const RouteEstimate& best = fastest(estimates);
-  if (best.route == table.fastest_route) return;
-  table.fastest_route = best.route;
   std::string in_use = route_model_name(table.options);
-  double current = best.seconds;
+  const RouteEstimate& chosen = choose(estimates, in_use);
+  if (chosen.route == table.chosen_route) return;
+  table.chosen_route = chosen.route;
+  double current = chosen.busiest_bytes;
   std::string each;
   for (const RouteEstimate& e : estimates) {
-    if (e.route == in_use) current = e.seconds;
-    each += (each.empty() ? "" : ", ") + e.route + " " + megabytes(e.busiest_bytes) + " " +
-            fixed("%.3g s", e.seconds);
+    if (e.route == in_use) current = e.busiest_bytes;
+    each += (each.empty() ? "" : ", ") + e.route + " " + megabytes(e.busiest_bytes);
   }
-  std::string verdict = best.route == in_use
-                            ? "the route in use, " + in_use + ", is the fastest"
-                            : "fastest " + best.route + " (" +
-                                  fixed("%.2f", best.seconds / current) + "x " + in_use +
-                                  "'s time); the table stays on " + in_use +
+  std::string verdict = chosen.route == in_use
+                            ? "chosen: " + in_use + ", the route in use (none moves " +
+                                  fixed("%.0f", 100 * kRouteMargin) + "% fewer bytes)"
+                            : "chosen: " + chosen.route + " (" +
+                                  fixed("%.2f", current > 0 ? chosen.busiest_bytes / current : 0) +
+                                  "x " + in_use + "'s bytes); the table stays on " + in_use +
                                   " (moving a table between routes is not built)";
   PX_LOG_INFO_AT(table.log_fields,
                  "%s: route estimate over pull steps %" PRIu64 "-%" PRIu64
                  ": %s unique rows a step of %" PRIu64
-                 " (alpha %s), owner skew ps %s, "
-                 "alltoall rows %s; per step on the busiest node at 1 Gbit/s and 50 us a "
-                 "message: %s; %s",
+                 " (alpha %s), owner skew ps %s, alltoall rows %s; bytes per step on the "
+                 "busiest node's link: %s; %s",
                  table.label.c_str(), first, last, fixed("%.0f", m.unique_rows).c_str(), m.rows,
                  fixed("%.3g", m.unique_rows / static_cast<double>(m.rows)).c_str(),
                  fixed("%.2f", share_skew(m.ps_share)).c_str(),

@@ -74,7 +74,7 @@ struct SparseTable {
   std::deque<std::shared_ptr<SparseRun>> send_order;
   // Cluster: what the route model (route_model.h) measures, over the pull steps since its
   // last estimate: unique rows, and how many fell on each node under the ps map and under
-  // alltoall's (route_estimate.cc). The fastest route of the last estimate, logged when it
+  // alltoall's (route_estimate.cc). The route the last estimate chose, logged when it
   // changes (the table keeps its route: moving between routes is not built).
   struct RouteSample {
     uint64_t first_step = 0, pulls = 0;
@@ -83,7 +83,7 @@ struct SparseTable {
   };
   RouteSample route_sample;
   std::optional<PartitionMap> ps_map, alltoall_map;
-  std::string fastest_route;
+  std::string chosen_route;
 };
 
 struct SparseCounters {

@@ -129,7 +129,7 @@ TEST_CASE("sparse: every route on 1, 2 and 3 nodes gives the reference table") {
                                 "': route estimate over pull steps 0-31: "));
       }
       // Each route's estimate is listed.
-      for (const char* each : {"message: ps ", ", alltoall-rows ", ", alltoall-columns ",
+      for (const char* each : {"link: ps ", ", alltoall-rows ", ", alltoall-columns ",
                                ", allgatherv ", ", allreduce "})
         CHECK(contains(log, each));
     }
