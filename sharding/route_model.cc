@@ -53,18 +53,8 @@ const RouteEstimate& choose(const std::vector<RouteEstimate>& estimates,
 }
 
 std::string route_model_name(const SparseOptions& options) {
-  switch (options.route) {
-    case Route::kHybrid:
-    case Route::kPs:
-      return "ps";
-    case Route::kAllgatherv:
-      return "allgatherv";
-    case Route::kAllreduce:
-      return "allreduce";
-    case Route::kAlltoall:
-      return options.column_split() ? "alltoall-columns" : "alltoall-rows";
-  }
-  return "ps";
+  // Hybrid runs ps for sparse tables.
+  return options.route == Route::kHybrid ? "ps" : route_label(options);
 }
 
 double share_skew(const std::vector<double>& share) {
