@@ -146,7 +146,7 @@ class SparseRouter {
   void prepare_updates(Run& run);
   void send_next(SparseTable& table);
   // Route model (route_estimate.cc): a pull's rows measured; an estimate every
-  // kRouteSampleSteps pull steps, logged when the fastest route changes.
+  // kRouteSampleSteps pull steps, logged when the chosen route changes.
   void sample_route(SparseTable& table, const Run& run);
   void estimate_route(SparseTable& table);
   void send(const std::shared_ptr<Run>& run);
