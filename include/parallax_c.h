@@ -49,8 +49,8 @@ extern "C" {
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
- * px_prefetch_rows */
-#define PX_ABI_VERSION_MINOR 6
+ * px_prefetch_rows; 1.7: PX_ROUTE_AUTO */
+#define PX_ABI_VERSION_MINOR 7
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -228,6 +228,9 @@ typedef enum px_route {
   PX_ROUTE_ALLREDUCE = 3,  /* densified gradients allreduced (the sparse_as_dense baseline) */
   PX_ROUTE_ALLTOALL = 4,   /* (1.5) a per-step exchange with every node: each holds a slice of
                               the table, by rows or columns (px_sparse_options.alltoall_split) */
+  PX_ROUTE_AUTO = 5,       /* (1.7) starts on ps; on a cluster the daemons measure the pulls and
+                              move the table, between steps, to the route that moves the fewest
+                              bytes (ps, alltoall by rows or columns, allgatherv, allreduce) */
   PX_ROUTE_FORCE_32BIT = 0x7fffffff
 } px_route;
 

@@ -1,8 +1,8 @@
 // What one sparse step would cost on each route, from what a node measures on the route it
 // runs: the unique rows its workers pull per step (u, so α = u / rows) and how those rows
 // fall on the nodes under the ps map and under alltoall's one-partition-per-node map (the
-// skew a route's owners would see). The half of a measuring router that decides: moving a
-// table between routes is not built, so the daemon logs the estimate and keeps the route.
+// skew a route's owners would see). The daemon logs the estimates; a PX_ROUTE_AUTO table
+// moves to the route choose() names (daemon/sparse/route_move.cc).
 //
 // Per step (one pull and one push) every node is assumed to pull as this node does. With
 // s_j the share of a node's rows that node j owns, N nodes, d values per row of b bytes

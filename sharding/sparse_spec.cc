@@ -30,6 +30,8 @@ const char* route_name(Route route) {
       return "allreduce";
     case Route::kAlltoall:
       return "alltoall";
+    case Route::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -76,7 +78,7 @@ bool SparseOptions::validate(std::string* error) const {
   if (consistency > Consistency::kBounded) return bad("unknown consistency");
   if (consistency != Consistency::kBounded && staleness != 0)
     return bad("staleness is only meaningful with PX_BOUNDED");
-  if (route > Route::kAlltoall) return bad("unknown route");
+  if (route > Route::kAuto) return bad("unknown route");
   if (alltoall_split > Split::kColumns) return bad("unknown alltoall_split");
   if (route != Route::kAlltoall && alltoall_split != Split::kRows)
     return bad("alltoall_split is only meaningful with PX_ROUTE_ALLTOALL");
@@ -87,13 +89,15 @@ bool SparseOptions::validate(std::string* error) const {
   if (partitions > 65536) return bad("partitions must be at most 65536");
   if (wire != WireDtype::kF32 && wire != WireDtype::kF16 && wire != WireDtype::kBf16)
     return bad("wire_dtype must be PX_F32, PX_F16 or PX_BF16");
+  // auto then moves only between the routes that can carry it.
   if (wire != WireDtype::kF32 && route != Route::kHybrid && route != Route::kPs &&
-      route != Route::kAlltoall)
+      route != Route::kAlltoall && route != Route::kAuto)
     return bad(std::string("wire_dtype ") + wire_dtype_name(wire) +
                " needs the ps, hybrid or alltoall route (the " + route_name(route) +
                " route sends f32 only)");
   // A replica serves its pulls locally, so no owner sees every node's pulls.
-  if (prefetch && route != Route::kHybrid && route != Route::kPs && route != Route::kAlltoall)
+  if (prefetch && route != Route::kHybrid && route != Route::kPs && route != Route::kAlltoall &&
+      route != Route::kAuto)
     return bad(std::string("prefetch needs the ps, hybrid or alltoall route (the ") +
                route_name(route) + " route serves pulls from each node's replica)");
   return true;

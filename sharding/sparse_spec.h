@@ -16,7 +16,10 @@ enum class Route : uint32_t {
   kPs = 1,
   kAllgatherv = 2,
   kAllreduce = 3,
-  kAlltoall = 4
+  kAlltoall = 4,
+  // Starts on ps; on a cluster the router moves the table between the others
+  // (daemon/sparse/route_move.cc). A table's SparseTable::options name the route it is on.
+  kAuto = 5
 };
 // How the alltoall route divides the table: rows striped over the nodes, or columns.
 enum class Split : uint32_t { kRows = 0, kColumns = 1 };

@@ -60,6 +60,9 @@ const char kUsage[] =
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
     "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
     "  --chunk-bytes N        pipelining chunk of the ring allreduce (default 262144)\n"
+    "  --route-estimate-steps N  pull steps between sparse route estimates (default 32)\n"
+    "  --route-auto-sequence R,R  PX_ROUTE_AUTO tables move through these routes, one per\n"
+    "                         estimate, instead of the estimates' choice (tests, experiments)\n"
     "  --startup-timeout-ms N deadline for the cluster to form (default 60000)\n"
     "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
     "  --step-stall-ms N      a step a local worker has not submitted this long after\n"
@@ -197,6 +200,19 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "fabric.chunk_bytes") {
     if (!number(4096, 1ull << 30)) return false;
     c->chunk_bytes = n;
+  } else if (key == "routes.estimate_steps") {
+    if (!number(1, 1 << 20)) return false;
+    c->route_estimate_steps = n;
+  } else if (key == "routes.auto_sequence") {
+    c->route_auto_sequence = split_commas(value);
+    for (const std::string& route : c->route_auto_sequence) {
+      if (route != "ps" && route != "alltoall-rows" && route != "alltoall-columns" &&
+          route != "allgatherv" && route != "allreduce") {
+        *error = key + ": '" + route +
+                 "' is not ps, alltoall-rows, alltoall-columns, allgatherv or allreduce";
+        return false;
+      }
+    }
   } else if (key == "timeouts.peer_silence_ms") {
     if (!number(1000, 3600000)) return false;
     c->peer_silence_ms = static_cast<int64_t>(n);
@@ -384,6 +400,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
       {"--fabric-port", "fabric.port"},
+      {"--route-estimate-steps", "routes.estimate_steps"},
+      {"--route-auto-sequence", "routes.auto_sequence"},
       {"--peer-silence-ms", "timeouts.peer_silence_ms"},
       {"--step-stall-ms", "timeouts.step_stall_ms"},
       {"--startup-timeout-ms", "timeouts.startup_ms"},

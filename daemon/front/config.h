@@ -46,6 +46,13 @@ struct DaemonConfig {
   std::string fabric_address;  // local address for the fabric endpoint (default: this node's host)
   int fabric_port = 0;         // the fabric endpoint's port; 0: one the provider picks
   uint64_t chunk_bytes = 256ull << 10;
+  // Sparse routes ([routes]; README: Sparse variables). The route model estimates every
+  // route's step from the pulls of this many pull steps (then again, every as many).
+  uint64_t route_estimate_steps = 32;
+  // PX_ROUTE_AUTO tables move through these routes, one per estimate, instead of where the
+  // estimates point ("ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce";
+  // for tests and experiments: the moves are real, the choice is pinned). Empty: estimates.
+  std::vector<std::string> route_auto_sequence;
   int64_t startup_timeout_ms = 60000;
   // A node from which nothing (not even a heartbeat, sent every quarter of this) arrived
   // on its control connection this long is lost: a daemon stopped or hung, or a machine or

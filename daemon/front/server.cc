@@ -38,6 +38,7 @@ Server::Server(DaemonConfig config)
   uv_async_init(&loop_, &async_, on_async);
   async_.data = this;
   scheduler_.sparse().set_restore_dir(config_.restore_dir);
+  scheduler_.sparse().set_route_choice(config_.route_estimate_steps, config_.route_auto_sequence);
   observer_ = std::make_unique<Observer>(&loop_, observer_options(config_), observer_hooks(*this));
 }
 

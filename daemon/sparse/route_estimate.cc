@@ -2,8 +2,9 @@
 // a cluster every pull step's unique rows are counted by the node that would own them under
 // the ps map and under alltoall's one partition per node, and every kRouteSampleSteps pull
 // steps the route model estimates each route's step from what was measured. The estimate
-// is logged when its chosen route changes (the first one always), naming what it measured;
-// the table stays on its route, since moving a table between routes is not built.
+// is logged when its chosen route changes (the first one always), naming what it measured.
+// A table whose route was given stays on it; a PX_ROUTE_AUTO table's estimate is agreed
+// between the nodes and the table moves to its choice (route_move.cc).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -53,10 +54,12 @@ void SparseRouter::sample_route(SparseTable& table, const Run& run) {
     ++s.alltoall_rows[static_cast<size_t>(table.alltoall_map->owner(static_cast<uint64_t>(row)))];
   }
   s.unique_rows += static_cast<double>(unique.size());
-  if (++s.pulls >= kRouteSampleSteps) estimate_route(table);
+  if (++s.pulls < route_estimate_steps_) return;
+  if (table.automatic) return agree_route(run.table, run.step);
+  estimate_route(table);
 }
 
-void SparseRouter::estimate_route(SparseTable& table) {
+std::string SparseRouter::estimate_route(SparseTable& table) {
   SparseTable::RouteSample& s = table.route_sample;
   RouteMeasure m;
   m.nodes = table.map.nodes();
@@ -82,24 +85,41 @@ void SparseRouter::estimate_route(SparseTable& table) {
   uint64_t first = s.first_step, last = first + s.pulls - 1;
   s.pulls = 0;
   std::vector<RouteEstimate> estimates = estimate_routes(m, LinkModel{});
-  if (estimates.empty()) return;
+  if (estimates.empty()) return "";
   std::string in_use = route_model_name(table.options);
+  // A 16-bit wire dtype or prefetch rule the replicated routes out (sparse_spec.cc).
+  if (table.automatic && (table.options.wire != WireDtype::kF32 || table.options.prefetch))
+    estimates.erase(std::remove_if(estimates.begin(), estimates.end(),
+                                   [](const RouteEstimate& e) {
+                                     return e.route == "allgatherv" || e.route == "allreduce";
+                                   }),
+                    estimates.end());
+  std::string scripted;
+  if (table.automatic && !route_sequence_.empty())
+    scripted = route_sequence_[std::min(table.script_at++, route_sequence_.size() - 1)];
   const RouteEstimate& chosen = choose(estimates, in_use);
-  if (chosen.route == table.chosen_route) return;
-  table.chosen_route = chosen.route;
+  std::string to = scripted.empty() ? chosen.route : scripted;
+  if (to == table.chosen_route && (!table.automatic || to == in_use)) return to;
+  table.chosen_route = to;
   double current = chosen.busiest_bytes;
   std::string each;
   for (const RouteEstimate& e : estimates) {
     if (e.route == in_use) current = e.busiest_bytes;
     each += (each.empty() ? "" : ", ") + e.route + " " + megabytes(e.busiest_bytes);
   }
-  std::string verdict = chosen.route == in_use
-                            ? "chosen: " + in_use + ", the route in use (none moves " +
-                                  fixed("%.0f", 100 * kRouteMargin) + "% fewer bytes)"
-                            : "chosen: " + chosen.route + " (" +
-                                  fixed("%.2f", current > 0 ? chosen.busiest_bytes / current : 0) +
-                                  "x " + in_use + "'s bytes); the table stays on " + in_use +
-                                  " (moving a table between routes is not built)";
+  std::string verdict =
+      !scripted.empty()
+          ? "chosen: " + scripted + " (--route-auto-sequence; the estimate's: " + chosen.route + ")"
+      : chosen.route == in_use
+          ? "chosen: " + in_use + ", the route in use (none moves " +
+                fixed("%.0f", 100 * kRouteMargin) + "% fewer bytes)"
+          : "chosen: " + chosen.route + " (" +
+                fixed("%.2f", current > 0 ? chosen.busiest_bytes / current : 0) + "x " + in_use +
+                "'s bytes)";
+  if (to != in_use)
+    verdict += table.automatic ? "; the table moves from " + in_use + " to " + to
+                               : "; the table stays on " + in_use +
+                                     " (its route was given; PX_ROUTE_AUTO moves tables)";
   PX_LOG_INFO_AT(table.log_fields,
                  "%s: route estimate over pull steps %" PRIu64 "-%" PRIu64
                  ": %s unique rows a step of %" PRIu64
@@ -109,6 +129,7 @@ void SparseRouter::estimate_route(SparseTable& table) {
                  fixed("%.3g", m.unique_rows / static_cast<double>(m.rows)).c_str(),
                  fixed("%.2f", share_skew(m.ps_share)).c_str(),
                  fixed("%.2f", share_skew(m.rows_share)).c_str(), each.c_str(), verdict.c_str());
+  return to;
 }
 
 }  // namespace px

@@ -352,8 +352,41 @@ bool ShardOwner::ready(const ShardRequest& r) {
   return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(*unit_of(r), r.step);
 }
 
+void ShardOwner::export_at(uint64_t steps,
+                           std::function<void(std::shared_ptr<ShardFileData>)> done) {
+  ShardRequest r;
+  r.from_node = node_;
+  r.op = SparseOp::kCheckpoint;
+  r.step = steps;
+  r.exported = std::make_shared<ShardFileData>();
+  r.done = [exported = r.exported, done](px_status, const std::string&) { done(exported); };
+  handle(std::move(r));
+}
+
+uint64_t ShardOwner::applies() const {
+  uint64_t most = 0;
+  for (const Unit& u : units_) most = std::max(most, u.applies);
+  return most;
+}
+
+void ShardOwner::continue_from(uint64_t steps, uint64_t applies) {
+  for (Unit& u : units_) {
+    u.applied_steps = steps;
+    u.applies = applies;
+    u.pushes_by_node.assign(static_cast<size_t>(node_count_), steps);
+    u.pulls_by_node.assign(static_cast<size_t>(node_count_), steps);
+  }
+}
+
 // Runs after every push the requester made (and the work queued before it): a consistent cut.
 void ShardOwner::write_checkpoint(ShardRequest r) {
+  if (r.exported) {
+    auto shared = std::make_shared<ShardRequest>(std::move(r));
+    queue_->push(
+        true, [this, shared] { store_.export_rows(shared->exported.get()); },
+        [shared] { shared->done(PX_OK, ""); });
+    return;
+  }
   auto shared = std::make_shared<ShardRequest>(std::move(r));
   std::string dir(reinterpret_cast<const char*>(shared->rows), shared->count * sizeof(int64_t));
   dir.resize(strnlen(dir.c_str(), dir.size()));

@@ -56,6 +56,18 @@ class ShardOwner {
   // Takes this node's rows from a checkpoint (any node count or partitioning).
   bool restore(const std::string& dir, const ManifestData& manifest, std::string* error);
 
+  // Moving the table to another route (route_move.cc). export_at: once every push step
+  // before `steps` is applied here, this node's rows, values and optimizer state, as a
+  // checkpoint's shard file holds them (done on the loop thread). import_rows: takes what
+  // this owner holds from another owner's export; held_values: what it must take in all.
+  // continue_from: a new owner goes on from the old one's cut: `steps` push (and pull) steps
+  // counted from every node, `applies` optimizer applications (Adam's bias correction).
+  void export_at(uint64_t steps, std::function<void(std::shared_ptr<ShardFileData>)> done);
+  uint64_t import_rows(const ShardFileData& data) { return store_.import_rows(data); }
+  uint64_t held_values() const { return store_.owned_rows() * dim_; }
+  uint64_t applies() const;
+  void continue_from(uint64_t steps, uint64_t applies);
+
   bool replicated() const { return replicated_; }
   bool column_slice() const { return columns_; }
   uint64_t store_bytes() const { return store_.bytes(); }

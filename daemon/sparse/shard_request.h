@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/common/status_join.h"
+#include "sharding/checkpoint.h"
 #include "transport/fabric/sparse_wire.h"
 
 namespace px {
@@ -38,6 +39,8 @@ struct ShardRequest {
   bool served_ahead = false;
   std::vector<size_t> pending;
   std::shared_ptr<void> keep_alive;  // owns rows / values / out
+  // A checkpoint made in memory (ShardOwner::export_at): the rows go here, not to a file.
+  std::shared_ptr<ShardFileData> exported;
 };
 
 }  // namespace px

@@ -29,7 +29,8 @@ std::string check_sparse_request(const char* first, size_t bytes, int peer, size
   size_t inline_bytes = sparse_rows_inline(h.count) ? h.count * sizeof(int64_t) : 0;
   if (bytes < sizeof h) return std::to_string(bytes) + " bytes, shorter than a header";
   if (!sparse_op_valid(h.op)) return "unknown operation " + std::to_string(h.op);
-  if ((h.flags & ~kCompactReply) != 0) return "unknown flags " + std::to_string(h.flags);
+  if ((h.flags & ~(kCompactReply | kLayoutOdd)) != 0)
+    return "unknown flags " + std::to_string(h.flags);
   if (h.from_node != static_cast<uint32_t>(peer))
     return "claims to come from node " + std::to_string(h.from_node);
   if (h.count > kMaxRequestRows || h.count > kMaxRequestValues / std::max<size_t>(dim, 1))
@@ -166,7 +167,8 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   size_t reply_bytes =
       sparse_reply_bytes(op, count, widths_[static_cast<size_t>(to)], step_value_bytes_);
   bool compact = prefetch_ && op == SparseOp::kPull && reply_bytes <= chunk_bytes_;
-  header.flags = compact ? kCompactReply : 0;
+  header.flags =
+      static_cast<uint8_t>((compact ? kCompactReply : 0) | (layout_odd_ ? kLayoutOdd : 0));
   header.from_node = static_cast<uint32_t>(node_);
   header.partition = partition;
   header.groups = groups;
@@ -286,7 +288,14 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
-  size_t width = widths_[static_cast<size_t>(node_)];  // what this node's shard holds per row
+  // What this node's shard holds per row, in the layout the request is for.
+  size_t width = widths_[static_cast<size_t>(node_)];
+  if (bytes >= sizeof(SparseRequestHeader) && !next_widths_.empty()) {
+    SparseRequestHeader peek;
+    std::memcpy(&peek, p.first.data(), sizeof peek);
+    if (((peek.flags & kLayoutOdd) != 0) != layout_odd_)
+      width = next_widths_[static_cast<size_t>(node_)];
+  }
   SparseRequestHeader h{};
   std::string bad = check_sparse_request(p.first.data(), bytes, peer, width, &h, step_value_bytes_);
   if (!bad.empty()) {
@@ -345,6 +354,19 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
   deliver_ready(peer);
 }
 
+void SparseChannel::expect_layout(std::vector<size_t> widths) {
+  next_widths_ = std::move(widths);
+}
+
+void SparseChannel::switch_layout(std::shared_ptr<ShardOwner> owner) {
+  owner_ = std::move(owner);
+  widths_ = std::move(next_widths_);
+  next_widths_.clear();
+  layout_odd_ = !layout_odd_;
+  for (int peer = 0; peer < nodes_; ++peer)
+    if (peer != node_) deliver_ready(peer);
+}
+
 void SparseChannel::abandon() {
   std::vector<std::deque<std::shared_ptr<Incoming>>> received;
   for (Peer& p : peers_) received.push_back(std::move(p.in_order));
@@ -357,6 +379,8 @@ void SparseChannel::deliver_ready(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   while (!p.in_order.empty() && p.in_order.front()->received) {
     std::shared_ptr<Incoming> in = p.in_order.front();
+    // For the layout after a move this node has not finished: it waits for switch_layout.
+    if (((in->header.flags & kLayoutOdd) != 0) != layout_odd_) return;
     p.in_order.pop_front();
     if (in->failed) {
       // The peer is gone (its own operations fail there) or sent a part of the wrong size.

@@ -54,6 +54,14 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
                uint8_t priority, size_t count, const int64_t* rows, const float* values, float* out,
                std::shared_ptr<void> keep_alive, StatusCallback done);
 
+  // Moving the table to another route (route_move.cc). expect_layout: the next layout's
+  // widths; requests for it (from nodes that moved first) are received with them and wait.
+  // switch_layout: nothing is in flight on the old layout; the owner of the new one gets
+  // the waiting requests and every later one, and requests go out for the new layout.
+  void expect_layout(std::vector<size_t> widths);
+  void switch_layout(std::shared_ptr<ShardOwner> owner);
+  const std::vector<size_t>& widths() const { return widths_; }
+
   // The job's state here is freed (its receives were cancelled): drops the requests
   // received and not yet handed to the owner, and the owner's waiting ones
   // (ShardOwner::abandon), which hold this channel through their callbacks.
@@ -96,6 +104,8 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   int node_;
   int nodes_;
   std::vector<size_t> widths_;
+  std::vector<size_t> next_widths_;  // a move under way: the next layout's (else empty)
+  bool layout_odd_ = false;          // kLayoutOdd: this node's layout (moves so far) is odd
   size_t chunk_bytes_;
   WireDtype wire_;
   size_t step_value_bytes_;  // wire_value_bytes(wire_)

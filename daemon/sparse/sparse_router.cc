@@ -66,6 +66,16 @@ int group_node(const SparseRun& run, int group) {
 
 void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                             PendingStep pending) {
+  if (var.sparse->automatic) {  // waits for the route's agreement or move (route_move.cc)
+    auto later = std::make_shared<PendingStep>(std::move(pending));
+    std::function<void()> resume = [this, job, &var, opcode, step, later] {
+      run_step(job, var, opcode, step, std::move(*later));
+    };
+    if (hold(*var.sparse, step, false, resume)) return;
+    pending = std::move(*later);
+    if (operation_info(opcode).sparse_op == SparseOp::kPush)
+      var.sparse->pushes_started = std::max(var.sparse->pushes_started, step + 1);
+  }
   auto run = std::make_shared<Run>();
   run->job = std::move(job);
   run->var = &var;
@@ -92,6 +102,10 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
 
 void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker,
                               Variable& var, const SubmitEntry& entry) {
+  if (var.sparse->automatic && hold(*var.sparse, 0, true, [this, job, worker, &var, entry] {
+        run_single(job, worker, var, entry);
+      }))
+    return;
   auto run = std::make_shared<Run>();
   run->job = std::move(job);
   run->var = &var;
@@ -444,6 +458,10 @@ void SparseRouter::settle(const std::shared_ptr<Run>& run) {
 void SparseRouter::release(Variable& var) {
   if (!var.sparse) return;
   SparseTable& table = *var.sparse;
+  ++table.attempt;  // a route agreement or move under way is given up
+  std::deque<std::function<void()>> held = std::move(table.held);
+  table.held.clear();
+  table.moved_rows.reset();
   std::deque<std::shared_ptr<Run>> unsent = std::move(table.send_order);
   table.send_order.clear();
   table.in_flight.clear();
@@ -453,6 +471,11 @@ void SparseRouter::release(Variable& var) {
 
 void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
   if (!var.sparse) return;
+  // A route agreement or move cannot complete: the operations it held start (and fail).
+  if (var.sparse->agreeing || var.sparse->moving) {
+    ++var.sparse->attempt;
+    end_hold(*var.sparse);
+  }
   std::vector<std::shared_ptr<Run>> runs;
   for (auto it = var.sparse->in_flight.begin(); it != var.sparse->in_flight.end();) {
     if (std::shared_ptr<Run> run = it->second.lock()) {
@@ -486,6 +509,7 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   if (run.state == RunState::kFinished) return;
   run.set_state(RunState::kFinished);
   run.table->in_flight.erase(&run);
+  if (run.table->moving) post_move_check(run.table);
   Variable& var = *run.var;
   uint64_t bytes = run.total_rows() * (8 + run.dim() * sizeof(float));
   if (status == PX_OK) {

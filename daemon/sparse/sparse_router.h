@@ -31,8 +31,10 @@ struct SparseRun;
 struct SparseTable {
   std::string label;     // "variable 'v' of job 'j'", for logs
   LogFields log_fields;  // the same, as log fields
+  std::string job_name, var_name;
   SparseShape shape;
-  SparseOptions options;
+  SparseOptions options;  // the route is the one the table is on (never kAuto)
+  int nodes = 1, world_size = 1;
   PartitionMap map;         // ps: where rows live
   bool replicated = false;  // allgatherv/allreduce routes: every node holds every row
   // Column-wise alltoall: every node holds every row's columns column_ranges[node]; a step
@@ -55,8 +57,9 @@ struct SparseTable {
   // and the requests of a step grouped for K requests per node (cached by K).
   std::optional<PartitionSearch> search;
   uint32_t requests_per_node(uint64_t step) const {
-    return search ? search->per_node_for(step) : map.partitions();
+    return search ? search->per_node_for(step) : kept_per_node ? kept_per_node : map.partitions();
   }
+  uint32_t kept_per_node = 0;  // moved onto ps: the search's earlier choice (or its start)
   std::shared_ptr<const RequestGroups> groups_for(uint32_t per_node) const {
     std::shared_ptr<const RequestGroups>& groups = request_groups[per_node];
     if (!groups) groups = std::make_shared<const RequestGroups>(map, per_node);
@@ -75,7 +78,7 @@ struct SparseTable {
   // Cluster: what the route model (route_model.h) measures, over the pull steps since its
   // last estimate: unique rows, and how many fell on each node under the ps map and under
   // alltoall's (route_estimate.cc). The route the last estimate chose, logged when it
-  // changes (the table keeps its route: moving between routes is not built).
+  // changes; a PX_ROUTE_AUTO table then moves to it (route_move.cc).
   struct RouteSample {
     uint64_t first_step = 0, pulls = 0;
     double unique_rows = 0;
@@ -84,6 +87,26 @@ struct SparseTable {
   RouteSample route_sample;
   std::optional<PartitionMap> ps_map, alltoall_map;
   std::string chosen_route;
+  // PX_ROUTE_AUTO (route_move.cc). Every estimate is agreed: the nodes all-gather their
+  // samples and decide alike; operations of steps from hold_from on (and, during a move,
+  // every operation) wait in held until the agreement and any move are done, then start in
+  // the order they came. A move drains the table's operations, takes every node's rows at
+  // the cut (push steps before hold_from applied everywhere) and lays the table out anew.
+  bool automatic = false;
+  uint32_t declared_partitions = 0;  // px_sparse_options.partitions (ps after a move)
+  uint32_t global_id = 0;
+  bool agreeing = false, moving = false, exporting = false;
+  // A move's every node's rows, kept while the table's operations still drain.
+  std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> moved_rows;
+  int64_t move_start_ns = 0;
+  uint64_t hold_from = UINT64_MAX;
+  uint64_t pushes_started = 0;  // push steps started here (the next one's number)
+  uint64_t estimates = 0, moves = 0;
+  uint64_t attempt = 0;  // a failed agreement or move: its late callbacks see a newer one
+  std::string move_to;
+  std::deque<std::function<void()>> held;
+  // A scripted sequence (--route-auto-sequence) goes on from here.
+  size_t script_at = 0;
 };
 
 struct SparseCounters {
@@ -107,6 +130,12 @@ class SparseRouter {
                                       const SparseOptions& options,
                                       std::function<std::string(int)> node_label);
 
+  // Pull steps between route estimates; the routes PX_ROUTE_AUTO tables move through instead
+  // of the estimates' choices (empty: the estimates'). Config: [routes].
+  void set_route_choice(uint64_t estimate_steps, std::vector<std::string> sequence) {
+    route_estimate_steps_ = estimate_steps;
+    route_sequence_ = std::move(sequence);
+  }
   // Checkpoints are restored from this directory when variables are registered.
   void set_restore_dir(std::string dir) { restore_dir_ = std::move(dir); }
   // Loads the variable's rows from the restore directory's checkpoint, if it has one.
@@ -128,8 +157,6 @@ class SparseRouter {
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);
-  // Pull steps between the route model's estimates (route_estimate.cc).
-  static constexpr uint64_t kRouteSampleSteps = 32;
   // The job's state here is freed (its transfers cancelled, its workers gone): breaks the
   // references the variable's table keeps to itself through unfinished work (runs waiting
   // to send, requests waiting at the owner), so it is freed with the job.
@@ -148,7 +175,28 @@ class SparseRouter {
   // Route model (route_estimate.cc): a pull's rows measured; an estimate every
   // kRouteSampleSteps pull steps, logged when the chosen route changes.
   void sample_route(SparseTable& table, const Run& run);
-  void estimate_route(SparseTable& table);
+  // The chosen route's name ("" when nothing was measured).
+  std::string estimate_route(SparseTable& table);
+  // PX_ROUTE_AUTO (route_move.cc): an operation that must wait (queued in held: true);
+  // the estimate agreed between the nodes; the move to its choice.
+  bool hold(SparseTable& table, uint64_t step, bool stepless, std::function<void()> later);
+  void agree_route(const std::shared_ptr<SparseTable>& table, uint64_t step);
+  void agreed(const std::shared_ptr<SparseTable>& table, const std::vector<double>& samples);
+  void start_move(const std::shared_ptr<SparseTable>& table, const std::string& to);
+  void move_when_drained(const std::shared_ptr<SparseTable>& table);
+  void exchange_rows(const std::shared_ptr<SparseTable>& table,
+                     std::shared_ptr<ShardFileData> mine);
+  void lay_out_moved(const std::shared_ptr<SparseTable>& table,
+                     std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images);
+  void end_hold(SparseTable& table);
+  // A run of a moving table finished: the move may go on (from the loop, not inside finish).
+  void post_move_check(std::shared_ptr<SparseTable> table) {
+    offload_.post()([this, table] { move_when_drained(table); });
+  }
+  // The table laid out for options' route: map, owner, slices, search; the values per row
+  // every node's shard holds (sparse_tables.cc).
+  std::vector<size_t> lay_out(SparseTable& table, const SparseOptions& options,
+                              std::string* why_partitions);
   void send(const std::shared_ptr<Run>& run);
   void sum_group(Run& run, int group);
   void request(const std::shared_ptr<Run>& run, int group);
@@ -165,6 +213,8 @@ class SparseRouter {
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 256 * 1024;
   std::string restore_dir_;
+  uint64_t route_estimate_steps_ = 32;
+  std::vector<std::string> route_sequence_;
 };
 
 }  // namespace px

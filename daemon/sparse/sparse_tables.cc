@@ -43,64 +43,87 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   const JobWorld& world = job.world();
   auto table = std::make_shared<SparseTable>();
   table->shape = shape;
-  table->options = options;
-  // alltoall: one slice per node (by rows: row % N; by columns: column_split.h).
-  bool alltoall = options.route == Route::kAlltoall;
-  uint32_t partitions = alltoall             ? static_cast<uint32_t>(world.node_count)
-                        : options.partitions ? options.partitions
-                                             : automatic_partitions(shape.rows, world.node_count);
-  table->map = PartitionMap(shape.rows, partitions, world.node_count);
-  std::string label = "variable '" + var.name + "' of job '" + job.name() + "'";
-  table->owner =
-      std::make_shared<ShardOwner>(label, table->map, world.node_index, shape.dim, options,
-                                   world.world_size, offload_.pool(), offload_.post());
-  table->owner->set_names(job.name(), var.name);
-  table->replicated = table->owner->replicated();
-  table->columns = table->owner->column_slice();
   table->node = world.node_index;
-  std::vector<size_t> widths(static_cast<size_t>(world.node_count), shape.dim);
-  if (table->columns) {
-    table->column_ranges = column_ranges(shape.dim, world.node_count);
-    for (size_t i = 0; i < widths.size(); ++i) widths[i] = table->column_ranges[i].width();
-  }
+  table->nodes = world.node_count;
+  table->world_size = world.world_size;
+  table->job_name = job.name();
+  table->var_name = var.name;
+  table->label = "variable '" + var.name + "' of job '" + job.name() + "'";
+  table->log_fields = job_fields(job.name(), var.name);
+  // PX_ROUTE_AUTO starts on ps (route_move.cc moves it).
+  SparseOptions on = options;
+  table->automatic = options.route == Route::kAuto;
+  table->declared_partitions = options.partitions;
+  if (table->automatic) on.route = Route::kPs;
+  std::string why_partitions;
+  std::vector<size_t> widths = lay_out(*table, on, &why_partitions);
   table->channel = std::make_shared<SparseChannel>(
       fabric_, world.node_index, world.node_count, widths, chunk_bytes_, table->owner,
       offload_.post(), std::move(node_label), options.wire, options.prefetch);
-  table->label = label;
-  table->log_fields = job_fields(job.name(), var.name);
-  std::string why_partitions = "as asked, one per request";
-  if (alltoall && table->columns) {
-    const ColumnRange& held = table->column_ranges[static_cast<size_t>(world.node_index)];
-    why_partitions = "alltoall by columns: every row's columns [" + std::to_string(held.begin) +
-                     ", " + std::to_string(held.end) + ") held here";
+  PX_LOG_INFO_AT(
+      table->log_fields,
+      "%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s%s",
+      table->label.c_str(), static_cast<unsigned long long>(shape.rows),
+      static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions.c_str(),
+      static_cast<unsigned long long>(table->owner->owned_rows()),
+      static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str(),
+      table->automatic && world.node_count > 1
+          ? "; starts on ps, moved to the route the estimates choose (route_move.cc)"
+          : "");
+  return table;
+}
+
+std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOptions& options,
+                                          std::string* why_partitions) {
+  const SparseShape& shape = table.shape;
+  int nodes = table.nodes, node = table.node;
+  table.options = options;
+  // alltoall: one slice per node (by rows: row % N; by columns: column_split.h).
+  bool alltoall = options.route == Route::kAlltoall;
+  uint32_t partitions = alltoall             ? static_cast<uint32_t>(nodes)
+                        : options.partitions ? options.partitions
+                                             : automatic_partitions(shape.rows, nodes);
+  table.map = PartitionMap(shape.rows, partitions, nodes);
+  table.owner = std::make_shared<ShardOwner>(table.label, table.map, node, shape.dim, options,
+                                             table.world_size, offload_.pool(), offload_.post());
+  table.owner->set_names(table.job_name, table.var_name);
+  table.replicated = table.owner->replicated();
+  table.columns = table.owner->column_slice();
+  table.column_ranges.clear();
+  table.search.reset();
+  table.request_groups.clear();
+  table.last_pull_plan.reset();
+  table.last_pull_groups.reset();
+  std::vector<size_t> widths(static_cast<size_t>(nodes), shape.dim);
+  if (table.columns) {
+    table.column_ranges = column_ranges(shape.dim, nodes);
+    for (size_t i = 0; i < widths.size(); ++i) widths[i] = table.column_ranges[i].width();
+  }
+  *why_partitions = "as asked, one per request";
+  if (alltoall && table.columns) {
+    const ColumnRange& held = table.column_ranges[static_cast<size_t>(node)];
+    *why_partitions = "alltoall by columns: every row's columns [" + std::to_string(held.begin) +
+                      ", " + std::to_string(held.end) + ") held here";
   } else if (alltoall) {
-    why_partitions = "alltoall by rows: one partition per node";
-  } else if (!options.partitions && !table->replicated) {
-    size_t fewest = table->map.partitions();
-    for (int n = 0; n < world.node_count; ++n)
-      fewest = std::min(fewest, table->map.partitions_of(n).size());
+    *why_partitions = "alltoall by rows: one partition per node";
+  } else if (!options.partitions && !table.replicated) {
+    size_t fewest = table.map.partitions();
+    for (int n = 0; n < nodes; ++n) fewest = std::min(fewest, table.map.partitions_of(n).size());
     std::vector<uint32_t> candidates;
     for (uint32_t k = 1; k <= fewest && k <= kAutomaticPartitionsPerNode; k *= 2)
       candidates.push_back(k);
     if (candidates.size() > 1) {
-      table->search.emplace(candidates, world.node_count);
-      why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
-                       std::to_string(table->search->search_steps()) +
-                       " (partition_search.h, README: Partitioning)";
+      table.search.emplace(candidates, nodes);
+      *why_partitions = "automatic; requests per node are chosen from timed push steps 0-" +
+                        std::to_string(table.search->search_steps()) +
+                        " (partition_search.h, README: Partitioning)";
     } else {
-      why_partitions = "automatic; too few rows for more than one per node, nothing to search";
+      *why_partitions = "automatic; too few rows for more than one per node, nothing to search";
     }
   } else if (!options.partitions) {
-    why_partitions = "automatic";
+    *why_partitions = "automatic";
   }
-  PX_LOG_INFO_AT(
-      job_fields(job.name(), var.name),
-      "%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s",
-      label.c_str(), static_cast<unsigned long long>(shape.rows),
-      static_cast<unsigned long long>(shape.dim), table->map.partitions(), why_partitions.c_str(),
-      static_cast<unsigned long long>(table->owner->owned_rows()),
-      static_cast<unsigned long long>(table->owner->store_bytes()), options.canonical().c_str());
-  return table;
+  return widths;
 }
 
 bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& var,
@@ -134,6 +157,10 @@ bool SparseRouter::restore(SparseTable& table, const Job& job, const Variable& v
 void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t push_steps,
                               const std::string& dir, StatusCallback done) {
   std::shared_ptr<SparseTable> table = var.sparse;
+  if (table->automatic && hold(*table, 0, true, [this, job, &var, push_steps, dir, done] {
+        checkpoint(job, var, push_steps, dir, done);
+      }))
+    return;
   if (fabric_ && !table->channel->started()) {
     var.awaiting_global_id.push_back([this, job, &var, push_steps, dir, done] {
       if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
@@ -182,6 +209,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
 }
 
 void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
+  var.sparse->global_id = global_id;
   var.sparse->owner->attach(fabric_, global_id, chunk_bytes_);
   var.sparse->channel->start(global_id);
 }

@@ -60,9 +60,9 @@ px_sparse_options training_options(Optimizer opt, bool mean) {
 }
 
 // --route: the choices in px_route order.
-const char* const kRouteFlag = "route?:hybrid|ps|allgatherv|allreduce|alltoall";
+const char* const kRouteFlag = "route?:hybrid|ps|allgatherv|allreduce|alltoall|auto";
 static_assert(PX_ROUTE_HYBRID == 0 && PX_ROUTE_PS == 1 && PX_ROUTE_ALLGATHERV == 2 &&
-              PX_ROUTE_ALLREDUCE == 3 && PX_ROUTE_ALLTOALL == 4);
+              PX_ROUTE_ALLREDUCE == 3 && PX_ROUTE_ALLTOALL == 4 && PX_ROUTE_AUTO == 5);
 // --split: how the alltoall route divides the table, in px_split order.
 const char* const kSplitFlag = "split?:rows|columns";
 static_assert(PX_SPLIT_ROWS == 0 && PX_SPLIT_COLUMNS == 1);
@@ -156,11 +156,12 @@ std::vector<int64_t> all_rows() {
 }
 
 // sparse-train --optimizer sgd|adagrad|adam --aggregation sum|mean --steps N
-// [--partitions N] [--route R] [--split rows|columns] [--bad-pushes]: STEPS synchronous steps of
-// pull -> gradient -> push; every pull checked against the reference, then the whole table.
-// --partitions 0 (or none) lets the daemon choose. --bad-pushes: the last rank pushes an
-// out-of-range index at step 2 and rank 0 a NaN at step 4; both pushes must fail and leave
-// no trace.
+// [--partitions N] [--route R] [--split rows|columns] [--bad-pushes] [--read-mid-step]: STEPS
+// synchronous steps of pull -> gradient -> push; every pull checked against the reference,
+// then the whole table. --partitions 0 (or none) lets the daemon choose. --bad-pushes: the
+// last rank pushes an out-of-range index at step 2 and rank 0 a NaN at step 4; both pushes
+// must fail and leave no trace. --read-mid-step: each rank reads its rows again between its
+// pull and its push. --every-row: each step pulls and pushes every row.
 int scenario_train(px_client* c, const Flags& f) {
   px_sparse_options o =
       training_options(static_cast<Optimizer>(f.choice("optimizer")), f.choice("aggregation") == 1);
@@ -169,6 +170,11 @@ int scenario_train(px_client* c, const Flags& f) {
   o.route = route_flag(f, o.route);
   o.alltoall_split = split_flag(f, o.alltoall_split);
   bool bad = f.on("bad-pushes");
+  bool read_mid_step = f.on("read-mid-step");
+  // --every-row: every rank pulls and pushes every row at every step.
+  auto step_rows = [every = f.on("every-row")](int rank, uint64_t k) {
+    return every ? all_rows() : lookups(rank, k);
+  };
   int world = world_size(c);
   px_var* var = nullptr;
   check(px_register_sparse(c, "emb", PX_F32, kRows, kDim, &o, &var), "px_register_sparse");
@@ -176,10 +182,17 @@ int scenario_train(px_client* c, const Flags& f) {
   auto bad_index_step = [&](int rank, uint64_t k) { return bad && k == 2 && rank == world - 1; };
   auto nan_step = [&](int rank, uint64_t k) { return bad && k == 4 && rank == 0; };
   auto daemon_step = [&](uint64_t k) {
-    std::vector<int64_t> idx = lookups(g_rank, k);
+    std::vector<int64_t> idx = step_rows(g_rank, k);
     std::vector<float> rows(idx.size() * kDim);
     pull_rows_ok(var, idx.data(), idx.size(), rows.data(), "pull");
     expect_rows(idx, rows, ref.w, "pull step " + std::to_string(k));
+    // Between its pull and its push a worker reads the rows again: the same values (no
+    // push of step k can be applied before this worker's).
+    if (read_mid_step) {
+      std::vector<float> again(idx.size() * kDim);
+      read_rows_ok(var, idx.data(), idx.size(), again.data(), "read mid-step");
+      expect_rows(idx, again, ref.w, "read in step " + std::to_string(k));
+    }
 
     std::vector<float> grads(idx.size() * kDim);
     for (size_t j = 0; j < idx.size(); ++j)
@@ -241,7 +254,7 @@ int scenario_train(px_client* c, const Flags& f) {
     std::vector<std::pair<int64_t, std::vector<double>>> contributions;
     for (int rank = 0; rank < world; ++rank) {
       if (bad_index_step(rank, k) || nan_step(rank, k)) continue;
-      std::vector<int64_t> ri = lookups(rank, k);
+      std::vector<int64_t> ri = step_rows(rank, k);
       for (size_t j = 0; j < ri.size(); ++j) {
         std::vector<double> g(kDim);
         for (uint64_t col = 0; col < kDim; ++col)
@@ -272,18 +285,22 @@ int scenario_train(px_client* c, const Flags& f) {
   uint64_t p = stats.request_partitions, n = uint64_t(w.node_count);
   bool alltoall = o.route == PX_ROUTE_ALLTOALL;
   bool searched = p == n || p == 2 * n || p == 4 * n || p == 8 * n;
-  bool wrong = replicated     ? p != 0
-               : alltoall     ? p != std::min<uint64_t>(n, kDim)
-               : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows)
-                              : !searched;
+  // auto: whichever route the table is on now (one per node holding columns on alltoall).
+  bool any_route = p == 0 || searched || p == std::min<uint64_t>(n, kDim);
+  bool wrong = o.route == PX_ROUTE_AUTO ? !any_route
+               : replicated             ? p != 0
+               : alltoall               ? p != std::min<uint64_t>(n, kDim)
+               : o.partitions           ? p != std::min<uint64_t>(o.partitions, kRows)
+                                        : !searched;
   if (wrong) die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
   // The step it resumed from is what the daemon says it restored (0: not restored).
   if (stats.restored_steps != start)
     die("restored_steps " + std::to_string(stats.restored_steps) + ", resumed at step " +
         std::to_string(start));
   uint64_t pushed = stats.push_steps;
-  bool searches = !replicated && !alltoall && !o.partitions;
-  if (stats.search_steps_left != (searches && pushed < 23 ? 23 - pushed : 0))
+  bool searches = !replicated && !alltoall && !o.partitions && o.route != PX_ROUTE_AUTO;
+  if (o.route != PX_ROUTE_AUTO &&
+      stats.search_steps_left != (searches && pushed < 23 ? 23 - pushed : 0))
     die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +
         std::to_string(pushed) + " push steps");
   printf("ok rank %d steps %llu table_hash=%016llx\n", g_rank, (unsigned long long)steps,
@@ -666,7 +683,7 @@ const std::vector<ScenarioSpec>& sparse_scenario_specs() {
       {"sparse-train",
        {"optimizer:sgd|adagrad|adam", "aggregation:sum|mean", "steps:n", "partitions?:n",
         kRouteFlag, kSplitFlag},
-       {"bad-pushes"},
+       {"bad-pushes", "read-mid-step", "every-row"},
        "training checked against a reference optimizer (--partitions 0: the daemon chooses)"},
       {"sparse-bounded",
        {"consistency:sync|bounded|async", "staleness:n", "steps:n", kRouteFlag, kSplitFlag},

@@ -56,6 +56,8 @@ enum class TagKind : uint64_t {
   kSparseReply = 6,
   kSparseCounts = 7,  // replicated sparse routes: rows per node before the allgatherv
   kAllgather = 8,     // dense px_allgather (its steps are numbered apart from allgatherv's)
+  kRouteAgree = 9,    // PX_ROUTE_AUTO: the nodes' route samples (step: the estimate)
+  kRouteMove = 10,    // PX_ROUTE_AUTO: a move's row counts, then rows (step: 2 x move + part)
 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {

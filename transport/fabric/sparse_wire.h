@@ -55,6 +55,10 @@ static_assert(sizeof(SparseReplyHeader) == 8);
 // ahead, the first part of the reply may leave out the pending rows' places (their count
 // in the header says how many; the requester spreads the rows it got over the others).
 constexpr uint8_t kCompactReply = 1;
+// The sender's layout of the table is odd-numbered: it counts the moves between routes
+// (PX_ROUTE_AUTO), so an owner tells a request for its next layout (from a node that moved
+// first) from one for the layout it holds.
+constexpr uint8_t kLayoutOdd = 2;
 
 // The owner posts a receive of this size for every node's next request.
 constexpr uint64_t kRequestMessageBytes = 64 * 1024;

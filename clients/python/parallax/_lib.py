@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.6), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.7), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -16,7 +16,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 6
+ABI_MINOR = 7
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -50,7 +50,7 @@ MEMORY_HOST, MEMORY_CUDA = range(2)
 OPT_SGD, OPT_ADAGRAD, OPT_ADAM = range(3)
 INIT_ZEROS, INIT_UNIFORM, INIT_NORMAL = range(3)
 SYNC, ASYNC, BOUNDED = range(3)
-ROUTE_HYBRID, ROUTE_PS, ROUTE_ALLGATHERV, ROUTE_ALLREDUCE, ROUTE_ALLTOALL = range(5)
+ROUTE_HYBRID, ROUTE_PS, ROUTE_ALLGATHERV, ROUTE_ALLREDUCE, ROUTE_ALLTOALL, ROUTE_AUTO = range(6)
 NONFINITE_REJECT, NONFINITE_SKIP = range(2)
 SPLIT_ROWS, SPLIT_COLUMNS = range(2)
 

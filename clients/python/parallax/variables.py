@@ -22,7 +22,7 @@ _INITIALIZERS = {"zeros": _lib.INIT_ZEROS, "uniform": _lib.INIT_UNIFORM,
 _CONSISTENCY = {"sync": _lib.SYNC, "async": _lib.ASYNC, "bounded": _lib.BOUNDED}
 _ROUTES = {"hybrid": _lib.ROUTE_HYBRID, "ps": _lib.ROUTE_PS,
            "allgatherv": _lib.ROUTE_ALLGATHERV, "allreduce": _lib.ROUTE_ALLREDUCE,
-           "alltoall": _lib.ROUTE_ALLTOALL}
+           "alltoall": _lib.ROUTE_ALLTOALL, "auto": _lib.ROUTE_AUTO}
 _NONFINITE = {"reject": _lib.NONFINITE_REJECT, "skip": _lib.NONFINITE_SKIP}
 _SPLITS = {"rows": _lib.SPLIT_ROWS, "columns": _lib.SPLIT_COLUMNS}
 _WIRE_DTYPES = {"f32": _lib.F32, "bf16": _lib.BF16, "f16": _lib.F16}
@@ -187,7 +187,7 @@ class SparseVariable(_Variable):
     beta1, beta2, epsilon, initial_accumulator; initializer ("zeros", "uniform",
     "normal"), seed, init_low, init_high, init_std; aggregation ("sum" or "mean");
     consistency ("sync", "async", "bounded"), staleness; partitions (0: automatic);
-    route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall"); alltoall_split ("rows",
+    route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall", "auto"); alltoall_split ("rows",
     "columns": how the alltoall route divides the table); nonfinite ("reject", "skip");
     wire_dtype ("f32", or lossy "bf16"/"f16": pulled rows and pushed gradients between
     nodes in 16 bits); prefetch (True: the next pull step may be issued before this push

@@ -62,6 +62,9 @@ pub enum Route {
     /// A per-step exchange with every node, each holding a slice of the table
     /// (`SparseOptions::alltoall_split`).
     Alltoall,
+    /// (1.7) Starts on ps; on a cluster the daemons move the table to the route that
+    /// moves the fewest bytes for the pulls they measure.
+    Auto,
 }
 
 /// `px_split`: how `Route::Alltoall` divides the table between the nodes.
@@ -189,6 +192,7 @@ impl SparseOptions {
             Route::Allgatherv => sys::PX_ROUTE_ALLGATHERV,
             Route::Allreduce => sys::PX_ROUTE_ALLREDUCE,
             Route::Alltoall => sys::PX_ROUTE_ALLTOALL,
+            Route::Auto => sys::PX_ROUTE_AUTO,
         };
         self
     }

@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.6), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.7), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 6;
+pub const PX_ABI_VERSION_MINOR: u32 = 7;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -80,6 +80,7 @@ pub const PX_ROUTE_PS: px_route = 1;
 pub const PX_ROUTE_ALLGATHERV: px_route = 2;
 pub const PX_ROUTE_ALLREDUCE: px_route = 3;
 pub const PX_ROUTE_ALLTOALL: px_route = 4;
+pub const PX_ROUTE_AUTO: px_route = 5;
 pub const PX_ROUTE_FORCE_32BIT: px_route = 0x7fffffff;
 
 pub type px_nonfinite = i32;

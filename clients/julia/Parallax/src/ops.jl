@@ -308,7 +308,7 @@ const INITIALIZERS = Dict(:zeros => PX_INIT_ZEROS, :uniform => PX_INIT_UNIFORM,
 const CONSISTENCIES = Dict(:sync => PX_SYNC, :async => PX_ASYNC, :bounded => PX_BOUNDED)
 const ROUTES = Dict(:hybrid => PX_ROUTE_HYBRID, :ps => PX_ROUTE_PS,
                     :allgatherv => PX_ROUTE_ALLGATHERV, :allreduce => PX_ROUTE_ALLREDUCE,
-                    :alltoall => PX_ROUTE_ALLTOALL)
+                    :alltoall => PX_ROUTE_ALLTOALL, :auto => PX_ROUTE_AUTO)
 const NONFINITE = Dict(:reject => PX_NONFINITE_REJECT, :skip => PX_NONFINITE_SKIP)
 const SPLITS = Dict(:rows => PX_SPLIT_ROWS, :columns => PX_SPLIT_COLUMNS)
 const WIRE_DTYPES = Dict(:f32 => PX_F32, :bf16 => PX_BF16, :f16 => PX_F16)

@@ -1,0 +1,319 @@
+// PX_ROUTE_AUTO: a sparse table that moves between routes as its estimates choose
+// (route_estimate.cc, route_model.h), without changing a result.
+//
+// Every estimate is agreed: when a node has sent the pull step that completes an estimate's
+// sample (step s), it all-gathers its sample with the other nodes', and every node estimates
+// from the same sum, so all choose alike. Operations of steps after s wait until then (a
+// synchronous job's next pull waits for a few hundred bytes from every node, once every
+// --route-estimate-steps pull steps). When the choice is another route, the move happens at
+// the cut between push step s and pull step s + 1:
+//   1. the table's operations drain (push step s still goes on the old route);
+//   2. each node exports its rows, values and optimizer state once every node's push steps
+//      through s are applied here (a checkpoint in memory);
+//   3. the nodes all-gather the exports (a replicated table skips this: every node has
+//      every row), lay the table out for the new route, and each takes what it now holds
+//      from them; every row must be covered;
+//   4. the channel switches layouts: requests from nodes that moved first (marked with the
+//      layout's parity, sparse_wire.h) waited for this, and the held operations start.
+// Every node receives the whole table's exports, (N-1)/N of it, where a targeted exchange
+// would need 1/N (README: Limits).
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+
+#include "daemon/sparse/sparse_router.h"
+#include "daemon/sparse/sparse_run.h"
+#include "sharding/route_model.h"
+#include "transport/collectives/ring_allgatherv.h"
+#include "transport/ipc/control_channel.h"  // monotonic_ns
+
+namespace px {
+namespace {
+
+// An export as bytes: dim, column_slice, column_begin, slots, rows; the rows' numbers;
+// their values; their optimizer state.
+constexpr size_t kImageHeaderWords = 5;
+
+std::vector<char> image_bytes(const ShardFileData& d) {
+  uint64_t header[kImageHeaderWords] = {d.dim, d.column_slice ? 1u : 0u, d.column_begin, d.slots,
+                                        d.rows.size()};
+  size_t rows = d.rows.size() * sizeof(int64_t), values = d.values.size() * sizeof(float),
+         state = d.state.size() * sizeof(float);
+  std::vector<char> out(sizeof header + rows + values + state);
+  char* at = out.data();
+  std::memcpy(at, header, sizeof header);
+  at += sizeof header;
+  if (rows) std::memcpy(at, d.rows.data(), rows);
+  at += rows;
+  if (values) std::memcpy(at, d.values.data(), values);
+  at += values;
+  if (state) std::memcpy(at, d.state.data(), state);
+  return out;
+}
+
+bool parse_image(const char* at, size_t bytes, ShardFileData* d) {
+  uint64_t header[kImageHeaderWords];
+  if (bytes < sizeof header) return false;
+  std::memcpy(header, at, sizeof header);
+  d->dim = header[0];
+  d->column_slice = header[1] != 0;
+  d->column_begin = header[2];
+  d->slots = static_cast<uint32_t>(header[3]);
+  uint64_t n = header[4];
+  size_t values = n * d->dim, state = values * d->slots;
+  if (bytes != sizeof header + n * sizeof(int64_t) + (values + state) * sizeof(float)) return false;
+  at += sizeof header;
+  d->rows.resize(n);
+  d->values.resize(values);
+  d->state.resize(state);
+  if (n) std::memcpy(d->rows.data(), at, n * sizeof(int64_t));
+  at += n * sizeof(int64_t);
+  if (values) std::memcpy(d->values.data(), at, values * sizeof(float));
+  at += values * sizeof(float);
+  if (state) std::memcpy(d->state.data(), at, state * sizeof(float));
+  return true;
+}
+
+// The options of the route named as route_model.h names them.
+SparseOptions options_for(const SparseTable& table, const std::string& route) {
+  SparseOptions o = table.options;
+  o.alltoall_split = Split::kRows;
+  o.partitions = table.declared_partitions;
+  if (route == "ps") {
+    o.route = Route::kPs;
+  } else if (route == "alltoall-rows" || route == "alltoall-columns") {
+    o.route = Route::kAlltoall;
+    o.partitions = 0;  // one slice per node
+    if (route == "alltoall-columns") o.alltoall_split = Split::kColumns;
+  } else {
+    o.route = route == "allgatherv" ? Route::kAllgatherv : Route::kAllreduce;
+  }
+  return o;
+}
+
+}  // namespace
+
+bool SparseRouter::hold(SparseTable& table, uint64_t step, bool stepless,
+                        std::function<void()> later) {
+  if (!table.agreeing && !table.moving) return false;
+  // Operations of earlier steps (push step s) go on: the cut waits for them. So do loads,
+  // reads and checkpoints started before push step s: they reach every owner before it, so
+  // before any export (and a worker may wait for one before it pushes). Later ones wait.
+  if (stepless ? table.pushes_started < table.hold_from : step < table.hold_from) return false;
+  table.held.push_back(std::move(later));
+  return true;
+}
+
+void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table, uint64_t step) {
+  SparseTable& t = *table;
+  const SparseTable::RouteSample& s = t.route_sample;
+  size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
+  auto all = std::make_shared<std::vector<double>>(nodes * words, 0.0);
+  double* mine = all->data() + static_cast<size_t>(t.node) * words;
+  mine[0] = static_cast<double>(s.pulls);
+  mine[1] = s.unique_rows;
+  std::copy(s.ps_rows.begin(), s.ps_rows.end(), mine + 2);
+  std::copy(s.alltoall_rows.begin(), s.alltoall_rows.end(), mine + 2 + nodes);
+  t.agreeing = true;
+  t.hold_from = step + 1;
+  uint64_t attempt = ++t.attempt;
+  AllgathervSpec spec;
+  spec.buffer = all->data();
+  spec.block_bytes.assign(nodes, words * sizeof(double));
+  spec.tag_base = make_tag(TagKind::kRouteAgree, t.global_id, t.estimates++);
+  spec.chunk_bytes = chunk_bytes_;
+  start_ring_allgatherv(
+      *fabric_, spec, [this, table, all, attempt](bool ok, const std::string& error) {
+        offload_.post()([this, table, all, attempt, ok, error] {
+          if (table->attempt != attempt) return;  // given up (a broken job) or released
+          if (!ok) {
+            PX_LOG_ERROR_AT(table->log_fields, "%s: agreeing on the route estimate failed: %s",
+                            table->label.c_str(), error.c_str());
+            table->route_sample.pulls = 0;
+            return end_hold(*table);
+          }
+          agreed(table, *all);
+        });
+      });
+}
+
+// Every node's sample summed in node order (the same sums everywhere), as the mean node's.
+void SparseRouter::agreed(const std::shared_ptr<SparseTable>& table,
+                          const std::vector<double>& samples) {
+  SparseTable& t = *table;
+  SparseTable::RouteSample& s = t.route_sample;
+  size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
+  double n = static_cast<double>(nodes);
+  s.unique_rows = 0;
+  s.ps_rows.assign(nodes, 0);
+  s.alltoall_rows.assign(nodes, 0);
+  for (size_t i = 0; i < nodes; ++i) {
+    const double* theirs = samples.data() + i * words;
+    s.unique_rows += theirs[1] / n;
+    for (size_t j = 0; j < nodes; ++j) {
+      s.ps_rows[j] += theirs[2 + j] / n;
+      s.alltoall_rows[j] += theirs[2 + nodes + j] / n;
+    }
+  }
+  std::string to = estimate_route(t);
+  t.agreeing = false;
+  if (to.empty() || to == route_model_name(t.options)) return end_hold(t);
+  start_move(table, to);
+}
+
+void SparseRouter::start_move(const std::shared_ptr<SparseTable>& table, const std::string& to) {
+  SparseTable& t = *table;
+  t.moving = true;
+  t.move_to = to;
+  t.move_start_ns = monotonic_ns();
+  SparseOptions next = options_for(t, to);
+  std::vector<size_t> widths(static_cast<size_t>(t.nodes), t.shape.dim);
+  if (next.column_split()) {
+    std::vector<ColumnRange> ranges = column_ranges(t.shape.dim, t.nodes);
+    for (size_t i = 0; i < widths.size(); ++i) widths[i] = ranges[i].width();
+  }
+  t.channel->expect_layout(std::move(widths));
+  move_when_drained(table);
+}
+
+// Steps 1-2, then 3 once the table's last operations are done.
+void SparseRouter::move_when_drained(const std::shared_ptr<SparseTable>& table) {
+  SparseTable& t = *table;
+  if (!t.moving || !t.in_flight.empty() || !t.send_order.empty()) return;
+  if (t.moved_rows) return lay_out_moved(table, std::move(t.moved_rows));
+  if (t.exporting) return;
+  t.exporting = true;
+  uint64_t attempt = t.attempt;
+  t.owner->export_at(t.hold_from, [this, table, attempt](std::shared_ptr<ShardFileData> mine) {
+    if (table->attempt != attempt) return;
+    exchange_rows(table, std::move(mine));
+  });
+}
+
+void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
+                                 std::shared_ptr<ShardFileData> mine) {
+  SparseTable& t = *table;
+  auto images = std::make_shared<std::vector<std::shared_ptr<ShardFileData>>>();
+  if (t.replicated) {  // this node's replica holds every row
+    images->push_back(std::move(mine));
+    t.moved_rows = images;
+    return move_when_drained(table);
+  }
+  size_t nodes = static_cast<size_t>(t.nodes), node = static_cast<size_t>(t.node);
+  auto bytes = std::make_shared<std::vector<char>>(image_bytes(*mine));
+  mine.reset();
+  auto sizes = std::make_shared<std::vector<uint64_t>>(nodes, 0);
+  (*sizes)[node] = bytes->size();
+  AllgathervSpec spec;
+  spec.buffer = sizes->data();
+  spec.block_bytes.assign(nodes, sizeof(uint64_t));
+  spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 2 * t.moves);
+  spec.chunk_bytes = chunk_bytes_;
+  uint64_t attempt = t.attempt;
+  auto failed = [table](const std::string& what, const std::string& error) {
+    // A node is gone (the job breaks, its operations fail) or a bug: the table cannot move.
+    PX_LOG_ERROR_AT(table->log_fields, "%s: moving the table to %s: %s failed: %s",
+                    table->label.c_str(), table->move_to.c_str(), what.c_str(), error.c_str());
+  };
+  start_ring_allgatherv(*fabric_, spec, [=, this](bool ok, const std::string& error) {
+    offload_.post()([=, this] {
+      if (table->attempt != attempt) return;
+      if (!ok) return failed("exchanging row counts", error);
+      auto all = std::make_shared<std::vector<char>>();
+      std::vector<uint64_t> offset(nodes + 1, 0);
+      for (size_t i = 0; i < nodes; ++i) offset[i + 1] = offset[i] + (*sizes)[i];
+      all->resize(offset[nodes]);
+      std::memcpy(all->data() + offset[node], bytes->data(), bytes->size());
+      bytes->clear();
+      bytes->shrink_to_fit();
+      AllgathervSpec rows;
+      rows.buffer = all->data();
+      rows.block_bytes = *sizes;
+      rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 2 * table->moves + 1);
+      rows.chunk_bytes = chunk_bytes_;
+      start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
+        offload_.post()([=, this] {
+          if (table->attempt != attempt) return;
+          if (!ok2) return failed("exchanging rows", error2);
+          offload_.run(
+              true,
+              [=] {
+                for (size_t i = 0; i < nodes; ++i) {
+                  auto image = std::make_shared<ShardFileData>();
+                  if (!parse_image(all->data() + offset[i], (*sizes)[i], image.get())) {
+                    images->clear();
+                    return;
+                  }
+                  images->push_back(std::move(image));
+                }
+              },
+              [=, this] {
+                if (table->attempt != attempt) return;
+                if (images->size() != nodes)
+                  return failed("reading the nodes' rows", "a malformed export");
+                table->moved_rows = images;
+                move_when_drained(table);
+              });
+        });
+      });
+    });
+  });
+}
+
+// Step 3-4: the new layout takes its rows from every node's export.
+void SparseRouter::lay_out_moved(
+    const std::shared_ptr<SparseTable>& table,
+    std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images) {
+  SparseTable& t = *table;
+  std::string from = route_model_name(t.options);
+  uint64_t applies = t.owner->applies();
+  uint32_t kept = t.search && t.search->decided() ? t.search->chosen() : t.kept_per_node;
+  std::string why;
+  lay_out(t, options_for(t, t.move_to), &why);
+  if (t.options.route == Route::kPs) {
+    t.search.reset();  // its trials are numbered from step 0: the earlier choice stays
+    t.kept_per_node = kept ? kept : PartitionSearch::kInitialPerNode;
+  }
+  std::shared_ptr<ShardOwner> owner = t.owner;
+  auto taken = std::make_shared<uint64_t>(0);
+  uint64_t attempt = t.attempt;
+  offload_.run(
+      true,
+      [owner, images, taken] {
+        for (const auto& image : *images) *taken += owner->import_rows(*image);
+      },
+      [this, table, owner, images, taken, applies, from, why, attempt] {
+        SparseTable& t = *table;
+        if (t.attempt != attempt) return;
+        if (*taken != owner->held_values()) {
+          PX_LOG_ERROR_AT(t.log_fields,
+                          "%s: moving the table to %s: the nodes' rows held %" PRIu64
+                          " of the %" PRIu64 " values this node holds (a bug)",
+                          t.label.c_str(), t.move_to.c_str(), *taken, owner->held_values());
+          return;  // its operations stay held: they would read rows that are not there
+        }
+        owner->continue_from(t.hold_from, applies);
+        if (fabric_) owner->attach(fabric_, t.global_id, chunk_bytes_);
+        t.channel->switch_layout(owner);
+        ++t.moves;
+        double ms = static_cast<double>(monotonic_ns() - t.move_start_ns) / 1e6;
+        PX_LOG_INFO_AT(t.log_fields,
+                       "%s: moved from %s to %s before pull step %" PRIu64 " (move %" PRIu64
+                       ", %.1f ms): %u partitions (%s), %llu rows held here",
+                       t.label.c_str(), from.c_str(), t.move_to.c_str(), t.hold_from, t.moves, ms,
+                       t.map.partitions(), why.c_str(),
+                       static_cast<unsigned long long>(owner->owned_rows()));
+        end_hold(t);
+      });
+}
+
+void SparseRouter::end_hold(SparseTable& table) {
+  table.agreeing = table.moving = table.exporting = false;
+  table.hold_from = UINT64_MAX;
+  table.moved_rows.reset();
+  std::deque<std::function<void()>> held = std::move(table.held);
+  table.held.clear();
+  for (auto& later : held) later();
+}
+
+}  // namespace px
