@@ -119,6 +119,7 @@ px_route parse_route(const std::string& r) {
   if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
   if (r == "allreduce") return PX_ROUTE_ALLREDUCE;
   if (r == "hybrid") return PX_ROUTE_HYBRID;
+  if (r == "auto") return PX_ROUTE_AUTO;
   die("unknown route " + r);
 }
 

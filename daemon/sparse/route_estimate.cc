@@ -96,7 +96,7 @@ std::string SparseRouter::estimate_route(SparseTable& table) {
                     estimates.end());
   std::string scripted;
   if (table.automatic && !route_sequence_.empty())
-    scripted = route_sequence_[std::min(table.script_at++, route_sequence_.size() - 1)];
+    scripted = route_sequence_[table.script_at++ % route_sequence_.size()];
   const RouteEstimate& chosen = choose(estimates, in_use);
   std::string to = scripted.empty() ? chosen.route : scripted;
   if (to == table.chosen_route && (!table.automatic || to == in_use)) return to;

@@ -30,7 +30,7 @@ const char* const kEveryRoute = "alltoall-columns,allreduce,alltoall-rows,allgat
 
 TEST_CASE("sparse auto: a table moved through every route mid-training gives the reference") {
   // An estimate every 4 pull steps, each choosing the next route of the sequence: the table
-  // moves 5 times within the 40 steps, Adam's state and step count with it.
+  // moves 9 times within the 40 steps, Adam's state and step count with it.
   for (int nodes : {2, 3}) {
     CAPTURE(nodes);
     ClusterProcesses cluster("sa-seq" + std::to_string(nodes), nodes,
@@ -86,8 +86,8 @@ TEST_CASE("sparse auto: every row touched each step moves the table to allreduce
 
 TEST_CASE("sparse auto: reads between pull and push, checkpoints and restores across moves") {
   // Reads mid-step at every step, moves every 3 pull steps (so some reads come while a move
-  // waits for the push they precede); a checkpoint after the moves (the table on ps by
-  // then, rows moved through every layout), restored onto 3 nodes and onto 1, where the
+  // waits for the push they precede); a checkpoint after six moves (the table by columns
+  // again, its rows moved through every layout), restored onto 3 nodes and onto 1, where the
   // resumed training matches the uninterrupted reference.
   ScratchDir scratch("auto-ckpt");
   const std::string& dir = scratch.path();
@@ -125,4 +125,25 @@ TEST_CASE("sparse auto: loads and checkpoints wait for a move under way") {
   ClusterProcesses cluster("sa-load", 2,
                            {"--route-estimate-steps", "1", "--route-auto-sequence", kEveryRoute});
   CHECK(all_ok(run_cluster_workers(cluster, "auto-load", 2, {"sparse-load", "--route", "auto"})));
+}
+
+TEST_CASE("sparse auto: a daemon killed while the table moves every step fails the others' steps") {
+  // Every pull step is an estimate and a move (the sequence cycles), so the kill lands on an
+  // agreement or a move: the survivors' operations held by it must fail with PX_ERR_PEER_LOST
+  // naming the lost node, within their deadline, and a checkpoint after it too.
+  ClusterProcesses cluster("sa-kill", 3,
+                           {"--route-estimate-steps", "1", "--route-auto-sequence", kEveryRoute});
+  KilledNodeRun run = run_cluster_workers_killing_node(
+      cluster, "steady", 1, {"until-lost", "--sparse", "--auto-route"}, 1);
+  CHECK(run.ready_nodes == 3);
+  REQUIRE(run.results.size() == 3);
+  for (int node : {0, 2}) {
+    const WorkerResult& r = run.results[static_cast<size_t>(node)];
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+    CHECK_MESSAGE(contains(r.output, "node 1"), r.output);
+    CHECK_MESSAGE(contains(r.output, "CHECKPOINT failed"), r.output);
+  }
+  CHECK(cluster.node(0).alive());
+  CHECK(cluster.node(2).alive());
+  CHECK(contains(cluster.node(0).log(), "variable 'steady' of job 'steady': moved from "));
 }

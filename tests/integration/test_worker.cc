@@ -371,14 +371,17 @@ int scenario_world(px_client* c) {
 // With PX_TEST_KILL_RANK=r and PX_TEST_KILL_STEP=s, the worker of global rank r kills
 // itself (SIGKILL, no goodbye) at step s instead: the others must then fail. With
 // PX_TEST_VANISH_NODE=k (netns clusters), node k's link goes down at step s instead.
-int scenario_until_lost(px_client* c, bool sparse) {
+int scenario_until_lost(px_client* c, bool sparse, bool auto_route) {
   int kill_rank = getenv("PX_TEST_KILL_RANK") ? atoi(getenv("PX_TEST_KILL_RANK")) : -1;
   int kill_step = getenv("PX_TEST_KILL_STEP") ? atoi(getenv("PX_TEST_KILL_STEP")) : -1;
   int vanish_node = getenv("PX_TEST_VANISH_NODE") ? atoi(getenv("PX_TEST_VANISH_NODE")) : -1;
   px_world_info world = world_of(c);
   px_var* var = nullptr;
   if (sparse) {
-    check(px_register_sparse(c, "steady", PX_F32, 100000, 16, nullptr, &var), "px_register_sparse");
+    px_sparse_options o;
+    px_sparse_options_init(&o);
+    if (auto_route) o.route = PX_ROUTE_AUTO;
+    check(px_register_sparse(c, "steady", PX_F32, 100000, 16, &o, &var), "px_register_sparse");
   } else {
     check(px_register_dense(c, "steady", PX_F32, 1 << 18, PX_SUM, &var), "px_register_dense");
   }
@@ -524,7 +527,10 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"sweep", {"counts:n,n"}, {}, "every dtype x op x memory mode at each count"},
     {"shuffle", {"vars:n", "steps:n"}, {}, "vars x steps allreduces in a random order per rank"},
     {"barriers", {"count:n"}, {}, "barriers in a row"},
-    {"until-lost", {}, {"sparse"}, "steps until a node is lost (PX_TEST_KILL_*, _VANISH_NODE)"},
+    {"until-lost",
+     {},
+     {"sparse", "auto-route"},
+     "steps until a node is lost (PX_TEST_KILL_*, _VANISH_NODE; --auto-route: PX_ROUTE_AUTO)"},
     {"crash", {}, {}, "rank 1 kills itself mid-step; rank 0 sees PX_ERR_PEER_LOST"},
     {"mismatch", {}, {}, "one variable registered with two dtypes"},
     {"timeout", {}, {}, "a wait past its deadline, then normal steps"},
@@ -615,7 +621,7 @@ int main(int argc, char** argv) {
   else if (scenario == "world")
     rc = scenario_world(c);
   else if (scenario == "until-lost")
-    rc = scenario_until_lost(c, flags.on("sparse"));
+    rc = scenario_until_lost(c, flags.on("sparse"), flags.on("auto-route"));
   else if (scenario == "steady")
     rc = scenario_steady(c, flags.str("dir"));
   else if (scenario == "cluster-mismatch")

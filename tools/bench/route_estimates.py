@@ -3,6 +3,12 @@
 
     route_estimates.py [--nodes 2] [--workers-per-node 2] [--link-gbit 1] [--steps 15]
                        [--shapes NAME:ROWS:DIM:LOOKUPS:ZIPF,...] [--routes ps,alltoall-rows,...]
+                       [--estimate-steps 32]
+
+A route may also be `auto` (PX_ROUTE_AUTO: the table starts on ps and moves where the agreed
+estimates point) or `auto>ROUTE` (PX_ROUTE_AUTO pinned to move to ROUTE at its first
+estimate, --route-auto-sequence): their entries add the moves the daemons logged (from, to,
+the pull step, milliseconds). --estimate-steps: the daemons' --route-estimate-steps.
 
 For each shape, every route runs `px-bench sparse-worker` on a fresh px-cluster (netns
 nodes, rate-limited links; the daemons log at info into a scratch folder). Per route: the
@@ -29,17 +35,27 @@ DEFAULT_SHAPES = ("lm1b:800000:128:8192:1.0,zipf1.2:800000:128:8192:1.2,"
                   "dense:16384:128:8192:0.8")
 DEFAULT_ROUTES = "ps,alltoall-rows,alltoall-columns,allgatherv,allreduce"
 ESTIMATE = re.compile(r"route estimate over pull steps (\d+)-(\d+): .*?; chosen: ([a-z-]+)")
+MOVED = re.compile(r"moved from ([a-z-]+) to ([a-z-]+) before pull step (\d+) "
+                   r"\(move (\d+), ([\d.]+) ms\)")
 
 
 def run_route(args, build: str, route: str, shape: list[str], logs: str) -> dict:
     rows, dim, lookups, zipf = shape
+    daemon_args = ["--log-level", "info", "--route-estimate-steps", str(args.estimate_steps)]
+    worker_route = route
+    if route.startswith("auto>"):
+        daemon_args += ["--route-auto-sequence", route[len("auto>"):]]
+        worker_route = "auto"
     command = [
         os.path.join(ROOT, "tools", "px-cluster"), "--nodes", str(args.nodes),
         "--workers-per-node", str(args.workers_per_node), "--mode", "netns", "--link-gbit",
         str(args.link_gbit), "--timeout", "3000", "--logs", logs, "--daemon",
-        os.path.join(build, "daemon", "parallaxd"), "--daemon-arg", "--log-level",
-        "--daemon-arg", "info", "--",
-        os.path.join(build, "tools", "px-bench"), "sparse-worker", route, rows, dim, lookups,
+        os.path.join(build, "daemon", "parallaxd")]
+    for arg in daemon_args:
+        command += ["--daemon-arg", arg]
+    command += [
+        "--", os.path.join(build, "tools", "px-bench"), "sparse-worker", worker_route, rows, dim,
+        lookups,
         "4096", str(args.steps), "0", zipf
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -48,9 +64,13 @@ def run_route(args, build: str, route: str, shape: list[str], logs: str) -> dict
         sys.stderr.write(out.stderr[-4000:])
         raise SystemExit(f"route {route} failed (exit {out.returncode})")
     estimates = []
+    moves = []
     for i in range(args.nodes):
         with open(os.path.join(logs, f"node{i}.log"), encoding="utf-8") as f:
-            found = ESTIMATE.findall(f.read())
+            log = f.read()
+        found = ESTIMATE.findall(log)
+        moves.append([{"from": m[0], "to": m[1], "before_pull_step": int(m[2]),
+                       "ms": float(m[4])} for m in MOVED.findall(log)])
         last = found[-1] if found else None
         estimates.append(None if last is None else {
             "steps": f"{last[0]}-{last[1]}", "chosen": last[2]})
@@ -60,6 +80,7 @@ def run_route(args, build: str, route: str, shape: list[str], logs: str) -> dict
         "sparse_step_max_s": nodes[0]["sparse_step_max_s"],
         "rows_unique": [n["rows_unique"] for n in nodes],
         "estimates": estimates,
+        "moves": moves,
     }
 
 
@@ -72,9 +93,11 @@ def main() -> None:
     p.add_argument("--shapes", default=DEFAULT_SHAPES)
     p.add_argument("--routes", default=DEFAULT_ROUTES)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--estimate-steps", type=int, default=32)
     args = p.parse_args()
     result = {"nodes": args.nodes, "workers_per_node": args.workers_per_node,
-              "link_gbit": args.link_gbit, "steps": args.steps, "shapes": {}}
+              "link_gbit": args.link_gbit, "steps": args.steps,
+              "estimate_steps": args.estimate_steps, "shapes": {}}
     for spec in args.shapes.split(","):
         name, *shape = spec.split(":")
         routes = {}
