@@ -193,8 +193,10 @@ void SparseRouter::move_when_drained(const std::shared_ptr<SparseTable>& table) 
 void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
                                  std::shared_ptr<ShardFileData> mine) {
   SparseTable& t = *table;
+  t.move_exported_ns = monotonic_ns();
   auto images = std::make_shared<std::vector<std::shared_ptr<ShardFileData>>>();
   if (t.replicated) {  // this node's replica holds every row
+    t.move_gathered_ns = t.move_exported_ns;
     images->push_back(std::move(mine));
     t.moved_rows = images;
     return move_when_drained(table);
@@ -252,6 +254,7 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
                 if (images->size() != nodes)
                   return failed("reading the nodes' rows", "a malformed export");
                 table->moved_rows = images;
+                table->move_gathered_ns = monotonic_ns();
                 move_when_drained(table);
               });
         });
@@ -296,11 +299,19 @@ void SparseRouter::lay_out_moved(
         if (fabric_) owner->attach(fabric_, t.global_id, chunk_bytes_);
         t.channel->switch_layout(owner);
         ++t.moves;
-        double ms = static_cast<double>(monotonic_ns() - t.move_start_ns) / 1e6;
+        auto ms = [](int64_t from_ns, int64_t to_ns) {
+          return static_cast<double>(to_ns - from_ns) / 1e6;
+        };
+        int64_t now = monotonic_ns();
+        // Drained and exported (waiting for every node's last push step included), the
+        // exports exchanged, the new layout built and filled.
         PX_LOG_INFO_AT(t.log_fields,
                        "%s: moved from %s to %s before pull step %" PRIu64 " (move %" PRIu64
-                       ", %.1f ms): %u partitions (%s), %llu rows held here",
-                       t.label.c_str(), from.c_str(), t.move_to.c_str(), t.hold_from, t.moves, ms,
+                       ", %.1f ms: export %.1f, exchange %.1f, lay-out %.1f):"
+                       " %u partitions (%s), %llu rows held here",
+                       t.label.c_str(), from.c_str(), t.move_to.c_str(), t.hold_from, t.moves,
+                       ms(t.move_start_ns, now), ms(t.move_start_ns, t.move_exported_ns),
+                       ms(t.move_exported_ns, t.move_gathered_ns), ms(t.move_gathered_ns, now),
                        t.map.partitions(), why.c_str(),
                        static_cast<unsigned long long>(owner->owned_rows()));
         end_hold(t);

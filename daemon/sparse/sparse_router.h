@@ -98,7 +98,7 @@ struct SparseTable {
   bool agreeing = false, moving = false, exporting = false;
   // A move's every node's rows, kept while the table's operations still drain.
   std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> moved_rows;
-  int64_t move_start_ns = 0;
+  int64_t move_start_ns = 0, move_exported_ns = 0, move_gathered_ns = 0;  // for its log line
   uint64_t hold_from = UINT64_MAX;
   uint64_t pushes_started = 0;  // push steps started here (the next one's number)
   uint64_t estimates = 0, moves = 0;

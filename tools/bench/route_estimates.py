@@ -36,7 +36,8 @@ DEFAULT_SHAPES = ("lm1b:800000:128:8192:1.0,zipf1.2:800000:128:8192:1.2,"
 DEFAULT_ROUTES = "ps,alltoall-rows,alltoall-columns,allgatherv,allreduce"
 ESTIMATE = re.compile(r"route estimate over pull steps (\d+)-(\d+): .*?; chosen: ([a-z-]+)")
 MOVED = re.compile(r"moved from ([a-z-]+) to ([a-z-]+) before pull step (\d+) "
-                   r"\(move (\d+), ([\d.]+) ms\)")
+                   r"\(move (\d+), ([\d.]+) ms: export ([\d.]+), exchange ([\d.]+), "
+                   r"lay-out ([\d.]+)\)")
 
 
 def run_route(args, build: str, route: str, shape: list[str], logs: str) -> dict:
@@ -70,7 +71,9 @@ def run_route(args, build: str, route: str, shape: list[str], logs: str) -> dict
             log = f.read()
         found = ESTIMATE.findall(log)
         moves.append([{"from": m[0], "to": m[1], "before_pull_step": int(m[2]),
-                       "ms": float(m[4])} for m in MOVED.findall(log)])
+                       "ms": float(m[4]), "export_ms": float(m[5]),
+                       "exchange_ms": float(m[6]), "lay_out_ms": float(m[7])}
+                      for m in MOVED.findall(log)])
         last = found[-1] if found else None
         estimates.append(None if last is None else {
             "steps": f"{last[0]}-{last[1]}", "chosen": last[2]})

@@ -102,7 +102,8 @@ def run_workers(daemon: Daemon, scenario: str, n: int, *args: str, timeout: floa
 
 
 def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: int = 180,
-                extra_env: dict = None, worker: str = "pyworker.py") -> list:
+                extra_env: dict = None, worker: str = "pyworker.py",
+                daemon_args: tuple = ()) -> list:
     """Runs the scenario on a px-cluster of real daemons over libfabric (loopback); every
     worker writes its JSON result to a file; returns them ordered by global rank."""
     out_dir = tempfile.mkdtemp(prefix="pxpy-cluster-")
@@ -111,7 +112,9 @@ def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: i
     env["PXPY_RESULT_DIR"] = out_dir
     env.update(extra_env or {})
     cmd = [_require("PX_CLUSTER"), "--nodes", str(nodes), "--workers-per-node", str(per_node),
-           "--daemon", _require("PARALLAXD"), "--timeout", str(timeout), "--job",
+           "--daemon", _require("PARALLAXD"), *(a for arg in daemon_args
+                                                for a in ("--daemon-arg", arg)),
+           "--timeout", str(timeout), "--job",
            f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, os.path.join(HERE, worker), scenario, *args]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
     assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"

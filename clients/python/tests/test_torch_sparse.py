@@ -29,6 +29,17 @@ def test_embedding_on_the_alltoall_route_by_columns_2x2():
     assert all(r["max_rel_err"] < 1e-5 for r in results)
 
 
+def test_embedding_on_the_auto_route_moving_every_other_step_2x2():
+    # route="auto", the daemons pinned to move the table every 2 pull steps (by columns,
+    # replicated, back to ps, ...): the same reference as every fixed route.
+    results = run_cluster(2, 2, "embedding_matches_reference", "route=auto",
+                          worker="torchworker.py",
+                          daemon_args=("--route-estimate-steps", "2", "--route-auto-sequence",
+                                       "alltoall-columns,allreduce,ps"))
+    assert len(results) == 4
+    assert all(r["max_rel_err"] < 1e-5 for r in results)
+
+
 def test_embedding_prefetch_pipeline_matches_reference_on_a_cluster_2x2():
     # Each next batch's rows pulled between forward and backward: the same table.
     results = run_cluster(2, 2, "embedding_matches_reference", "pipeline=1", "route=ps",
