@@ -79,6 +79,11 @@ bool SparseOptions::validate(std::string* error) const {
   if (consistency != Consistency::kBounded && staleness != 0)
     return bad("staleness is only meaningful with PX_BOUNDED");
   if (route > Route::kAuto) return bad("unknown route");
+  // A move cuts the table between two steps every node finished: pulls and pushes in step.
+  if (route == Route::kAuto && consistency != Consistency::kSync)
+    return bad(
+        "PX_ROUTE_AUTO needs PX_SYNC (a table moves between two steps every node "
+        "finished)");
   if (alltoall_split > Split::kColumns) return bad("unknown alltoall_split");
   if (route != Route::kAlltoall && alltoall_split != Split::kRows)
     return bad("alltoall_split is only meaningful with PX_ROUTE_ALLTOALL");

@@ -55,12 +55,13 @@ void SparseRouter::sample_route(SparseTable& table, const Run& run) {
   }
   s.unique_rows += static_cast<double>(unique.size());
   if (++s.pulls < route_estimate_steps_) return;
-  if (table.automatic) return agree_route(run.table, run.step);
-  estimate_route(table);
+  SparseTable::RouteSample sample = std::move(s);
+  s = SparseTable::RouteSample{};  // the next window starts with the next pull
+  if (table.automatic) return agree_route(run.table, sample);
+  estimate_route(table, sample);
 }
 
-std::string SparseRouter::estimate_route(SparseTable& table) {
-  SparseTable::RouteSample& s = table.route_sample;
+std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::RouteSample& s) {
   RouteMeasure m;
   m.nodes = table.map.nodes();
   m.rows = table.shape.rows;
@@ -83,7 +84,6 @@ std::string SparseRouter::estimate_route(SparseTable& table) {
   m.ps_requests_per_owner = ps ? std::min(table.requests_per_node(table.push_steps), held)
                                : PartitionSearch::kInitialPerNode;
   uint64_t first = s.first_step, last = first + s.pulls - 1;
-  s.pulls = 0;
   std::vector<RouteEstimate> estimates = estimate_routes(m, LinkModel{});
   if (estimates.empty()) return "";
   std::string in_use = route_model_name(table.options);
@@ -95,8 +95,12 @@ std::string SparseRouter::estimate_route(SparseTable& table) {
                                    }),
                     estimates.end());
   std::string scripted;
-  if (table.automatic && !route_sequence_.empty())
+  if (table.automatic && !route_sequence_.empty()) {
     scripted = route_sequence_[table.script_at++ % route_sequence_.size()];
+    bool offered = std::any_of(estimates.begin(), estimates.end(),
+                               [&](const RouteEstimate& e) { return e.route == scripted; });
+    if (!offered) scripted.clear();  // a replicated route for a bf16 or prefetch table
+  }
   const RouteEstimate& chosen = choose(estimates, in_use);
   std::string to = scripted.empty() ? chosen.route : scripted;
   if (to == table.chosen_route && (!table.automatic || to == in_use)) return to;

@@ -30,13 +30,13 @@
 namespace px {
 namespace {
 
-// An export as bytes: dim, column_slice, column_begin, slots, rows; the rows' numbers;
-// their values; their optimizer state.
-constexpr size_t kImageHeaderWords = 5;
+// An export as bytes: dim, column_slice, column_begin, slots, rows, the owner's optimizer
+// applications; the rows' numbers; their values; their optimizer state.
+constexpr size_t kImageHeaderWords = 6;
 
-std::vector<char> image_bytes(const ShardFileData& d) {
-  uint64_t header[kImageHeaderWords] = {d.dim, d.column_slice ? 1u : 0u, d.column_begin, d.slots,
-                                        d.rows.size()};
+std::vector<char> image_bytes(const ShardFileData& d, uint64_t applies) {
+  uint64_t header[kImageHeaderWords] = {
+      d.dim, d.column_slice ? 1u : 0u, d.column_begin, d.slots, d.rows.size(), applies};
   size_t rows = d.rows.size() * sizeof(int64_t), values = d.values.size() * sizeof(float),
          state = d.state.size() * sizeof(float);
   std::vector<char> out(sizeof header + rows + values + state);
@@ -51,7 +51,7 @@ std::vector<char> image_bytes(const ShardFileData& d) {
   return out;
 }
 
-bool parse_image(const char* at, size_t bytes, ShardFileData* d) {
+bool parse_image(const char* at, size_t bytes, ShardFileData* d, uint64_t* applies) {
   uint64_t header[kImageHeaderWords];
   if (bytes < sizeof header) return false;
   std::memcpy(header, at, sizeof header);
@@ -60,6 +60,7 @@ bool parse_image(const char* at, size_t bytes, ShardFileData* d) {
   d->column_begin = header[2];
   d->slots = static_cast<uint32_t>(header[3]);
   uint64_t n = header[4];
+  *applies = header[5];
   size_t values = n * d->dim, state = values * d->slots;
   if (bytes != sizeof header + n * sizeof(int64_t) + (values + state) * sizeof(float)) return false;
   at += sizeof header;
@@ -104,9 +105,9 @@ bool SparseRouter::hold(SparseTable& table, uint64_t step, bool stepless,
   return true;
 }
 
-void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table, uint64_t step) {
+void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table,
+                               const SparseTable::RouteSample& s) {
   SparseTable& t = *table;
-  const SparseTable::RouteSample& s = t.route_sample;
   size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
   auto all = std::make_shared<std::vector<double>>(nodes * words, 0.0);
   double* mine = all->data() + static_cast<size_t>(t.node) * words;
@@ -114,37 +115,42 @@ void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table, uint64
   mine[1] = s.unique_rows;
   std::copy(s.ps_rows.begin(), s.ps_rows.end(), mine + 2);
   std::copy(s.alltoall_rows.begin(), s.alltoall_rows.end(), mine + 2 + nodes);
-  t.agreeing = true;
-  t.hold_from = step + 1;
+  // (run_step set the hold when this window's last pull started.)
+  if (!t.agreeing) {
+    t.agreeing = true;
+    t.hold_from = s.first_step + s.pulls;
+  }
+  t.agreement_started = true;
   uint64_t attempt = ++t.attempt;
   AllgathervSpec spec;
   spec.buffer = all->data();
   spec.block_bytes.assign(nodes, words * sizeof(double));
   spec.tag_base = make_tag(TagKind::kRouteAgree, t.global_id, t.estimates++);
   spec.chunk_bytes = chunk_bytes_;
+  uint64_t first = s.first_step, pulls = s.pulls;
   start_ring_allgatherv(
-      *fabric_, spec, [this, table, all, attempt](bool ok, const std::string& error) {
-        offload_.post()([this, table, all, attempt, ok, error] {
-          if (table->attempt != attempt) return;  // given up (a broken job) or released
+      *fabric_, spec, [this, table, all, attempt, first, pulls](bool ok, const std::string& error) {
+        offload_.post()([this, table, all, attempt, first, pulls, ok, error] {
+          if (table->attempt != attempt) return;  // given up or released
           if (!ok) {
             PX_LOG_ERROR_AT(table->log_fields, "%s: agreeing on the route estimate failed: %s",
                             table->label.c_str(), error.c_str());
-            table->route_sample.pulls = 0;
             return end_hold(*table);
           }
-          agreed(table, *all);
+          agreed(table, *all, first, pulls);
         });
       });
 }
 
 // Every node's sample summed in node order (the same sums everywhere), as the mean node's.
 void SparseRouter::agreed(const std::shared_ptr<SparseTable>& table,
-                          const std::vector<double>& samples) {
+                          const std::vector<double>& samples, uint64_t first_step, uint64_t pulls) {
   SparseTable& t = *table;
-  SparseTable::RouteSample& s = t.route_sample;
+  SparseTable::RouteSample s;
+  s.first_step = first_step;
+  s.pulls = pulls;
   size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
   double n = static_cast<double>(nodes);
-  s.unique_rows = 0;
   s.ps_rows.assign(nodes, 0);
   s.alltoall_rows.assign(nodes, 0);
   for (size_t i = 0; i < nodes; ++i) {
@@ -155,8 +161,8 @@ void SparseRouter::agreed(const std::shared_ptr<SparseTable>& table,
       s.alltoall_rows[j] += theirs[2 + nodes + j] / n;
     }
   }
-  std::string to = estimate_route(t);
-  t.agreeing = false;
+  std::string to = estimate_route(t, s);
+  t.agreeing = t.agreement_started = false;
   if (to.empty() || to == route_model_name(t.options)) return end_hold(t);
   start_move(table, to);
 }
@@ -176,18 +182,41 @@ void SparseRouter::start_move(const std::shared_ptr<SparseTable>& table, const s
   move_when_drained(table);
 }
 
-// Steps 1-2, then 3 once the table's last operations are done.
+// Steps 1-2, then 3 once the table's last operations are done. Before any node exports,
+// every node has drained (an all-gather of nothing): on the replicated routes a node's load
+// or checkpoint request travels apart from its push steps' collectives, so its arrival
+// before an export is known only once its sender saw it answered.
 void SparseRouter::move_when_drained(const std::shared_ptr<SparseTable>& table) {
   SparseTable& t = *table;
-  if (!t.moving || !t.in_flight.empty() || !t.send_order.empty()) return;
+  if (!t.moving || !t.in_flight.empty() || !t.send_order.empty() || t.checkpoints_in_flight > 0)
+    return;
   if (t.moved_rows) return lay_out_moved(table, std::move(t.moved_rows));
   if (t.exporting) return;
   t.exporting = true;
   uint64_t attempt = t.attempt;
-  t.owner->export_at(t.hold_from, [this, table, attempt](std::shared_ptr<ShardFileData> mine) {
-    if (table->attempt != attempt) return;
-    exchange_rows(table, std::move(mine));
-  });
+  auto nothing = std::make_shared<std::vector<char>>(static_cast<size_t>(t.nodes), 0);
+  AllgathervSpec drained;
+  drained.buffer = nothing->data();
+  drained.block_bytes.assign(static_cast<size_t>(t.nodes), 1);
+  drained.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.moves);
+  start_ring_allgatherv(
+      *fabric_, drained, [this, table, attempt, nothing](bool ok, const std::string& error) {
+        offload_.post()([this, table, attempt, ok, error] {
+          if (table->attempt != attempt) return;
+          if (!ok) {
+            PX_LOG_ERROR_AT(table->log_fields,
+                            "%s: moving the table to %s: waiting for every node "
+                            "to drain failed: %s",
+                            table->label.c_str(), table->move_to.c_str(), error.c_str());
+            return;  // a node is gone: the job breaks and fail_in_flight ends the hold
+          }
+          table->owner->export_at(table->hold_from,
+                                  [this, table, attempt](std::shared_ptr<ShardFileData> mine) {
+                                    if (table->attempt != attempt) return;
+                                    exchange_rows(table, std::move(mine));
+                                  });
+        });
+      });
 }
 
 void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
@@ -197,23 +226,24 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
   auto images = std::make_shared<std::vector<std::shared_ptr<ShardFileData>>>();
   if (t.replicated) {  // this node's replica holds every row
     t.move_gathered_ns = t.move_exported_ns;
+    t.moved_applies = t.owner->applies();
     images->push_back(std::move(mine));
     t.moved_rows = images;
     return move_when_drained(table);
   }
   size_t nodes = static_cast<size_t>(t.nodes), node = static_cast<size_t>(t.node);
-  auto bytes = std::make_shared<std::vector<char>>(image_bytes(*mine));
+  auto bytes = std::make_shared<std::vector<char>>(image_bytes(*mine, t.owner->applies()));
   mine.reset();
   auto sizes = std::make_shared<std::vector<uint64_t>>(nodes, 0);
   (*sizes)[node] = bytes->size();
   AllgathervSpec spec;
   spec.buffer = sizes->data();
   spec.block_bytes.assign(nodes, sizeof(uint64_t));
-  spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 2 * t.moves);
+  spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.moves + 1);
   spec.chunk_bytes = chunk_bytes_;
   uint64_t attempt = t.attempt;
+  // A collective fails when a node is gone: the job breaks, fail_in_flight ends the hold.
   auto failed = [table](const std::string& what, const std::string& error) {
-    // A node is gone (the job breaks, its operations fail) or a bug: the table cannot move.
     PX_LOG_ERROR_AT(table->log_fields, "%s: moving the table to %s: %s failed: %s",
                     table->label.c_str(), table->move_to.c_str(), what.c_str(), error.c_str());
   };
@@ -231,29 +261,35 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
       AllgathervSpec rows;
       rows.buffer = all->data();
       rows.block_bytes = *sizes;
-      rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 2 * table->moves + 1);
+      rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 3 * table->moves + 2);
       rows.chunk_bytes = chunk_bytes_;
       start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
         offload_.post()([=, this] {
           if (table->attempt != attempt) return;
           if (!ok2) return failed("exchanging rows", error2);
+          auto most = std::make_shared<uint64_t>(0);
           offload_.run(
               true,
               [=] {
                 for (size_t i = 0; i < nodes; ++i) {
                   auto image = std::make_shared<ShardFileData>();
-                  if (!parse_image(all->data() + offset[i], (*sizes)[i], image.get())) {
+                  uint64_t applies = 0;
+                  if (!parse_image(all->data() + offset[i], (*sizes)[i], image.get(), &applies)) {
                     images->clear();
                     return;
                   }
+                  // A node that held no rows (fewer partitions than nodes, no columns) has
+                  // counted no optimizer steps: the most any node counted is the table's.
+                  *most = std::max(*most, applies);
                   images->push_back(std::move(image));
                 }
               },
               [=, this] {
                 if (table->attempt != attempt) return;
                 if (images->size() != nodes)
-                  return failed("reading the nodes' rows", "a malformed export");
+                  return fail_move(table, "a node's export is malformed (a bug)");
                 table->moved_rows = images;
+                table->moved_applies = *most;
                 table->move_gathered_ns = monotonic_ns();
                 move_when_drained(table);
               });
@@ -269,7 +305,7 @@ void SparseRouter::lay_out_moved(
     std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images) {
   SparseTable& t = *table;
   std::string from = route_model_name(t.options);
-  uint64_t applies = t.owner->applies();
+  uint64_t applies = t.moved_applies;
   uint32_t kept = t.search && t.search->decided() ? t.search->chosen() : t.kept_per_node;
   std::string why;
   lay_out(t, options_for(t, t.move_to), &why);
@@ -288,13 +324,10 @@ void SparseRouter::lay_out_moved(
       [this, table, owner, images, taken, applies, from, why, attempt] {
         SparseTable& t = *table;
         if (t.attempt != attempt) return;
-        if (*taken != owner->held_values()) {
-          PX_LOG_ERROR_AT(t.log_fields,
-                          "%s: moving the table to %s: the nodes' rows held %" PRIu64
-                          " of the %" PRIu64 " values this node holds (a bug)",
-                          t.label.c_str(), t.move_to.c_str(), *taken, owner->held_values());
-          return;  // its operations stay held: they would read rows that are not there
-        }
+        if (*taken != owner->held_values())
+          return fail_move(table, "the nodes' rows held " + std::to_string(*taken) + " of the " +
+                                      std::to_string(owner->held_values()) +
+                                      " values this node holds (a bug)");
         owner->continue_from(t.hold_from, applies);
         if (fabric_) owner->attach(fabric_, t.global_id, chunk_bytes_);
         t.channel->switch_layout(owner);
@@ -316,6 +349,18 @@ void SparseRouter::lay_out_moved(
                        static_cast<unsigned long long>(owner->owned_rows()));
         end_hold(t);
       });
+}
+
+void SparseRouter::fail_move(const std::shared_ptr<SparseTable>& table, const std::string& why) {
+  std::string message = table->label + ": moving the table to " + table->move_to + ": " + why;
+  PX_LOG_ERROR_AT(table->log_fields, "%s", message.c_str());
+  if (!table->var) return;
+  Variable& var = *table->var;
+  if (var.poison_status == PX_OK) {
+    var.poison_status = PX_ERR_INTERNAL;
+    var.poison_message = message;
+  }
+  fail_in_flight(var, var.poison_status, var.poison_message);
 }
 
 void SparseRouter::end_hold(SparseTable& table) {

@@ -73,8 +73,17 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
     };
     if (hold(*var.sparse, step, false, resume)) return;
     pending = std::move(*later);
-    if (operation_info(opcode).sparse_op == SparseOp::kPush)
-      var.sparse->pushes_started = std::max(var.sparse->pushes_started, step + 1);
+    SparseTable& t = *var.sparse;
+    SparseOp op = operation_info(opcode).sparse_op;
+    if (op == SparseOp::kPush) t.pushes_started = std::max(t.pushes_started, step + 1);
+    // The pull that closes an estimate's window: later steps wait for the agreement from
+    // now on (a next pull may start before this one is sent).
+    bool live = var.poison_status == PX_OK && job->broken().empty();
+    if (op == SparseOp::kPull && t.nodes > 1 && live &&
+        ++t.pulls_started % route_estimate_steps_ == 0) {
+      t.agreeing = true;
+      t.hold_from = step + 1;
+    }
   }
   auto run = std::make_shared<Run>();
   run->job = std::move(job);
@@ -299,6 +308,11 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   auto refuse = [&](px_status status, const std::string& why) {
     run->set_state(RunState::kSent);
     finish(*run, status, why);
+    // A refused pull that was to close an estimate's window: nothing will be agreed.
+    SparseTable& t = *run->table;
+    if (t.agreeing && !t.agreement_started && run->op == SparseOp::kPull &&
+        run->step + 1 == t.hold_from)
+      end_hold(t);
   };
   if (run->state == RunState::kFinished) return;  // (a run finishes only once sent)
   if (var.poison_status != PX_OK) return refuse(var.poison_status, var.poison_message);

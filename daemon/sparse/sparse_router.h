@@ -98,9 +98,14 @@ struct SparseTable {
   bool agreeing = false, moving = false, exporting = false;
   // A move's every node's rows, kept while the table's operations still drain.
   std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> moved_rows;
+  uint64_t moved_applies = 0;      // the most optimizer applications any node counted
+  bool agreement_started = false;  // the window's last pull was sent (its sample is out)
   int64_t move_start_ns = 0, move_exported_ns = 0, move_gathered_ns = 0;  // for its log line
   uint64_t hold_from = UINT64_MAX;
-  uint64_t pushes_started = 0;  // push steps started here (the next one's number)
+  uint64_t pushes_started = 0;         // push steps started here (the next one's number)
+  uint64_t pulls_started = 0;          // pull steps started here (windows of the estimates)
+  uint64_t checkpoints_in_flight = 0;  // a move waits for them (they bypass the runs)
+  Variable* var = nullptr;             // the variable whose table this is (fail_move)
   uint64_t estimates = 0, moves = 0;
   uint64_t attempt = 0;  // a failed agreement or move: its late callbacks see a newer one
   std::string move_to;
@@ -176,12 +181,13 @@ class SparseRouter {
   // kRouteSampleSteps pull steps, logged when the chosen route changes.
   void sample_route(SparseTable& table, const Run& run);
   // The chosen route's name ("" when nothing was measured).
-  std::string estimate_route(SparseTable& table);
+  std::string estimate_route(SparseTable& table, const SparseTable::RouteSample& sample);
   // PX_ROUTE_AUTO (route_move.cc): an operation that must wait (queued in held: true);
   // the estimate agreed between the nodes; the move to its choice.
   bool hold(SparseTable& table, uint64_t step, bool stepless, std::function<void()> later);
-  void agree_route(const std::shared_ptr<SparseTable>& table, uint64_t step);
-  void agreed(const std::shared_ptr<SparseTable>& table, const std::vector<double>& samples);
+  void agree_route(const std::shared_ptr<SparseTable>& table, const SparseTable::RouteSample& s);
+  void agreed(const std::shared_ptr<SparseTable>& table, const std::vector<double>& samples,
+              uint64_t first_step, uint64_t pulls);
   void start_move(const std::shared_ptr<SparseTable>& table, const std::string& to);
   void move_when_drained(const std::shared_ptr<SparseTable>& table);
   void exchange_rows(const std::shared_ptr<SparseTable>& table,
@@ -189,6 +195,9 @@ class SparseRouter {
   void lay_out_moved(const std::shared_ptr<SparseTable>& table,
                      std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images);
   void end_hold(SparseTable& table);
+  // A move that cannot complete without the job breaking (a bug): the variable is poisoned
+  // and its operations, held ones included, fail naming why.
+  void fail_move(const std::shared_ptr<SparseTable>& table, const std::string& why);
   // A run of a moving table finished: the move may go on (from the loop, not inside finish).
   void post_move_check(std::shared_ptr<SparseTable> table) {
     offload_.post()([this, table] { move_when_drained(table); });

@@ -48,6 +48,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->world_size = world.world_size;
   table->job_name = job.name();
   table->var_name = var.name;
+  table->var = const_cast<Variable*>(&var);  // fail_move poisons it (loop thread)
   table->label = "variable '" + var.name + "' of job '" + job.name() + "'";
   table->log_fields = job_fields(job.name(), var.name);
   // PX_ROUTE_AUTO starts on ps (route_move.cc moves it).
@@ -174,9 +175,12 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
   std::memcpy(words->data(), dir.data(), dir.size());
   int nodes = table->map.nodes();
   std::string variable = var.name;
+  ++table->checkpoints_in_flight;  // a move waits for it (route_move.cc)
   StatusCallback written = join_statuses(
-      static_cast<size_t>(nodes), [job, table, variable, dir, push_steps, done, nodes](
+      static_cast<size_t>(nodes), [this, job, table, variable, dir, push_steps, done, nodes](
                                       px_status status, const std::string& error) {
+        --table->checkpoints_in_flight;
+        if (table->moving) post_move_check(table);
         if (status != PX_OK)
           return done(status, "checkpoint of variable '" + variable + "' failed: " + error);
         // Every shard file is in place: the manifest makes the checkpoint exist.

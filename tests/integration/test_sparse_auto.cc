@@ -145,5 +145,8 @@ TEST_CASE("sparse auto: a daemon killed while the table moves every step fails t
   }
   CHECK(cluster.node(0).alive());
   CHECK(cluster.node(2).alive());
-  CHECK(contains(cluster.node(0).log(), "variable 'steady' of job 'steady': moved from "));
+  // The nodes agreed on an estimate before the kill (every node finished a step by then);
+  // the kill lands on an agreement, a move or a step between them.
+  CHECK(contains(cluster.node(0).log(),
+                 "variable 'steady' of job 'steady': route estimate over pull steps 0-0: "));
 }

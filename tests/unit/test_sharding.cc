@@ -401,6 +401,18 @@ TEST_CASE("options validate and describe themselves") {
   o.partitions = 0;
   o.alltoall_split = static_cast<Split>(2);
   CHECK_FALSE(o.validate(&error));
+  // PX_ROUTE_AUTO: a move cuts the table between two synchronous steps; a 16-bit wire and
+  // prefetch are accepted (the table then stays off the replicated routes).
+  o.alltoall_split = Split::kRows;
+  o.route = Route::kAuto;
+  CHECK_FALSE(o.validate(&error));  // bounded, from above
+  CHECK(error.find("PX_ROUTE_AUTO needs PX_SYNC") != std::string::npos);
+  o.consistency = Consistency::kSync;
+  o.staleness = 0;
+  o.wire = WireDtype::kBf16;
+  o.prefetch = true;
+  CHECK(o.validate(&error));
+  CHECK(o.canonical().find(" route=auto ") != std::string::npos);
 }
 
 }  // namespace
