@@ -269,7 +269,8 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   return true;
 }
 
-const std::set<std::string> kTables = {"fabric", "timeouts", "metrics", "log", "service", "limits"};
+const std::set<std::string> kTables = {"fabric",  "timeouts", "metrics", "log",
+                                       "service", "limits",   "routes"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {

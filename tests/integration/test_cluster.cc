@@ -355,7 +355,8 @@ TEST_CASE(
   {
     DaemonProcess n0("cfg-n0", {"--config", node0});
     DaemonProcess n1("cfg-n1", {"--config", node1, "--node-index", "1"});
-    for (int i = 0; i < 300 && !contains(n1.log(), "ready"); ++i)
+    // Node 1 may log "ready" a few ms before the coordinator does: wait for both.
+    for (int i = 0; i < 300 && !(contains(n0.log(), "ready") && contains(n1.log(), "ready")); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     CHECK(contains(n0.log(), "cluster 'from-file' ready: 2 nodes, this is node 0"));
     CHECK(contains(n1.log(), "cluster 'from-file' ready: 2 nodes, this is node 1"));

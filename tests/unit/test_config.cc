@@ -167,6 +167,32 @@ TEST_CASE("config: the per-job limits, from flags and from the [limits] table") 
   CHECK(f.job_limits.sparse_table_bytes == 10);
 }
 
+TEST_CASE("config: the sparse routes' estimate period and pinned moves, flags and [routes]") {
+  SocketEnv env;
+  DaemonConfig c =
+      parse({"--route-estimate-steps", "4", "--route-auto-sequence", "alltoall-columns,ps"});
+  CHECK(c.route_estimate_steps == 4);
+  CHECK(c.route_auto_sequence == std::vector<std::string>{"alltoall-columns", "ps"});
+  CHECK(DaemonConfig{}.route_estimate_steps == 32);
+  TempDir dir;
+  std::string path = dir.file("routes.toml");
+  write_text(path, "[routes]\nestimate_steps = 8\nauto_sequence = [\"allreduce\", \"ps\"]\n");
+  DaemonConfig f;
+  std::string error;
+  REQUIRE_MESSAGE(load_config_file(path, &f, &error), error);
+  CHECK(f.route_estimate_steps == 8);
+  CHECK(f.route_auto_sequence == std::vector<std::string>{"allreduce", "ps"});
+  // A route the router does not know, and a period of 0, are named.
+  write_text(path, "[routes]\nauto_sequence = [\"hybrid\"]\n");
+  DaemonConfig g;
+  CHECK_FALSE(load_config_file(path, &g, &error));
+  CHECK(error.find("routes.auto_sequence: 'hybrid' is not ps,") != std::string::npos);
+  write_text(path, "[routes]\nestimate_steps = 0\n");
+  DaemonConfig h;
+  CHECK_FALSE(load_config_file(path, &h, &error));
+  CHECK(error.find("routes.estimate_steps") != std::string::npos);
+}
+
 TEST_CASE("config: every flag is parsed") {
   SocketEnv env;
   DaemonConfig c = parse({"--socket",
