@@ -90,6 +90,52 @@ bool write_atomically(const std::string& path,
   return true;
 }
 
+// The bytes a shard file with this header holds, 0 when the header is not one a writer makes:
+// checked before anything is allocated, since a corrupted count made the resizes ask for up
+// to terabytes (std::bad_alloc, the daemon gone), and bytes after the state went unnoticed
+// (found by tests/unit/test_checkpoint.cc). count * dim < 2^40 and slots <= 8: no overflow.
+uint64_t shard_bytes(const ShardHeader& h, bool column_slice, const ColumnSliceHeader& slice) {
+  // A column slice of a node that holds no columns (dim < nodes) is empty.
+  bool ok = (h.dim > 0 ? h.count < (1ull << 40) / h.dim : column_slice && h.count == 0) &&
+            h.slots <= 8 && slice.column_begin < (1ull << 40);
+  if (!ok) return 0;
+  return sizeof h + (column_slice ? sizeof slice : 0) + h.count * sizeof(int64_t) +
+         h.count * h.dim * (1 + h.slots) * sizeof(float);
+}
+
+// Reads the header (and a column slice's second header) through read, sizes data for it,
+// then reads the rows, values and state.
+template <typename Read>
+bool read_shard(uint64_t total_bytes, ShardFileData* data, Read read) {
+  ShardHeader h{};
+  ColumnSliceHeader slice{0};
+  if (!read(&h, sizeof h) || (h.magic != kShardMagic && h.magic != kColumnShardMagic)) return false;
+  bool column_slice = h.magic == kColumnShardMagic;
+  if (column_slice && !read(&slice, sizeof slice)) return false;
+  uint64_t bytes = shard_bytes(h, column_slice, slice);
+  if (bytes == 0 || bytes != total_bytes) return false;
+  data->dim = h.dim;
+  data->column_slice = column_slice;
+  data->column_begin = slice.column_begin;
+  data->slots = h.slots;
+  data->rows.resize(h.count);
+  data->values.resize(h.count * h.dim);
+  data->state.resize(h.count * h.slots * h.dim);
+  return read(data->rows.data(), data->rows.size() * sizeof(int64_t)) &&
+         read(data->values.data(), data->values.size() * sizeof(float)) &&
+         read(data->state.data(), data->state.size() * sizeof(float));
+}
+
+std::vector<std::pair<const void*, size_t>> shard_parts(const ShardFileData& data,
+                                                        const ShardHeader& h,
+                                                        const ColumnSliceHeader& slice) {
+  return {{&h, sizeof h},
+          {&slice, data.column_slice ? sizeof slice : 0},
+          {data.rows.data(), data.rows.size() * sizeof(int64_t)},
+          {data.values.data(), data.values.size() * sizeof(float)},
+          {data.state.data(), data.state.size() * sizeof(float)}};
+}
+
 }  // namespace
 
 std::string safe_name(const std::string& name) {
@@ -108,13 +154,7 @@ bool write_shard_file(const std::string& path, const ShardFileData& data, std::s
   ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
                 data.slots, 0};
   ColumnSliceHeader slice{data.column_begin};
-  return write_atomically(path,
-                          {{&h, sizeof h},
-                           {&slice, data.column_slice ? sizeof slice : 0},
-                           {data.rows.data(), data.rows.size() * sizeof(int64_t)},
-                           {data.values.data(), data.values.size() * sizeof(float)},
-                           {data.state.data(), data.state.size() * sizeof(float)}},
-                          error);
+  return write_atomically(path, shard_parts(data, h, slice), error);
 }
 
 bool read_shard_file(const std::string& path, ShardFileData* data, std::string* error) {
@@ -123,38 +163,39 @@ bool read_shard_file(const std::string& path, ShardFileData* data, std::string* 
     *error = os_error("cannot open", path);
     return false;
   }
-  ShardHeader h{};
-  ColumnSliceHeader slice{0};
-  bool ok = read_all(fd, &h, sizeof h) && (h.magic == kShardMagic || h.magic == kColumnShardMagic);
-  bool column_slice = ok && h.magic == kColumnShardMagic;
-  ok = ok && (!column_slice || read_all(fd, &slice, sizeof slice));
-  // A column slice of a node that holds no columns (dim < nodes) is empty.
-  ok = ok && (h.dim > 0 ? h.count < (1ull << 40) / h.dim : column_slice && h.count == 0) &&
-       h.slots <= 8 && slice.column_begin < (1ull << 40);
-  // The file must be exactly as long as its header says before anything is allocated: a
-  // corrupted count made the resizes below ask for up to terabytes (std::bad_alloc, the
-  // daemon gone), and bytes after the state went unnoticed (found by
-  // tests/unit/test_checkpoint.cc). count * dim < 2^40 and slots <= 8: no overflow.
   struct stat st {};
-  ok = ok && ::fstat(fd, &st) == 0 &&
-       static_cast<uint64_t>(st.st_size) == sizeof h + (column_slice ? sizeof slice : 0) +
-                                                h.count * sizeof(int64_t) +
-                                                h.count * h.dim * (1 + h.slots) * sizeof(float);
-  if (ok) {
-    data->dim = h.dim;
-    data->column_slice = column_slice;
-    data->column_begin = slice.column_begin;
-    data->slots = h.slots;
-    data->rows.resize(h.count);
-    data->values.resize(h.count * h.dim);
-    data->state.resize(h.count * h.slots * h.dim);
-    ok = read_all(fd, data->rows.data(), data->rows.size() * sizeof(int64_t)) &&
-         read_all(fd, data->values.data(), data->values.size() * sizeof(float)) &&
-         read_all(fd, data->state.data(), data->state.size() * sizeof(float));
-  }
+  bool ok = ::fstat(fd, &st) == 0 &&
+            read_shard(static_cast<uint64_t>(st.st_size), data,
+                       [fd](void* to, size_t bytes) { return read_all(fd, to, bytes); });
   ::close(fd);
   if (!ok) *error = path + " is not a complete Parallax shard file";
   return ok;
+}
+
+std::vector<char> encode_shard(const ShardFileData& data) {
+  ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
+                data.slots, 0};
+  ColumnSliceHeader slice{data.column_begin};
+  auto parts = shard_parts(data, h, slice);
+  size_t total = 0;
+  for (auto& [from, bytes] : parts) total += bytes;
+  std::vector<char> out(total);
+  char* at = out.data();
+  for (auto& [from, bytes] : parts) {
+    if (bytes) std::memcpy(at, from, bytes);
+    at += bytes;
+  }
+  return out;
+}
+
+bool decode_shard(const char* bytes, size_t size, ShardFileData* data) {
+  size_t at = 0;
+  return read_shard(size, data, [&](void* to, size_t n) {
+    if (size - at < n) return false;
+    if (n) std::memcpy(to, bytes + at, n);
+    at += n;
+    return true;
+  });
 }
 
 bool write_manifest(const std::string& path, const ManifestData& d, std::string* error) {

@@ -36,6 +36,10 @@ std::string checkpoint_stem(const std::string& dir, const std::string& job,
 
 bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error);
 bool read_shard_file(const std::string& path, ShardFileData* data, std::string* error);
+// A shard file's bytes in memory (a table moving between routes sends its rows so:
+// route_move.cc), and back: false for anything read_shard_file would refuse.
+std::vector<char> encode_shard(const ShardFileData& data);
+bool decode_shard(const char* bytes, size_t size, ShardFileData* data);
 bool write_manifest(const std::string& path, const ManifestData& data, std::string* error);
 bool read_manifest(const std::string& path, ManifestData* data, std::string* error);
 

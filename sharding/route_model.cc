@@ -57,6 +57,21 @@ std::string route_model_name(const SparseOptions& options) {
   return options.route == Route::kHybrid ? "ps" : route_label(options);
 }
 
+SparseOptions route_model_options(SparseOptions o, const std::string& route, uint32_t partitions) {
+  o.alltoall_split = Split::kRows;
+  o.partitions = partitions;
+  if (route == "ps") {
+    o.route = Route::kPs;
+  } else if (route == "alltoall-rows" || route == "alltoall-columns") {
+    o.route = Route::kAlltoall;
+    o.partitions = 0;  // one slice per node
+    if (route == "alltoall-columns") o.alltoall_split = Split::kColumns;
+  } else {
+    o.route = route == "allgatherv" ? Route::kAllgatherv : Route::kAllreduce;
+  }
+  return o;
+}
+
 double share_skew(const std::vector<double>& share) {
   if (share.empty()) return 1;
   double busiest = *std::max_element(share.begin(), share.end());

@@ -69,6 +69,10 @@ const RouteEstimate& fastest(const std::vector<RouteEstimate>& estimates);
 const RouteEstimate& choose(const std::vector<RouteEstimate>& estimates, const std::string& in_use);
 // The name estimate_routes uses for the options' route ("ps" for ps and hybrid).
 std::string route_model_name(const SparseOptions& options);
+// options on the route a name above names; partitions: the count asked for (0: automatic)
+// where the route takes one. The inverse of route_model_name.
+SparseOptions route_model_options(SparseOptions options, const std::string& route,
+                                  uint32_t partitions);
 // The busiest node's share over the mean share (1 = even; N = one node owns every row).
 double share_skew(const std::vector<double>& share);
 

@@ -37,7 +37,7 @@ void SparseRouter::sample_route(SparseTable& table, const Run& run) {
   int nodes = table.map.nodes();
   uint64_t rows = table.shape.rows;
   if (!table.ps_map) {
-    bool ps = table.options.route == Route::kPs || table.options.route == Route::kHybrid;
+    bool ps = route_model_name(table.options) == "ps";
     table.ps_map = ps ? table.map : PartitionMap(rows, automatic_partitions(rows, nodes), nodes);
     table.alltoall_map = PartitionMap(rows, static_cast<uint32_t>(nodes), nodes);
   }
@@ -76,7 +76,7 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
   };
   m.ps_share = shares(s.ps_rows);
   m.rows_share = shares(s.alltoall_rows);
-  bool ps = table.options.route == Route::kPs || table.options.route == Route::kHybrid;
+  bool ps = route_model_name(table.options) == "ps";
   // K, the requests to each owner: the search's grouping, or (a count that was given) one
   // per partition the owner holds; a table on another route would start from the search's.
   uint32_t held = (table.ps_map->partitions() + static_cast<uint32_t>(m.nodes) - 1) /
@@ -87,11 +87,15 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
   std::vector<RouteEstimate> estimates = estimate_routes(m, LinkModel{});
   if (estimates.empty()) return "";
   std::string in_use = route_model_name(table.options);
-  // A 16-bit wire dtype or prefetch rule the replicated routes out (sparse_spec.cc).
-  if (table.automatic && (table.options.wire != WireDtype::kF32 || table.options.prefetch))
+  // auto offers only the routes the table's options allow (a 16-bit wire dtype or prefetch
+  // rule the replicated ones out: SparseOptions::validate).
+  if (table.automatic)
     estimates.erase(std::remove_if(estimates.begin(), estimates.end(),
-                                   [](const RouteEstimate& e) {
-                                     return e.route == "allgatherv" || e.route == "allreduce";
+                                   [&](const RouteEstimate& e) {
+                                     std::string unused;
+                                     return !route_model_options(table.options, e.route,
+                                                                 table.declared_partitions)
+                                                 .validate(&unused);
                                    }),
                     estimates.end());
   std::string scripted;

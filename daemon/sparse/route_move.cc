@@ -23,6 +23,7 @@
 
 #include "daemon/sparse/sparse_router.h"
 #include "daemon/sparse/sparse_run.h"
+#include "sharding/checkpoint.h"
 #include "sharding/route_model.h"
 #include "transport/collectives/ring_allgatherv.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
@@ -30,66 +31,9 @@
 namespace px {
 namespace {
 
-// An export as bytes: dim, column_slice, column_begin, slots, rows, the owner's optimizer
-// applications; the rows' numbers; their values; their optimizer state.
-constexpr size_t kImageHeaderWords = 6;
-
-std::vector<char> image_bytes(const ShardFileData& d, uint64_t applies) {
-  uint64_t header[kImageHeaderWords] = {
-      d.dim, d.column_slice ? 1u : 0u, d.column_begin, d.slots, d.rows.size(), applies};
-  size_t rows = d.rows.size() * sizeof(int64_t), values = d.values.size() * sizeof(float),
-         state = d.state.size() * sizeof(float);
-  std::vector<char> out(sizeof header + rows + values + state);
-  char* at = out.data();
-  std::memcpy(at, header, sizeof header);
-  at += sizeof header;
-  if (rows) std::memcpy(at, d.rows.data(), rows);
-  at += rows;
-  if (values) std::memcpy(at, d.values.data(), values);
-  at += values;
-  if (state) std::memcpy(at, d.state.data(), state);
-  return out;
-}
-
-bool parse_image(const char* at, size_t bytes, ShardFileData* d, uint64_t* applies) {
-  uint64_t header[kImageHeaderWords];
-  if (bytes < sizeof header) return false;
-  std::memcpy(header, at, sizeof header);
-  d->dim = header[0];
-  d->column_slice = header[1] != 0;
-  d->column_begin = header[2];
-  d->slots = static_cast<uint32_t>(header[3]);
-  uint64_t n = header[4];
-  *applies = header[5];
-  size_t values = n * d->dim, state = values * d->slots;
-  if (bytes != sizeof header + n * sizeof(int64_t) + (values + state) * sizeof(float)) return false;
-  at += sizeof header;
-  d->rows.resize(n);
-  d->values.resize(values);
-  d->state.resize(state);
-  if (n) std::memcpy(d->rows.data(), at, n * sizeof(int64_t));
-  at += n * sizeof(int64_t);
-  if (values) std::memcpy(d->values.data(), at, values * sizeof(float));
-  at += values * sizeof(float);
-  if (state) std::memcpy(d->state.data(), at, state * sizeof(float));
-  return true;
-}
-
 // The options of the route named as route_model.h names them.
 SparseOptions options_for(const SparseTable& table, const std::string& route) {
-  SparseOptions o = table.options;
-  o.alltoall_split = Split::kRows;
-  o.partitions = table.declared_partitions;
-  if (route == "ps") {
-    o.route = Route::kPs;
-  } else if (route == "alltoall-rows" || route == "alltoall-columns") {
-    o.route = Route::kAlltoall;
-    o.partitions = 0;  // one slice per node
-    if (route == "alltoall-columns") o.alltoall_split = Split::kColumns;
-  } else {
-    o.route = route == "allgatherv" ? Route::kAllgatherv : Route::kAllreduce;
-  }
-  return o;
+  return route_model_options(table.options, route, table.declared_partitions);
 }
 
 }  // namespace
@@ -172,13 +116,7 @@ void SparseRouter::start_move(const std::shared_ptr<SparseTable>& table, const s
   t.moving = true;
   t.move_to = to;
   t.move_start_ns = monotonic_ns();
-  SparseOptions next = options_for(t, to);
-  std::vector<size_t> widths(static_cast<size_t>(t.nodes), t.shape.dim);
-  if (next.column_split()) {
-    std::vector<ColumnRange> ranges = column_ranges(t.shape.dim, t.nodes);
-    for (size_t i = 0; i < widths.size(); ++i) widths[i] = ranges[i].width();
-  }
-  t.channel->expect_layout(std::move(widths));
+  t.channel->expect_layout(row_widths(t.shape.dim, t.nodes, options_for(t, to)));
   move_when_drained(table);
 }
 
@@ -232,13 +170,17 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
     return move_when_drained(table);
   }
   size_t nodes = static_cast<size_t>(t.nodes), node = static_cast<size_t>(t.node);
-  auto bytes = std::make_shared<std::vector<char>>(image_bytes(*mine, t.owner->applies()));
+  auto bytes = std::make_shared<std::vector<char>>(encode_shard(*mine));
   mine.reset();
-  auto sizes = std::make_shared<std::vector<uint64_t>>(nodes, 0);
-  (*sizes)[node] = bytes->size();
+  // Every node's export size and optimizer applications: a node that held no rows (fewer
+  // partitions than nodes, no columns) has counted no optimizer steps, so the most any node
+  // counted is the table's.
+  auto counts = std::make_shared<std::vector<uint64_t>>(2 * nodes, 0);
+  (*counts)[2 * node] = bytes->size();
+  (*counts)[2 * node + 1] = t.owner->applies();
   AllgathervSpec spec;
-  spec.buffer = sizes->data();
-  spec.block_bytes.assign(nodes, sizeof(uint64_t));
+  spec.buffer = counts->data();
+  spec.block_bytes.assign(nodes, 2 * sizeof(uint64_t));
   spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.moves + 1);
   spec.chunk_bytes = chunk_bytes_;
   uint64_t attempt = t.attempt;
@@ -252,44 +194,47 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
       if (table->attempt != attempt) return;
       if (!ok) return failed("exchanging row counts", error);
       auto all = std::make_shared<std::vector<char>>();
-      std::vector<uint64_t> offset(nodes + 1, 0);
-      for (size_t i = 0; i < nodes; ++i) offset[i + 1] = offset[i] + (*sizes)[i];
+      std::vector<uint64_t> sizes(nodes), offset(nodes + 1, 0);
+      uint64_t most = 0;
+      for (size_t i = 0; i < nodes; ++i) {
+        sizes[i] = (*counts)[2 * i];
+        offset[i + 1] = offset[i] + sizes[i];
+        most = std::max(most, (*counts)[2 * i + 1]);
+      }
       all->resize(offset[nodes]);
       std::memcpy(all->data() + offset[node], bytes->data(), bytes->size());
       bytes->clear();
       bytes->shrink_to_fit();
       AllgathervSpec rows;
       rows.buffer = all->data();
-      rows.block_bytes = *sizes;
+      rows.block_bytes = sizes;
       rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 3 * table->moves + 2);
       rows.chunk_bytes = chunk_bytes_;
       start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
         offload_.post()([=, this] {
           if (table->attempt != attempt) return;
           if (!ok2) return failed("exchanging rows", error2);
-          auto most = std::make_shared<uint64_t>(0);
+          auto malformed = std::make_shared<size_t>(nodes);
           offload_.run(
               true,
               [=] {
                 for (size_t i = 0; i < nodes; ++i) {
                   auto image = std::make_shared<ShardFileData>();
-                  uint64_t applies = 0;
-                  if (!parse_image(all->data() + offset[i], (*sizes)[i], image.get(), &applies)) {
-                    images->clear();
+                  if (!decode_shard(all->data() + offset[i], sizes[i], image.get())) {
+                    *malformed = i;
                     return;
                   }
-                  // A node that held no rows (fewer partitions than nodes, no columns) has
-                  // counted no optimizer steps: the most any node counted is the table's.
-                  *most = std::max(*most, applies);
                   images->push_back(std::move(image));
                 }
               },
               [=, this] {
                 if (table->attempt != attempt) return;
-                if (images->size() != nodes)
-                  return fail_move(table, "a node's export is malformed (a bug)");
+                if (*malformed < nodes)
+                  return fail_move(table, "the export of node " + std::to_string(*malformed) +
+                                              " (" + std::to_string(sizes[*malformed]) +
+                                              " bytes) is not a shard image (a bug)");
                 table->moved_rows = images;
-                table->moved_applies = *most;
+                table->moved_applies = most;
                 table->move_gathered_ns = monotonic_ns();
                 move_when_drained(table);
               });

@@ -206,6 +206,8 @@ class SparseRouter {
   // every node's shard holds (sparse_tables.cc).
   std::vector<size_t> lay_out(SparseTable& table, const SparseOptions& options,
                               std::string* why_partitions);
+  // The values of a row each node holds on options' route: the row, or its column slice.
+  static std::vector<size_t> row_widths(uint64_t dim, int nodes, const SparseOptions& options);
   void send(const std::shared_ptr<Run>& run);
   void sum_group(Run& run, int group);
   void request(const std::shared_ptr<Run>& run, int group);

@@ -95,11 +95,7 @@ std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOption
   table.request_groups.clear();
   table.last_pull_plan.reset();
   table.last_pull_groups.reset();
-  std::vector<size_t> widths(static_cast<size_t>(nodes), shape.dim);
-  if (table.columns) {
-    table.column_ranges = column_ranges(shape.dim, nodes);
-    for (size_t i = 0; i < widths.size(); ++i) widths[i] = table.column_ranges[i].width();
-  }
+  if (table.columns) table.column_ranges = column_ranges(shape.dim, nodes);
   *why_partitions = "as asked, one per request";
   if (alltoall && table.columns) {
     const ColumnRange& held = table.column_ranges[static_cast<size_t>(node)];
@@ -123,6 +119,16 @@ std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOption
     }
   } else if (!options.partitions) {
     *why_partitions = "automatic";
+  }
+  return row_widths(shape.dim, nodes, options);
+}
+
+std::vector<size_t> SparseRouter::row_widths(uint64_t dim, int nodes,
+                                             const SparseOptions& options) {
+  std::vector<size_t> widths(static_cast<size_t>(nodes), dim);
+  if (options.column_split()) {
+    std::vector<ColumnRange> ranges = column_ranges(dim, nodes);
+    for (size_t i = 0; i < widths.size(); ++i) widths[i] = ranges[i].width();
   }
   return widths;
 }

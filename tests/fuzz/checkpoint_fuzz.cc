@@ -1,12 +1,16 @@
 // Fuzz target: the checkpoint readers (sharding/checkpoint.cc), what a daemon started with
 // --restore reads before any row goes into its tables (daemon/sparse/sparse_tables.cc,
-// shard_owner.cc): read_manifest (the Cap'n Proto manifest) and read_shard_file.
+// shard_owner.cc): read_manifest (the Cap'n Proto manifest) and read_shard_file; and
+// decode_shard, which reads the same format from the bytes a moving table's nodes exchange
+// (daemon/sparse/route_move.cc).
 //
 // Contract: no crash, no sanitizer report, no leak; a refusal names the file. A manifest it
 // accepts has format version 1 and lists one shard file per node, each a plain file name
 // (the restore opens <dir>/<name>: no '/', no "..", no NUL, not empty); a shard file it
-// accepts has dim > 0, at most 8 state slots, and exactly rows x dim values and
-// rows x slots x dim state values, which the restore copies row by row.
+// accepts has dim > 0 (or is an empty column slice), at most 8 state slots, and exactly
+// rows x dim values and rows x slots x dim state values, which the restore copies row by
+// row; decode_shard accepts exactly what read_shard_file accepts and reads the same.
+#include <cstring>
 #include <string>
 
 #include "fuzz_check.h"
@@ -34,16 +38,33 @@ void manifest(const MemFile& file) {
   touch(m.options.data(), m.options.size());
 }
 
-void shard(const MemFile& file) {
-  ShardFileData d;
+// A shard file and the same bytes in memory (a table moving between routes sends them:
+// decode_shard) are accepted alike and read alike.
+void shard(const MemFile& file, const uint8_t* bytes, size_t size) {
+  ShardFileData d, in_memory;
   std::string error;
+  bool decoded = decode_shard(reinterpret_cast<const char*>(bytes), size, &in_memory);
   if (!read_shard_file(file.path(), &d, &error)) {
     PX_FUZZ_CHECK(error.find(file.path()) != std::string::npos);
+    PX_FUZZ_CHECK(!decoded);
     return;
   }
-  PX_FUZZ_CHECK(d.dim > 0 && d.slots <= 8);
+  PX_FUZZ_CHECK(decoded);
+  PX_FUZZ_CHECK(d.dim > 0 || (d.column_slice && d.rows.empty()));
+  PX_FUZZ_CHECK(d.slots <= 8);
   PX_FUZZ_CHECK(d.values.size() == d.rows.size() * d.dim);
   PX_FUZZ_CHECK(d.state.size() == d.rows.size() * d.slots * d.dim);
+  PX_FUZZ_CHECK(in_memory.dim == d.dim && in_memory.slots == d.slots &&
+                in_memory.column_slice == d.column_slice &&
+                in_memory.column_begin == d.column_begin && in_memory.rows == d.rows);
+  PX_FUZZ_CHECK(
+      in_memory.values.size() == d.values.size() &&
+      std::memcmp(in_memory.values.data(), d.values.data(), d.values.size() * sizeof(float)) == 0);
+  PX_FUZZ_CHECK(
+      in_memory.state.size() == d.state.size() &&
+      std::memcmp(in_memory.state.data(), d.state.data(), d.state.size() * sizeof(float)) == 0);
+  std::vector<char> again = encode_shard(d);  // the reserved header word aside, the bytes
+  PX_FUZZ_CHECK(again.size() == size);
   touch(d.rows.data(), d.rows.size() * sizeof(int64_t));
   touch(d.values.data(), d.values.size() * sizeof(float));
   touch(d.state.data(), d.state.size() * sizeof(float));
@@ -59,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((data[0] & 1) == static_cast<uint8_t>(CheckpointFile::kManifest)) {
     manifest(file);
   } else {
-    shard(file);
+    shard(file, data + 1, size - 1);
   }
   return 0;
 }

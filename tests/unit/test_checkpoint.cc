@@ -92,6 +92,14 @@ TEST_CASE("checkpoint: a shard file reads back bit for bit") {
     CHECK(back.rows == data.rows);
     CHECK(same_bits(back.values, data.values));
     CHECK(same_bits(back.state, data.state));
+    // In memory (a table moving between routes sends these bytes): the file's bytes.
+    std::vector<char> bytes = encode_shard(data);
+    CHECK(std::string(bytes.begin(), bytes.end()) == read_text(path));
+    ShardFileData decoded;
+    REQUIRE(decode_shard(bytes.data(), bytes.size(), &decoded));
+    CHECK(decoded.rows == data.rows);
+    CHECK(same_bits(decoded.values, data.values));
+    CHECK(same_bits(decoded.state, data.state));
   }
   SUBCASE("a node that owns no rows") {
     ShardFileData empty = sample_shard(16, 1, 0, 0.0f);
@@ -202,6 +210,8 @@ TEST_CASE("checkpoint: a corrupted shard file is refused, whatever the header sa
     ShardFileData back;
     error.clear();
     bool ok = read_shard_file(bad_path, &back, &error);
+    ShardFileData in_memory;  // the same bytes as a moving table's nodes exchange them
+    CHECK(decode_shard(bytes.data(), bytes.size(), &in_memory) == ok);
     return !ok && error == bad_path + " is not a complete Parallax shard file";
   };
   auto with_u64 = [&](size_t offset, uint64_t v) {
