@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "checkpoint.capnp.h"
+#include "transport/kernels/huge_pages.h"
 
 namespace px {
 namespace {
@@ -118,9 +119,9 @@ bool read_shard(uint64_t total_bytes, ShardFileData* data, Read read) {
   data->column_slice = column_slice;
   data->column_begin = slice.column_begin;
   data->slots = h.slots;
-  data->rows.resize(h.count);
-  data->values.resize(h.count * h.dim);
-  data->state.resize(h.count * h.slots * h.dim);
+  resize_on_huge_pages(data->rows, h.count);
+  resize_on_huge_pages(data->values, h.count * h.dim);
+  resize_on_huge_pages(data->state, h.count * h.slots * h.dim);
   return read(data->rows.data(), data->rows.size() * sizeof(int64_t)) &&
          read(data->values.data(), data->values.size() * sizeof(float)) &&
          read(data->state.data(), data->state.size() * sizeof(float));
@@ -179,7 +180,8 @@ std::vector<char> encode_shard(const ShardFileData& data) {
   auto parts = shard_parts(data, h, slice);
   size_t total = 0;
   for (auto& [from, bytes] : parts) total += bytes;
-  std::vector<char> out(total);
+  std::vector<char> out;
+  resize_on_huge_pages(out, total);
   char* at = out.data();
   for (auto& [from, bytes] : parts) {
     if (bytes) std::memcpy(at, from, bytes);

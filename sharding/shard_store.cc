@@ -6,6 +6,7 @@
 #include "sharding/initializer.h"
 #include "sharding/optimizer.h"
 #include "sharding/prefetch.h"
+#include "transport/kernels/huge_pages.h"
 
 namespace px {
 
@@ -26,11 +27,11 @@ ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const Spar
     Partition& part = partitions_.emplace_back();
     uint64_t n = map.rows_in(p);
     owned_rows_ += n;
-    part.values.resize(n * dim_);
+    resize_on_huge_pages(part.values, n * dim_);
     for (uint64_t i = 0; i < n; ++i)
       initial_row_columns(options, i * map.partitions() + p, dim, columns_.begin, dim_,
                           part.values.data() + i * dim_);
-    part.state.resize(n * slots_ * dim_);
+    resize_on_huge_pages(part.state, n * slots_ * dim_);
     for (uint64_t i = 0; i < n; ++i)
       for (size_t s = 0; s < slots_; ++s)
         std::fill_n(part.state.data() + (i * slots_ + s) * dim_, dim_,
@@ -67,9 +68,9 @@ void ShardStore::export_rows(ShardFileData* out) const {
   out->values.clear();
   out->state.clear();
   if (dim_ == 0) return;  // a column-wise node that holds no columns: an empty slice
-  out->rows.reserve(owned_rows_);
-  out->values.reserve(owned_rows_ * dim_);
-  out->state.reserve(owned_rows_ * slots_ * dim_);
+  reserve_on_huge_pages(out->rows, owned_rows_);
+  reserve_on_huge_pages(out->values, owned_rows_ * dim_);
+  reserve_on_huge_pages(out->state, owned_rows_ * slots_ * dim_);
   for (uint32_t p = 0; p < map_.partitions(); ++p) {
     if (slot_of_[p] < 0) continue;
     const Partition& part = partitions_[static_cast<size_t>(slot_of_[p])];

@@ -27,6 +27,8 @@
 #include "sharding/route_model.h"
 #include "transport/collectives/ring_allgatherv.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
+#include "transport/kernels/huge_pages.h"
+#include "transport/kernels/uninit_vector.h"
 
 namespace px {
 namespace {
@@ -193,7 +195,8 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
     offload_.post()([=, this] {
       if (table->attempt != attempt) return;
       if (!ok) return failed("exchanging row counts", error);
-      auto all = std::make_shared<std::vector<char>>();
+      // Every byte is received or copied in: not zeroed first.
+      auto all = std::make_shared<UninitVector<char>>();
       std::vector<uint64_t> sizes(nodes), offset(nodes + 1, 0);
       uint64_t most = 0;
       for (size_t i = 0; i < nodes; ++i) {
@@ -201,7 +204,7 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
         offset[i + 1] = offset[i] + sizes[i];
         most = std::max(most, (*counts)[2 * i + 1]);
       }
-      all->resize(offset[nodes]);
+      resize_on_huge_pages(*all, offset[nodes]);
       std::memcpy(all->data() + offset[node], bytes->data(), bytes->size());
       bytes->clear();
       bytes->shrink_to_fit();
