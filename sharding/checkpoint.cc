@@ -173,31 +173,53 @@ bool read_shard_file(const std::string& path, ShardFileData* data, std::string* 
   return ok;
 }
 
-std::vector<char> encode_shard(const ShardFileData& data) {
+ShardView view_of(const ShardFileData& data) {
+  return {data.dim,         data.column_slice, data.column_begin,  data.slots,
+          data.rows.size(), data.rows.data(),  data.values.data(), data.state.data()};
+}
+
+size_t shard_image_bytes(const ShardFileData& data) {
+  ShardHeader h{};
+  ColumnSliceHeader slice{};
+  size_t total = 0;
+  for (auto& part : shard_parts(data, h, slice)) total += part.second;
+  return total;
+}
+
+void encode_shard(const ShardFileData& data, char* out) {
   ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
                 data.slots, 0};
   ColumnSliceHeader slice{data.column_begin};
-  auto parts = shard_parts(data, h, slice);
-  size_t total = 0;
-  for (auto& [from, bytes] : parts) total += bytes;
-  std::vector<char> out;
-  resize_on_huge_pages(out, total);
-  char* at = out.data();
-  for (auto& [from, bytes] : parts) {
-    if (bytes) std::memcpy(at, from, bytes);
-    at += bytes;
+  for (auto& [from, bytes] : shard_parts(data, h, slice)) {
+    if (bytes) std::memcpy(out, from, bytes);
+    out += bytes;
   }
-  return out;
 }
 
-bool decode_shard(const char* bytes, size_t size, ShardFileData* data) {
-  size_t at = 0;
-  return read_shard(size, data, [&](void* to, size_t n) {
-    if (size - at < n) return false;
-    if (n) std::memcpy(to, bytes + at, n);
-    at += n;
-    return true;
-  });
+bool view_shard(const char* bytes, size_t size, ShardView* view) {
+  ShardHeader h{};
+  ColumnSliceHeader slice{0};
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(int64_t) != 0 || size < sizeof h) return false;
+  std::memcpy(&h, bytes, sizeof h);
+  if (h.magic != kShardMagic && h.magic != kColumnShardMagic) return false;
+  bool column_slice = h.magic == kColumnShardMagic;
+  size_t at = sizeof h;
+  if (column_slice) {
+    if (size < at + sizeof slice) return false;
+    std::memcpy(&slice, bytes + at, sizeof slice);
+    at += sizeof slice;
+  }
+  uint64_t total = shard_bytes(h, column_slice, slice);
+  if (total == 0 || total != size) return false;
+  view->dim = h.dim;
+  view->column_slice = column_slice;
+  view->column_begin = slice.column_begin;
+  view->slots = h.slots;
+  view->count = h.count;
+  view->rows = reinterpret_cast<const int64_t*>(bytes + at);
+  view->values = reinterpret_cast<const float*>(bytes + at + h.count * sizeof(int64_t));
+  view->state = view->values + h.count * h.dim;
+  return true;
 }
 
 bool write_manifest(const std::string& path, const ManifestData& d, std::string* error) {

@@ -36,10 +36,27 @@ std::string checkpoint_stem(const std::string& dir, const std::string& job,
 
 bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error);
 bool read_shard_file(const std::string& path, ShardFileData* data, std::string* error);
-// A shard file's bytes in memory (a table moving between routes sends its rows so:
-// route_move.cc), and back: false for anything read_shard_file would refuse.
-std::vector<char> encode_shard(const ShardFileData& data);
-bool decode_shard(const char* bytes, size_t size, ShardFileData* data);
+
+// A shard's arrays where they lie: a ShardFileData's, or a shard image's in place.
+struct ShardView {
+  uint64_t dim = 0;
+  bool column_slice = false;
+  uint64_t column_begin = 0;
+  uint32_t slots = 0;
+  size_t count = 0;  // rows
+  const int64_t* rows = nullptr;
+  const float* values = nullptr;  // count x dim
+  const float* state = nullptr;   // count x slots x dim
+};
+ShardView view_of(const ShardFileData& data);
+
+// A shard file's bytes in memory, a shard image (a table moving between routes exchanges
+// its rows so: daemon/sparse/route_move.cc): shard_image_bytes of them written to out.
+size_t shard_image_bytes(const ShardFileData& data);
+void encode_shard(const ShardFileData& data, char* out);
+// The image's arrays in place, no copies: false for anything read_shard_file would refuse,
+// and for bytes not 8-byte aligned (the rows are int64).
+bool view_shard(const char* bytes, size_t size, ShardView* view);
 bool write_manifest(const std::string& path, const ManifestData& data, std::string* error);
 bool read_manifest(const std::string& path, ManifestData* data, std::string* error);
 

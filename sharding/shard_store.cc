@@ -81,7 +81,7 @@ void ShardStore::export_rows(ShardFileData* out) const {
   }
 }
 
-uint64_t ShardStore::import_rows(const ShardFileData& data) {
+uint64_t ShardStore::import_rows(const ShardView& data) {
   // The columns both the file and this store hold: [first, last) of the table.
   uint64_t first = std::max<uint64_t>(data.column_begin, columns_.begin);
   uint64_t last = std::min<uint64_t>(data.column_begin + data.dim, columns_.end);
@@ -89,14 +89,13 @@ uint64_t ShardStore::import_rows(const ShardFileData& data) {
   size_t width = last - first;
   size_t from = first - data.column_begin, to = first - columns_.begin;
   uint64_t taken = 0;
-  for (size_t i = 0; i < data.rows.size(); ++i) {
+  for (size_t i = 0; i < data.count; ++i) {
     int64_t row = data.rows[i];
     if (row < 0 || static_cast<uint64_t>(row) >= map_.rows() || !owns(row)) continue;
-    std::memcpy(row_values(row) + to, data.values.data() + i * data.dim + from,
-                width * sizeof(float));
+    std::memcpy(row_values(row) + to, data.values + i * data.dim + from, width * sizeof(float));
     for (size_t s = 0; s < slots_; ++s)
-      std::memcpy(row_state(row) + s * dim_ + to,
-                  data.state.data() + (i * slots_ + s) * data.dim + from, width * sizeof(float));
+      std::memcpy(row_state(row) + s * dim_ + to, data.state + (i * slots_ + s) * data.dim + from,
+                  width * sizeof(float));
     taken += width;
   }
   return taken;

@@ -44,7 +44,7 @@ class ShardStore {
   // Takes the values of data that fall in this store: the rows it owns, the columns it
   // holds (the rest belong to other nodes). Returns how many values (row x column cells) it
   // took. data must have this store's state slots and lie within the table's columns.
-  uint64_t import_rows(const ShardFileData& data);
+  uint64_t import_rows(const ShardView& data);
 
   // rows must all be owned here. out receives n x dim values.
   void gather(const int64_t* rows, size_t n, float* out) const;

@@ -163,22 +163,22 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
                                  std::shared_ptr<ShardFileData> mine) {
   SparseTable& t = *table;
   t.move_exported_ns = monotonic_ns();
-  auto images = std::make_shared<std::vector<std::shared_ptr<ShardFileData>>>();
+  auto moved = std::make_shared<SparseTable::MovedRows>();
   if (t.replicated) {  // this node's replica holds every row
     t.move_gathered_ns = t.move_exported_ns;
     t.moved_applies = t.owner->applies();
-    images->push_back(std::move(mine));
-    t.moved_rows = images;
+    moved->views.push_back(view_of(*mine));
+    moved->own = std::move(mine);
+    t.moved_rows = moved;
     return move_when_drained(table);
   }
   size_t nodes = static_cast<size_t>(t.nodes), node = static_cast<size_t>(t.node);
-  auto bytes = std::make_shared<std::vector<char>>(encode_shard(*mine));
-  mine.reset();
-  // Every node's export size and optimizer applications: a node that held no rows (fewer
+  // Every node's image size and optimizer applications: a node that held no rows (fewer
   // partitions than nodes, no columns) has counted no optimizer steps, so the most any node
   // counted is the table's.
   auto counts = std::make_shared<std::vector<uint64_t>>(2 * nodes, 0);
-  (*counts)[2 * node] = bytes->size();
+  (*counts)[2 * node] = shard_image_bytes(*mine);
+  auto exported = std::make_shared<std::shared_ptr<ShardFileData>>(std::move(mine));
   (*counts)[2 * node + 1] = t.owner->applies();
   AllgathervSpec spec;
   spec.buffer = counts->data();
@@ -195,62 +195,58 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
     offload_.post()([=, this] {
       if (table->attempt != attempt) return;
       if (!ok) return failed("exchanging row counts", error);
-      // Every byte is received or copied in: not zeroed first.
-      auto all = std::make_shared<UninitVector<char>>();
-      std::vector<uint64_t> sizes(nodes), offset(nodes + 1, 0);
+      // The images side by side, each from an 8-byte boundary (views read their rows in
+      // place); the padding is sent as zeros.
+      std::vector<uint64_t> sizes(nodes), blocks(nodes), offset(nodes + 1, 0);
       uint64_t most = 0;
       for (size_t i = 0; i < nodes; ++i) {
         sizes[i] = (*counts)[2 * i];
-        offset[i + 1] = offset[i] + sizes[i];
+        blocks[i] = (sizes[i] + 7) & ~uint64_t{7};
+        offset[i + 1] = offset[i] + blocks[i];
         most = std::max(most, (*counts)[2 * i + 1]);
       }
-      resize_on_huge_pages(*all, offset[nodes]);
-      std::memcpy(all->data() + offset[node], bytes->data(), bytes->size());
-      bytes->clear();
-      bytes->shrink_to_fit();
-      AllgathervSpec rows;
-      rows.buffer = all->data();
-      rows.block_bytes = sizes;
-      rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 3 * table->moves + 2);
-      rows.chunk_bytes = chunk_bytes_;
-      start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
-        offload_.post()([=, this] {
-          if (table->attempt != attempt) return;
-          if (!ok2) return failed("exchanging rows", error2);
-          auto malformed = std::make_shared<size_t>(nodes);
-          offload_.run(
-              true,
-              [=] {
-                for (size_t i = 0; i < nodes; ++i) {
-                  auto image = std::make_shared<ShardFileData>();
-                  if (!decode_shard(all->data() + offset[i], sizes[i], image.get())) {
-                    *malformed = i;
-                    return;
-                  }
-                  images->push_back(std::move(image));
-                }
-              },
-              [=, this] {
+      offload_.run(
+          true,
+          [=] {  // every byte is received or written here: not zeroed first
+            resize_on_huge_pages(moved->images, offset[nodes]);
+            char* own = moved->images.data() + offset[node];
+            encode_shard(**exported, own);
+            std::memset(own + sizes[node], 0, blocks[node] - sizes[node]);
+            exported->reset();  // its bytes are in the image now
+          },
+          [=, this] {
+            if (table->attempt != attempt) return;
+            AllgathervSpec rows;
+            rows.buffer = moved->images.data();
+            rows.block_bytes = blocks;
+            rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 3 * table->moves + 2);
+            rows.chunk_bytes = chunk_bytes_;
+            start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
+              offload_.post()([=, this] {
                 if (table->attempt != attempt) return;
-                if (*malformed < nodes)
-                  return fail_move(table, "the export of node " + std::to_string(*malformed) +
-                                              " (" + std::to_string(sizes[*malformed]) +
-                                              " bytes) is not a shard image (a bug)");
-                table->moved_rows = images;
+                if (!ok2) return failed("exchanging rows", error2);
+                for (size_t i = 0; i < nodes; ++i) {
+                  ShardView view;
+                  if (!view_shard(moved->images.data() + offset[i], sizes[i], &view))
+                    return fail_move(table, "the export of node " + std::to_string(i) + " (" +
+                                                std::to_string(sizes[i]) +
+                                                " bytes) is not a shard image (a bug)");
+                  moved->views.push_back(view);
+                }
+                table->moved_rows = moved;
                 table->moved_applies = most;
                 table->move_gathered_ns = monotonic_ns();
                 move_when_drained(table);
               });
-        });
-      });
+            });
+          });
     });
   });
 }
 
 // Step 3-4: the new layout takes its rows from every node's export.
-void SparseRouter::lay_out_moved(
-    const std::shared_ptr<SparseTable>& table,
-    std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images) {
+void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
+                                 std::shared_ptr<SparseTable::MovedRows> moved) {
   SparseTable& t = *table;
   std::string from = route_model_name(t.options);
   uint64_t applies = t.moved_applies;
@@ -266,10 +262,10 @@ void SparseRouter::lay_out_moved(
   uint64_t attempt = t.attempt;
   offload_.run(
       true,
-      [owner, images, taken] {
-        for (const auto& image : *images) *taken += owner->import_rows(*image);
+      [owner, moved, taken] {
+        for (const ShardView& view : moved->views) *taken += owner->import_rows(view);
       },
-      [this, table, owner, images, taken, applies, from, why, attempt] {
+      [this, table, owner, moved, taken, applies, from, why, attempt] {
         SparseTable& t = *table;
         if (t.attempt != attempt) return;
         if (*taken != owner->held_values())

@@ -437,7 +437,7 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
       *error = dir + "/" + file + " does not match its manifest";
       return false;
     }
-    taken += store_.import_rows(data);
+    taken += store_.import_rows(view_of(data));
   }
   uint64_t wanted = store_.owned_rows() * dim_;
   if (taken != wanted) {

@@ -63,7 +63,7 @@ class ShardOwner {
   // continue_from: a new owner goes on from the old one's cut: `steps` push (and pull) steps
   // counted from every node, `applies` optimizer applications (Adam's bias correction).
   void export_at(uint64_t steps, std::function<void(std::shared_ptr<ShardFileData>)> done);
-  uint64_t import_rows(const ShardFileData& data) { return store_.import_rows(data); }
+  uint64_t import_rows(const ShardView& data) { return store_.import_rows(data); }
   uint64_t held_values() const { return store_.owned_rows() * dim_; }
   uint64_t applies() const;
   void continue_from(uint64_t steps, uint64_t applies);

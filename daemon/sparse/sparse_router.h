@@ -22,6 +22,7 @@
 #include "sharding/row_plan.h"
 #include "sharding/sparse_spec.h"
 #include "transport/collectives/collective_transport.h"
+#include "transport/kernels/uninit_vector.h"
 
 namespace px {
 
@@ -96,8 +97,13 @@ struct SparseTable {
   uint32_t declared_partitions = 0;  // px_sparse_options.partitions (ps after a move)
   uint32_t global_id = 0;
   bool agreeing = false, moving = false, exporting = false;
-  // A move's every node's rows, kept while the table's operations still drain.
-  std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> moved_rows;
+  // A move's rows, every node's export, kept while the table's operations still drain.
+  struct MovedRows {
+    std::shared_ptr<ShardFileData> own;  // a replicated table's: this node's replica, whole
+    UninitVector<char> images;           // the nodes' exports as exchanged (shard images)
+    std::vector<ShardView> views;        // into own or images
+  };
+  std::shared_ptr<MovedRows> moved_rows;
   uint64_t moved_applies = 0;      // the most optimizer applications any node counted
   bool agreement_started = false;  // the window's last pull was sent (its sample is out)
   int64_t move_start_ns = 0, move_exported_ns = 0, move_gathered_ns = 0;  // for its log line
@@ -193,7 +199,7 @@ class SparseRouter {
   void exchange_rows(const std::shared_ptr<SparseTable>& table,
                      std::shared_ptr<ShardFileData> mine);
   void lay_out_moved(const std::shared_ptr<SparseTable>& table,
-                     std::shared_ptr<std::vector<std::shared_ptr<ShardFileData>>> images);
+                     std::shared_ptr<SparseTable::MovedRows> moved);
   void end_hold(SparseTable& table);
   // A move that cannot complete without the job breaking (a bug): the variable is poisoned
   // and its operations, held ones included, fail naming why.

@@ -92,14 +92,21 @@ TEST_CASE("checkpoint: a shard file reads back bit for bit") {
     CHECK(back.rows == data.rows);
     CHECK(same_bits(back.values, data.values));
     CHECK(same_bits(back.state, data.state));
-    // In memory (a table moving between routes sends these bytes): the file's bytes.
-    std::vector<char> bytes = encode_shard(data);
-    CHECK(std::string(bytes.begin(), bytes.end()) == read_text(path));
-    ShardFileData decoded;
-    REQUIRE(decode_shard(bytes.data(), bytes.size(), &decoded));
-    CHECK(decoded.rows == data.rows);
-    CHECK(same_bits(decoded.values, data.values));
-    CHECK(same_bits(decoded.state, data.state));
+    // In memory (a table moving between routes sends these bytes): the file's bytes, read
+    // in place.
+    std::vector<int64_t> aligned((shard_image_bytes(data) + 7) / 8);
+    char* bytes = reinterpret_cast<char*>(aligned.data());
+    encode_shard(data, bytes);
+    CHECK(std::string(bytes, shard_image_bytes(data)) == read_text(path));
+    ShardView view;
+    REQUIRE(view_shard(bytes, shard_image_bytes(data), &view));
+    CHECK(view.dim == data.dim);
+    CHECK(view.slots == data.slots);
+    CHECK(std::vector<int64_t>(view.rows, view.rows + view.count) == data.rows);
+    CHECK(same_bits(std::vector<float>(view.values, view.values + view.count * view.dim),
+                    data.values));
+    CHECK(same_bits(std::vector<float>(view.state, view.state + data.state.size()), data.state));
+    CHECK_FALSE(view_shard(bytes + 4, shard_image_bytes(data) - 4, &view));  // unaligned
   }
   SUBCASE("a node that owns no rows") {
     ShardFileData empty = sample_shard(16, 1, 0, 0.0f);
@@ -210,8 +217,11 @@ TEST_CASE("checkpoint: a corrupted shard file is refused, whatever the header sa
     ShardFileData back;
     error.clear();
     bool ok = read_shard_file(bad_path, &back, &error);
-    ShardFileData in_memory;  // the same bytes as a moving table's nodes exchange them
-    CHECK(decode_shard(bytes.data(), bytes.size(), &in_memory) == ok);
+    // The same bytes as a moving table's nodes exchange them (8-byte aligned).
+    std::vector<int64_t> aligned(bytes.size() / 8 + 1);
+    std::memcpy(aligned.data(), bytes.data(), bytes.size());
+    ShardView view;
+    CHECK(view_shard(reinterpret_cast<const char*>(aligned.data()), bytes.size(), &view) == ok);
     return !ok && error == bad_path + " is not a complete Parallax shard file";
   };
   auto with_u64 = [&](size_t offset, uint64_t v) {

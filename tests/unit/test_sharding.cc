@@ -147,7 +147,7 @@ TEST_CASE("column stores initialise their columns and restore cells from any sli
   for (int n = 0; n < 2; ++n) {
     ShardStore target(PartitionMap(rows, 1, 1), 0, dim, options, column_range(dim, 2, n));
     uint64_t taken = 0;
-    for (const ShardFileData& f : files) taken += target.import_rows(f);
+    for (const ShardFileData& f : files) taken += target.import_rows(view_of(f));
     CHECK(taken == rows * 4);
     ShardFileData back;
     target.export_rows(&back);
@@ -164,7 +164,7 @@ TEST_CASE("column stores initialise their columns and restore cells from any sli
   for (int node = 0; node < 2; ++node) {
     ShardStore target(striped, node, dim, options);
     uint64_t taken = 0;
-    for (const ShardFileData& f : files) taken += target.import_rows(f);
+    for (const ShardFileData& f : files) taken += target.import_rows(view_of(f));
     CHECK(taken == target.owned_rows() * dim);
     for (int64_t row = 0; row < int64_t(rows); ++row) {
       if (!target.owns(row)) continue;
