@@ -72,6 +72,19 @@ SparseOptions route_model_options(SparseOptions o, const std::string& route, uin
   return o;
 }
 
+double move_bytes(uint64_t rows, uint64_t dim, uint32_t state_slots, int nodes, bool replicated) {
+  if (replicated || nodes < 2) return 0;
+  double table =
+      static_cast<double>(rows) * static_cast<double>(dim) * (1.0 + state_slots) * sizeof(float);
+  return table * (nodes - 1) / nodes;
+}
+
+double payback_steps(double move_bytes, double in_use_bytes, double to_bytes) {
+  double saved = in_use_bytes - to_bytes;
+  if (move_bytes <= 0) return 0;
+  return saved > 0 ? move_bytes / saved : HUGE_VAL;
+}
+
 double share_skew(const std::vector<double>& share) {
   if (share.empty()) return 1;
   double busiest = *std::max_element(share.begin(), share.end());

@@ -53,6 +53,18 @@ struct LinkModel {
 // A route is chosen over the one in use only when it moves this much fewer bytes.
 constexpr double kRouteMargin = 0.10;
 
+// A move between routes (daemon/sparse/route_move.cc) all-gathers every node's rows: each
+// node receives about (N-1)/N of the table's values and optimizer state, none when the table
+// is replicated (every node holds every row). A PX_ROUTE_AUTO table moves only when the
+// bytes the new route saves per step repay that within kMovePaybackSteps steps: the
+// estimate sees a window of steps, not how long the job or its pattern of pulls will last,
+// and a 410 MB table's move measured 2.5-4.2 s on 1 Gbit/s links (README: Benchmarks).
+constexpr double kMovePaybackSteps = 1000;
+double move_bytes(uint64_t rows, uint64_t dim, uint32_t state_slots, int nodes, bool replicated);
+// The steps after which a move of move_bytes from a route of in_use_bytes a step to one of
+// to_bytes a step has saved what it cost (infinite when it saves nothing).
+double payback_steps(double move_bytes, double in_use_bytes, double to_bytes);
+
 struct RouteEstimate {
   std::string route;         // "ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce"
   double busiest_bytes = 0;  // per step, max over nodes of max(in, out)

@@ -7,10 +7,12 @@
 // between the nodes and the table moves to its choice (route_move.cc).
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 #include "daemon/sparse/sparse_router.h"
 #include "daemon/sparse/sparse_run.h"
+#include "sharding/optimizer.h"
 #include "sharding/route_model.h"
 #include "sharding/wire_values.h"
 
@@ -106,15 +108,31 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
     if (!offered) scripted.clear();  // a replicated route for a bf16 or prefetch table
   }
   const RouteEstimate& chosen = choose(estimates, in_use);
-  std::string to = scripted.empty() ? chosen.route : scripted;
-  if (to == table.chosen_route && (!table.automatic || to == in_use)) return to;
-  table.chosen_route = to;
   double current = chosen.busiest_bytes;
   std::string each;
   for (const RouteEstimate& e : estimates) {
     if (e.route == in_use) current = e.busiest_bytes;
     each += (each.empty() ? "" : ", ") + e.route + " " + megabytes(e.busiest_bytes);
   }
+  // What moving there would cost, in the steps its savings need to repay it.
+  std::string payback;
+  bool repays = true;
+  if (chosen.route != in_use) {
+    double cost = move_bytes(table.shape.rows, table.shape.dim,
+                             static_cast<uint32_t>(optimizer_state_slots(table.options.optimizer)),
+                             table.nodes, table.replicated);
+    double steps = payback_steps(cost, current, chosen.busiest_bytes);
+    repays = steps <= kMovePaybackSteps;
+    payback = "; a move sends each node " + megabytes(cost) + ", repaid in " +
+              (std::isfinite(steps) ? fixed("%.0f", steps) : std::string("no")) + " steps" +
+              (repays ? "" : " (more than " + fixed("%.0f", kMovePaybackSteps) + ")");
+  }
+  bool held_back = table.automatic && scripted.empty() && !repays;
+  std::string to = !scripted.empty() ? scripted : held_back ? in_use : chosen.route;
+  // Logged when the estimate's choice or the verdict on it changes (or a move is due).
+  std::string decision = chosen.route + ">" + to;
+  if (decision == table.chosen_route && (!table.automatic || to == in_use)) return to;
+  table.chosen_route = decision;
   std::string verdict =
       !scripted.empty()
           ? "chosen: " + scripted + " (--route-auto-sequence; the estimate's: " + chosen.route + ")"
@@ -123,8 +141,10 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
                 fixed("%.0f", 100 * kRouteMargin) + "% fewer bytes)"
           : "chosen: " + chosen.route + " (" +
                 fixed("%.2f", current > 0 ? chosen.busiest_bytes / current : 0) + "x " + in_use +
-                "'s bytes)";
-  if (to != in_use)
+                "'s bytes" + payback + ")";
+  if (held_back)
+    verdict += "; the table stays on " + in_use + " (a move would not repay itself soon enough)";
+  else if (to != in_use)
     verdict += table.automatic ? "; the table moves from " + in_use + " to " + to
                                : "; the table stays on " + in_use +
                                      " (its route was given; PX_ROUTE_AUTO moves tables)";

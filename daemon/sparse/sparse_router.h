@@ -87,7 +87,7 @@ struct SparseTable {
   };
   RouteSample route_sample;
   std::optional<PartitionMap> ps_map, alltoall_map;
-  std::string chosen_route;
+  std::string chosen_route;  // the last estimate logged: its choice and the route gone to
   // PX_ROUTE_AUTO (route_move.cc). Every estimate is agreed: the nodes all-gather their
   // samples and decide alike; operations of steps from hold_from on (and, during a move,
   // every operation) wait in held until the agreement and any move are done, then start in

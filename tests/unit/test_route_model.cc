@@ -2,6 +2,7 @@
 // against hand-computed ones, and the choice as α, skew and node count change.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "sharding/route_model.h"
@@ -94,6 +95,35 @@ TEST_CASE("route model: the options' route by its model name") {
   CHECK(route_model_name(o) == "alltoall-columns");
   o.route = Route::kAllgatherv;
   CHECK(route_model_name(o) == "allgatherv");
+  // And back: every name to options on that route (the inverse, a count kept where it fits).
+  SparseOptions base;
+  base.optimizer = Optimizer::kAdam;
+  for (const char* name : {"ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce"}) {
+    CAPTURE(name);
+    SparseOptions there = route_model_options(base, name, 8);
+    CHECK(route_model_name(there) == name);
+    CHECK(there.optimizer == Optimizer::kAdam);
+    std::string error;
+    CHECK_MESSAGE(there.validate(&error), error);
+    CHECK(there.partitions == (there.route == Route::kAlltoall ? 0u : 8u));
+  }
+}
+
+TEST_CASE("route model: a move's bytes, and what repays them") {
+  // 1,000 x 8 f32 with Adam (two state slots): 96,000 bytes; each of 4 nodes receives 3/4.
+  CHECK(move_bytes(1000, 8, 2, 4, false) == doctest::Approx(72000));
+  CHECK(move_bytes(1000, 8, 0, 2, false) == doctest::Approx(16000));
+  CHECK(move_bytes(1000, 8, 2, 4, true) == 0);   // replicated: every node holds every row
+  CHECK(move_bytes(1000, 8, 2, 1, false) == 0);  // one node: nothing to send
+  // The LM1B table (800,000 x 128, SGD) at N = 2: 205 MB a node, so a route must save more
+  // than 205 kB a step to repay it within kMovePaybackSteps.
+  double lm1b = move_bytes(800000, 128, 0, 2, false);
+  CHECK(lm1b == doctest::Approx(204.8e6));
+  CHECK(lm1b / kMovePaybackSteps == doctest::Approx(204.8e3));
+  CHECK(payback_steps(lm1b, 5e6, 4.5e6) == doctest::Approx(409.6));  // 10% of 5 MB a step
+  CHECK(payback_steps(lm1b, 5e6, 4.9e6) > kMovePaybackSteps);        // 2%: 2,048 steps
+  CHECK(std::isinf(payback_steps(lm1b, 5e6, 5e6)));                  // saves nothing
+  CHECK(payback_steps(0, 5e6, 6e6) == 0);  // from a replicated route: nothing to send
 }
 
 }  // namespace
