@@ -104,19 +104,28 @@ uint64_t shard_bytes(const ShardHeader& h, bool column_slice, const ColumnSliceH
          h.count * h.dim * (1 + h.slots) * sizeof(float);
 }
 
-// Reads the header (and a column slice's second header) through read, sizes data for it,
-// then reads the rows, values and state.
+// Reads a shard's header (and a column slice's second one) through read: true when it is a
+// header a writer makes and total_bytes exactly what it describes.
+template <typename Read>
+bool read_shard_header(uint64_t total_bytes, Read& read, ShardHeader* h, ColumnSliceHeader* slice) {
+  *slice = ColumnSliceHeader{0};
+  if (!read(h, sizeof *h) || (h->magic != kShardMagic && h->magic != kColumnShardMagic))
+    return false;
+  bool column_slice = h->magic == kColumnShardMagic;
+  if (column_slice && !read(slice, sizeof *slice)) return false;
+  uint64_t bytes = shard_bytes(*h, column_slice, *slice);
+  return bytes != 0 && bytes == total_bytes;
+}
+
+// The header through read_shard_header, then data sized for it and its rows, values and
+// state read in.
 template <typename Read>
 bool read_shard(uint64_t total_bytes, ShardFileData* data, Read read) {
   ShardHeader h{};
   ColumnSliceHeader slice{0};
-  if (!read(&h, sizeof h) || (h.magic != kShardMagic && h.magic != kColumnShardMagic)) return false;
-  bool column_slice = h.magic == kColumnShardMagic;
-  if (column_slice && !read(&slice, sizeof slice)) return false;
-  uint64_t bytes = shard_bytes(h, column_slice, slice);
-  if (bytes == 0 || bytes != total_bytes) return false;
+  if (!read_shard_header(total_bytes, read, &h, &slice)) return false;
   data->dim = h.dim;
-  data->column_slice = column_slice;
+  data->column_slice = h.magic == kColumnShardMagic;
   data->column_begin = slice.column_begin;
   data->slots = h.slots;
   resize_on_huge_pages(data->rows, h.count);
@@ -197,22 +206,19 @@ void encode_shard(const ShardFileData& data, char* out) {
 }
 
 bool view_shard(const char* bytes, size_t size, ShardView* view) {
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(int64_t) != 0) return false;
+  size_t at = 0;
+  auto read = [&](void* to, size_t n) {
+    if (size - at < n) return false;
+    std::memcpy(to, bytes + at, n);
+    at += n;
+    return true;
+  };
   ShardHeader h{};
   ColumnSliceHeader slice{0};
-  if (reinterpret_cast<uintptr_t>(bytes) % alignof(int64_t) != 0 || size < sizeof h) return false;
-  std::memcpy(&h, bytes, sizeof h);
-  if (h.magic != kShardMagic && h.magic != kColumnShardMagic) return false;
-  bool column_slice = h.magic == kColumnShardMagic;
-  size_t at = sizeof h;
-  if (column_slice) {
-    if (size < at + sizeof slice) return false;
-    std::memcpy(&slice, bytes + at, sizeof slice);
-    at += sizeof slice;
-  }
-  uint64_t total = shard_bytes(h, column_slice, slice);
-  if (total == 0 || total != size) return false;
+  if (!read_shard_header(size, read, &h, &slice)) return false;
   view->dim = h.dim;
-  view->column_slice = column_slice;
+  view->column_slice = h.magic == kColumnShardMagic;
   view->column_begin = slice.column_begin;
   view->slots = h.slots;
   view->count = h.count;
