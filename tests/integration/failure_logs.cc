@@ -1,8 +1,12 @@
 // A failed check in a doctest process test keeps what its daemons said: each DaemonProcess
 // then prints the end of its log as it goes (ctest --output-on-failure shows it), so a
 // failure seen only in CI, under load, can be read afterwards. Linked into the doctest
-// programs only; px_fault_suite, which has no doctest, keeps the flag false.
+// programs only; px_fault_suite, which has no doctest, keeps the flag false. A daemon that
+// does not exit with 0 on its DaemonProcess's SIGTERM fails the test that owned it.
 #include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
 
 #include "tests/integration/harness.h"
 
@@ -28,6 +32,19 @@ struct FailureListener : doctest::IReporter {
   void log_message(const doctest::MessageData&) override {}
   void test_case_skipped(const doctest::TestCaseData&) override {}
 };
+
+// A daemon that did not exit cleanly fails the test that owned it.
+void fail_unclean_exit(const std::string& message) {
+  if (doctest::is_running_in_test) {
+    FAIL_CHECK(message);
+  } else {
+    fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+struct InstallUncleanExit {
+  InstallUncleanExit() { g_unclean_exit = fail_unclean_exit; }
+} install_unclean_exit;
 
 }  // namespace
 }  // namespace pxt

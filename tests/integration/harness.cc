@@ -27,6 +27,11 @@ namespace pxt {
 
 std::atomic<bool> g_check_failed{false};
 
+void print_unclean_exit(const std::string& message) {
+  fprintf(stderr, "%s\n", message.c_str());
+}
+void (*g_unclean_exit)(const std::string& message) = print_unclean_exit;
+
 pid_t spawn_process(const std::vector<std::string>& argv,
                     const std::map<std::string, std::string>& env, const std::string& output_path) {
   pid_t parent = getpid();
@@ -179,7 +184,11 @@ int DaemonProcess::wait_exit(int timeout_ms) {
 DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGTERM);
-    if (reap(pid_, now_ms() + 5000) != 0) fprintf(stderr, "parallaxd did not exit cleanly\n");
+    int code = reap(pid_, now_ms() + 5000);
+    if (code != 0)
+      g_unclean_exit("parallaxd (log " + log_path_ + ") did not exit cleanly on SIGTERM: " +
+                     (code < 0 ? std::string("still running after 5 s, killed")
+                               : "exit code " + std::to_string(code)));
   }
   unlink(socket_.c_str());
   if (g_check_failed.load()) print_log_tail(log_path_, 60);

@@ -18,6 +18,10 @@ namespace pxt {
 // Set once a check of this test process failed (failure_logs.cc, in the doctest programs):
 // daemons then print the end of their logs as they stop.
 extern std::atomic<bool> g_check_failed;
+// Called when a daemon a DaemonProcess still owns does not exit with 0 on the SIGTERM of its
+// destructor (a crash, a hang, a sanitizer's report at exit): failure_logs.cc makes it a
+// failed check of the running test; px_fault_suite's prints it.
+extern void (*g_unclean_exit)(const std::string& message);
 
 class DaemonProcess {
  public:
