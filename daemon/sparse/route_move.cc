@@ -24,6 +24,7 @@
 #include "daemon/sparse/sparse_router.h"
 #include "daemon/sparse/sparse_run.h"
 #include "sharding/checkpoint.h"
+#include "sharding/optimizer.h"
 #include "sharding/route_model.h"
 #include "transport/collectives/ring_allgatherv.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
@@ -199,8 +200,18 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
       // place); the padding is sent as zeros.
       std::vector<uint64_t> sizes(nodes), blocks(nodes), offset(nodes + 1, 0);
       uint64_t most = 0;
+      // No export holds more than every row of the table with its number and state. Every
+      // node sees the same sizes, so all refuse alike (none is left in the all-gather).
+      const SparseShape& shape = table->shape;
+      uint64_t state_slots = optimizer_state_slots(table->options.optimizer);
+      uint64_t largest =
+          64 + shape.rows * (sizeof(int64_t) + shape.dim * sizeof(float) * (1 + state_slots));
       for (size_t i = 0; i < nodes; ++i) {
         sizes[i] = (*counts)[2 * i];
+        if (sizes[i] > largest)
+          return fail_move(table, "node " + std::to_string(i) + " announced an export of " +
+                                      std::to_string(sizes[i]) + " bytes, more than the " +
+                                      std::to_string(largest) + " of the whole table (a bug)");
         blocks[i] = (sizes[i] + 7) & ~uint64_t{7};
         offset[i + 1] = offset[i] + blocks[i];
         most = std::max(most, (*counts)[2 * i + 1]);

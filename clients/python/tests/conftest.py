@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,9 @@ def _require(name: str) -> str:
 
 
 class Daemon:
-    """One parallaxd on its own socket, in the foreground, killed at the end."""
+    """One parallaxd on its own socket, in the foreground, stopped at the end with SIGTERM:
+    it must exit with 0 (a crash or a hang on the way out fails the test), unless the test
+    SIGKILLed it itself."""
 
     def __init__(self, *args: str):
         self.dir = tempfile.mkdtemp(prefix="pxpy-")
@@ -58,10 +61,19 @@ class Daemon:
         return env
 
     def stop(self) -> None:
+        killed_by_test = self.proc.poll() == -signal.SIGKILL
         if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.proc.wait(10)
+            self.proc.wait(10)
+            code = "none: still running 10 s after SIGTERM, killed"
+        text = self.log_text()
         self.log.close()
+        if code != 0 and not killed_by_test:
+            raise AssertionError(f"parallaxd did not exit cleanly ({code}); its log:\n{text[-4000:]}")
 
 
 @pytest.fixture
