@@ -14,7 +14,7 @@ ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const Spar
     : ShardStore(map, node, dim, options, ColumnRange{0, dim}) {}
 
 ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options,
-                       ColumnRange columns)
+                       ColumnRange columns, bool initialise)
     : map_(map),
       table_dim_(dim),
       columns_(columns),
@@ -28,10 +28,11 @@ ShardStore::ShardStore(const PartitionMap& map, int node, size_t dim, const Spar
     uint64_t n = map.rows_in(p);
     owned_rows_ += n;
     resize_on_huge_pages(part.values, n * dim_);
+    resize_on_huge_pages(part.state, n * slots_ * dim_);
+    if (!initialise) continue;
     for (uint64_t i = 0; i < n; ++i)
       initial_row_columns(options, i * map.partitions() + p, dim, columns_.begin, dim_,
                           part.values.data() + i * dim_);
-    resize_on_huge_pages(part.state, n * slots_ * dim_);
     for (uint64_t i = 0; i < n; ++i)
       for (size_t s = 0; s < slots_; ++s)
         std::fill_n(part.state.data() + (i * slots_ + s) * dim_, dim_,

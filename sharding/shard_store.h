@@ -19,10 +19,12 @@ namespace px {
 class ShardStore {
  public:
   // Allocates and initialises every partition that map assigns to node: of a dim-wide
-  // table, the columns `columns` (all of them when absent).
+  // table, the columns `columns` (all of them when absent). initialise false: the values
+  // and state are left zero for import_rows to fill (a table moving between routes, whose
+  // every cell comes from the old layout).
   ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options);
   ShardStore(const PartitionMap& map, int node, size_t dim, const SparseOptions& options,
-             ColumnRange columns);
+             ColumnRange columns, bool initialise = true);
 
   // Within the table, too: a row past its end falls in an owned partition (row % P), and a
   // request from another node naming one was served from past that partition's array

@@ -263,7 +263,7 @@ void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
   uint64_t applies = t.moved_applies;
   uint32_t kept = t.search && t.search->decided() ? t.search->chosen() : t.kept_per_node;
   std::string why;
-  lay_out(t, options_for(t, t.move_to), &why);
+  lay_out(t, options_for(t, t.move_to), &why, false);  // every cell comes from the exports
   if (t.options.route == Route::kPs) {
     t.search.reset();  // its trials are numbered from step 0: the earlier choice stays
     t.kept_per_node = kept ? kept : PartitionSearch::kInitialPerNode;

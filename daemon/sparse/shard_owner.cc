@@ -21,7 +21,7 @@ constexpr size_t kInlineValues = 32 * 1024;
 
 ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
                        const SparseOptions& options, int world_size, ThreadPool& pool,
-                       PostToLoop post)
+                       PostToLoop post, bool initialise)
     : label_(std::move(label)),
       replicated_(options.route == Route::kAllgatherv || options.route == Route::kAllreduce),
       columns_(options.column_split()),
@@ -33,7 +33,7 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
       world_size_(world_size),
       store_(replicated_ || columns_ ? PartitionMap(map.rows(), 1, 1) : map,
              replicated_ || columns_ ? 0 : node, dim, options,
-             columns_ ? column_range(dim, map.nodes(), node) : ColumnRange{0, dim}),
+             columns_ ? column_range(dim, map.nodes(), node) : ColumnRange{0, dim}, initialise),
       queue_(std::make_shared<SerialQueue>(pool, post)) {
   if (replicated_) {
     units_.resize(1);

@@ -35,8 +35,10 @@ namespace px {
 class ShardOwner {
  public:
   // map: the variable's partitioning (ps); replicated routes hold every row regardless.
+  // initialise false: the rows are left for import_rows (ShardStore).
   ShardOwner(std::string label, const PartitionMap& map, int node, size_t dim,
-             const SparseOptions& options, int world_size, ThreadPool& pool, PostToLoop post);
+             const SparseOptions& options, int world_size, ThreadPool& pool, PostToLoop post,
+             bool initialise = true);
 
   // Cluster: the transport and cluster-wide id the replicated routes' collectives use.
   void attach(CollectiveTransport* fabric, uint32_t global_id, size_t chunk_bytes);

@@ -209,9 +209,10 @@ class SparseRouter {
     offload_.post()([this, table] { move_when_drained(table); });
   }
   // The table laid out for options' route: map, owner, slices, search; the values per row
-  // every node's shard holds (sparse_tables.cc).
+  // every node's shard holds (sparse_tables.cc). initialise false: the rows are left for
+  // import_rows (a move).
   std::vector<size_t> lay_out(SparseTable& table, const SparseOptions& options,
-                              std::string* why_partitions);
+                              std::string* why_partitions, bool initialise = true);
   // The values of a row each node holds on options' route: the row, or its column slice.
   static std::vector<size_t> row_widths(uint64_t dim, int nodes, const SparseOptions& options);
   void send(const std::shared_ptr<Run>& run);

@@ -75,7 +75,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
 }
 
 std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOptions& options,
-                                          std::string* why_partitions) {
+                                          std::string* why_partitions, bool initialise) {
   const SparseShape& shape = table.shape;
   int nodes = table.nodes, node = table.node;
   table.options = options;
@@ -85,8 +85,9 @@ std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOption
                         : options.partitions ? options.partitions
                                              : automatic_partitions(shape.rows, nodes);
   table.map = PartitionMap(shape.rows, partitions, nodes);
-  table.owner = std::make_shared<ShardOwner>(table.label, table.map, node, shape.dim, options,
-                                             table.world_size, offload_.pool(), offload_.post());
+  table.owner =
+      std::make_shared<ShardOwner>(table.label, table.map, node, shape.dim, options,
+                                   table.world_size, offload_.pool(), offload_.post(), initialise);
   table.owner->set_names(table.job_name, table.var_name);
   table.replicated = table.owner->replicated();
   table.columns = table.owner->column_slice();
