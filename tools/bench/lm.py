@@ -16,7 +16,7 @@ Systems:
               the first parameters' bucket first on the links; README, "Priorities")
   parallax-fifo  the same with prioritize=False: every transfer at priority 0 (FIFO)
   parallax-prefetch  parallax with prefetch: each step's rows of both tables pulled during
-              the previous step's backward (ParallaxLM.prefetch, px_prefetch_rows)
+              the previous step's backward (parallax.torch.TrainPipeline, px_prefetch_rows)
   ddp-dense   PyTorch DDP on gloo, nn.Embedding with dense, whole-table gradients
   ddp-sparse  PyTorch DDP on gloo, nn.Embedding(sparse=True) for both tables
 Per system, per step: the step time (every worker's, max-reduced after the run: a step
@@ -134,23 +134,27 @@ def worker(a) -> None:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return t.tolist()
 
-    def step(m, optimizers, x, y, ahead=None):
+    def step(m, optimizers, x, y):
         for o in optimizers:
             o.zero_grad()
         loss = m(x, y)
-        if ahead is not None:  # the next step's rows, pulled while backward runs
-            m.prefetch(*ahead)
         loss.backward()
         for o in optimizers:
             o.step()
         return loss.item()
 
+    if prefetch:  # each next batch taken ahead, its rows pulled while backward runs
+        pipeline = pxt.TrainPipeline(model, opts, forward=lambda m, batch: m(*batch),
+                                     prefetch=lambda batch: model.prefetch(*batch))
+        ahead = iter(batches)
     step_times, compute_times = [], []
     for i, (x, y) in enumerate(batches):
         barrier()
         t0 = time.perf_counter()
-        ahead = batches[i + 1] if prefetch and i + 1 < len(batches) else None
-        step(model, opts, x, y, ahead)
+        if prefetch:
+            pipeline.progress(ahead).item()
+        else:
+            step(model, opts, x, y)
         t_step = time.perf_counter() - t0
         barrier()
         t0 = time.perf_counter()

@@ -14,6 +14,7 @@ variable's route, density alpha and bytes, per node. --json FILE writes the loss
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -139,17 +140,21 @@ def run_parallax(args, cfg, corpus) -> None:
     words_per_step = world.world_size * args.batch * args.bptt
     client.barrier()
     t_start = time.monotonic()
-    upcoming = next(data)
+    data = itertools.islice(data, args.steps)
+    # --prefetch: TrainPipeline takes each next batch ahead and pulls its rows of both
+    # tables while this step's backward runs.
+    pipeline = pxt.TrainPipeline(model, [optimizer], forward=lambda m, batch: m(*batch),
+                                 prefetch=lambda batch: model.prefetch(*batch))
     for step in range(args.steps):
         t0 = time.monotonic()
-        x, y = upcoming
-        upcoming = next(data) if step + 1 < args.steps else None
-        optimizer.zero_grad()
-        loss = model(x, y)
-        if args.prefetch and upcoming is not None:
-            model.prefetch(*upcoming)  # the next step's rows, pulled while backward runs
-        loss.backward()
-        optimizer.step()
+        if args.prefetch:
+            loss = pipeline.progress(data)
+        else:
+            x, y = next(data)
+            optimizer.zero_grad()
+            loss = model(x, y)
+            loss.backward()
+            optimizer.step()
         mean = np.array([loss.item()])
         loss_var.allreduce(mean).wait()
         losses.append(float(mean[0]))

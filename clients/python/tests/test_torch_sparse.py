@@ -48,6 +48,16 @@ def test_embedding_prefetch_pipeline_matches_reference_on_a_cluster_2x2():
     assert all(r["max_rel_err"] < 1e-5 for r in results)
 
 
+def test_train_pipeline_prefetches_and_matches_reference_on_a_cluster_2x2():
+    # pxt.TrainPipeline takes each next batch from the iterator and prefetches its rows
+    # during backward: the same table, rows were served ahead, StopIteration at the end.
+    results = run_cluster(2, 2, "embedding_matches_reference", "pipeline=train", "route=ps",
+                          worker="torchworker.py")
+    assert len(results) == 4
+    assert all(r["max_rel_err"] < 1e-5 for r in results)
+    assert max(r["served_ahead"] for r in results) > 0
+
+
 def test_embedding_bag_and_eval_reads_without_steps(daemon):
     _torch_workers(daemon, "embedding_bag_and_eval", 1)
 
@@ -71,6 +81,8 @@ def test_bad_input_raises(daemon):
     assert "10" in seen["out_of_range"] and "t.bad" in seen["out_of_range"]
     assert "momentum" in seen["unknown_option"]
     assert "3 x 2" not in seen["load_shape"] and "10 x 2" in seen["load_shape"]
+    assert "Linear has no prefetch(batch)" in seen["pipeline_no_prefetch"]
+    assert "returned str" in seen["pipeline_no_loss"]
 
 
 def test_checkpoint_then_restore_in_a_new_daemon(tmp_path):

@@ -28,10 +28,12 @@ def _batches(world_size: int):
 
 def embedding_matches_reference(px):
     # argv[2:]: table options as key=value (e.g. route=alltoall alltoall_split=columns).
-    # pipeline=1: each next batch prefetched between forward and backward (prefetch=True).
+    # pipeline=1: each next batch prefetched between forward and backward (prefetch=True);
+    # pipeline=train: the same through pxt.TrainPipeline driving an iterator of the batches.
     options = dict(arg.split("=", 1) for arg in sys.argv[2:])
-    pipeline = options.pop("pipeline", "0") == "1"
-    if pipeline:
+    mode = options.pop("pipeline", "0")
+    pipeline = mode == "1"
+    if mode != "0":
         options["prefetch"] = True
     torch.manual_seed(0)
     w0 = torch.randn(ROWS, DIM)
@@ -45,22 +47,34 @@ def embedding_matches_reference(px):
     rank, world = px.rank, px.world_size
     target = torch.linspace(-1, 1, DIM)
     batches = list(_batches(world))
+    mine = [b[rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1) for b in batches]
+    train = pxt.TrainPipeline(emb, [], forward=lambda m, b: ((m(b) - target) ** 2).mean(),
+                              prefetch=emb.prefetch)
+    it = iter(mine)
     for step, batch in enumerate(batches):
-        mine = batch[rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1)
-        loss = ((emb(mine) - target) ** 2).mean()
-        if pipeline and step + 1 < len(batches):
-            nxt = batches[step + 1][rank * PER_WORKER:(rank + 1) * PER_WORKER].reshape(2, -1)
-            emb.prefetch(nxt)
-        loss.backward()
+        if mode == "train":
+            train.progress(it)
+        else:
+            loss = ((emb(mine[step]) - target) ** 2).mean()
+            if pipeline and step + 1 < len(batches):
+                emb.prefetch(mine[step + 1])
+            loss.backward()
         opt.zero_grad()
         ((ref(batch) - target) ** 2).mean().backward()
         opt.step()
+    if mode == "train":
+        try:
+            train.progress(it)
+            raise AssertionError("progress() past the last batch returned")
+        except StopIteration:
+            pass
+        assert train.steps == len(batches)
     emb.synchronize()
     px.barrier(30)
     got = emb.state_dict()["weight"]
     err = ((got - ref.weight.data).abs() / ref.weight.data.abs().clamp_min(1e-3)).max().item()
     assert err < 1e-5, err
-    emit(px, ok=True, max_rel_err=err)
+    emit(px, ok=True, max_rel_err=err, served_ahead=emb.variable.stats().rows_served_ahead)
 
 
 def embedding_bag_and_eval(px):
@@ -130,7 +144,12 @@ def bad_input(px):
             ("unknown_option", lambda: pxt.Embedding(4, 2, name="t.x", client=px, momentum=1),
              parallax.InvalidArgument),
             ("load_shape", lambda: emb.load_state_dict({"weight": torch.zeros(3, 2)}),
-             parallax.InvalidArgument)):
+             parallax.InvalidArgument),
+            ("pipeline_no_prefetch", lambda: pxt.TrainPipeline(nn.Linear(2, 2)),
+             parallax.InvalidArgument),
+            ("pipeline_no_loss", lambda: pxt.TrainPipeline(
+                emb, forward=lambda m, b: "loss", prefetch=lambda b: None).progress(
+                    iter([torch.tensor([1])])), parallax.InvalidArgument)):
         try:
             fn()
         except exc as e:

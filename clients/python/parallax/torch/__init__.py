@@ -2,11 +2,14 @@
 
 Dense (ddp.py): DistributedDataParallel, DistributedOptimizer, broadcast_parameters,
 broadcast_optimizer_state. Sparse (sparse.py): Embedding, EmbeddingBag, SampledSoftmax,
-whose tables live in the daemons. client() is the process's default parallax.Client.
+whose tables live in the daemons. Pipeline (pipeline.py): TrainPipeline, the data loader
+one batch ahead and its sparse rows prefetched during backward. client() is the process's
+default parallax.Client.
 """
 
 from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
                   broadcast_optimizer_state, broadcast_parameters, client)
+from .pipeline import TrainPipeline
 from .session import default_client, set_default_client
 from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
                      sampled_softmax_loss)
@@ -14,4 +17,4 @@ from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
 __all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
            "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
-           "SampledSoftmax", "sampled_softmax_loss"]
+           "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline"]
