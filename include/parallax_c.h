@@ -222,7 +222,8 @@ typedef enum px_consistency {
 } px_consistency;
 
 typedef enum px_route {
-  PX_ROUTE_HYBRID = 0,     /* sparse -> sharded parameter server (the default) */
+  PX_ROUTE_HYBRID = 0,     /* the default: PX_ROUTE_AUTO for PX_SYNC sparse tables (since
+                              1.7's daemons), PX_ROUTE_PS for PX_ASYNC and PX_BOUNDED ones */
   PX_ROUTE_PS = 1,         /* sharded parameter server */
   PX_ROUTE_ALLGATHERV = 2, /* a replica per node, coalesced gradients all-gathered */
   PX_ROUTE_ALLREDUCE = 3,  /* densified gradients allreduced (the sparse_as_dense baseline) */

@@ -54,6 +54,12 @@ struct SparseOptions {
   bool column_split() const {
     return route == Route::kAlltoall && alltoall_split == Split::kColumns;
   }
+  // The router chooses the route (PX_ROUTE_AUTO): asked for, or the default hybrid of a
+  // PX_SYNC table (a move needs a cut every node finished; async and bounded tables of
+  // the hybrid route stay on ps).
+  bool route_chosen_by_router() const {
+    return route == Route::kAuto || (route == Route::kHybrid && consistency == Consistency::kSync);
+  }
 
   // False with a message naming the bad option.
   bool validate(std::string* error) const;

@@ -51,9 +51,9 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->var = const_cast<Variable*>(&var);  // fail_move poisons it (loop thread)
   table->label = "variable '" + var.name + "' of job '" + job.name() + "'";
   table->log_fields = job_fields(job.name(), var.name);
-  // PX_ROUTE_AUTO starts on ps (route_move.cc moves it).
+  // PX_ROUTE_AUTO (and sync hybrid) starts on ps (route_move.cc moves it).
   SparseOptions on = options;
-  table->automatic = options.route == Route::kAuto;
+  table->automatic = options.route_chosen_by_router();
   table->declared_partitions = options.partitions;
   if (table->automatic) on.route = Route::kPs;
   std::string why_partitions;

@@ -286,21 +286,24 @@ int scenario_train(px_client* c, const Flags& f) {
   bool alltoall = o.route == PX_ROUTE_ALLTOALL;
   bool searched = p == n || p == 2 * n || p == 4 * n || p == 8 * n;
   // auto: whichever route the table is on now (one per node holding columns on alltoall).
+  // So for sync hybrid (auto too) touching every row: allreduce moves fewer bytes than ps.
+  // Hybrid tables pulling fewer rows stay on ps and are checked as ps.
+  bool chosen = o.route == PX_ROUTE_AUTO ||
+                (o.route == PX_ROUTE_HYBRID && o.consistency == PX_SYNC && f.on("every-row"));
   bool any_route = p == 0 || searched || p == std::min<uint64_t>(n, kDim);
-  bool wrong = o.route == PX_ROUTE_AUTO ? !any_route
-               : replicated             ? p != 0
-               : alltoall               ? p != std::min<uint64_t>(n, kDim)
-               : o.partitions           ? p != std::min<uint64_t>(o.partitions, kRows)
-                                        : !searched;
+  bool wrong = chosen         ? !any_route
+               : replicated   ? p != 0
+               : alltoall     ? p != std::min<uint64_t>(n, kDim)
+               : o.partitions ? p != std::min<uint64_t>(o.partitions, kRows)
+                              : !searched;
   if (wrong) die("request_partitions " + std::to_string(p) + " on " + std::to_string(n) + " nodes");
   // The step it resumed from is what the daemon says it restored (0: not restored).
   if (stats.restored_steps != start)
     die("restored_steps " + std::to_string(stats.restored_steps) + ", resumed at step " +
         std::to_string(start));
   uint64_t pushed = stats.push_steps;
-  bool searches = !replicated && !alltoall && !o.partitions && o.route != PX_ROUTE_AUTO;
-  if (o.route != PX_ROUTE_AUTO &&
-      stats.search_steps_left != (searches && pushed < 23 ? 23 - pushed : 0))
+  bool searches = !replicated && !alltoall && !o.partitions && !chosen;
+  if (!chosen && stats.search_steps_left != (searches && pushed < 23 ? 23 - pushed : 0))
     die("search_steps_left " + std::to_string(stats.search_steps_left) + " after " +
         std::to_string(pushed) + " push steps");
   printf("ok rank %d steps %llu table_hash=%016llx\n", g_rank, (unsigned long long)steps,

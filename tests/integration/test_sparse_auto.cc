@@ -60,8 +60,8 @@ TEST_CASE("sparse auto: a table moved through every route mid-training gives the
 
 TEST_CASE("sparse auto: every row touched each step moves the table to allreduce, by estimate") {
   // 1000 x 8 rows, all pulled every step: allreduce's dense exchange moves 20% fewer bytes
-  // than ps on 2 and 3 nodes (route_model.h). The nodes agree on the estimate and move; a
-  // table given ps only logs the choice.
+  // than ps on 2 and 3 nodes (route_model.h). The nodes agree on the estimate and move, as
+  // they do for the default route (hybrid); a table given ps only logs the choice.
   for (int nodes : {2, 3}) {
     CAPTURE(nodes);
     ClusterProcesses cluster("sa-est" + std::to_string(nodes), nodes,
@@ -73,10 +73,19 @@ TEST_CASE("sparse auto: every row touched each step moves the table to allreduce
     auto fixed = run_cluster_workers(cluster, "fixed", 6 / nodes,
                                      train("sgd", 6, {"--route", "ps", "--every-row"}));
     CHECK(all_ok(fixed));
+    // The default route, hybrid, is auto for a sync table.
+    auto hybrid = run_cluster_workers(cluster, "default", 6 / nodes,
+                                      train("sgd", 12, {"--route", "hybrid", "--every-row"}));
+    CHECK(all_ok(hybrid));
+    CHECK(same_field(hybrid, "table_hash"));
+    CHECK(field(hybrid[0].output, "table_hash") == field(results[0].output, "table_hash"));
     for (int i = 0; i < nodes; ++i) {
       std::string log = cluster.node(i).log();
       CHECK(contains(log,
                      "variable 'emb' of job 'dense': moved from ps to allreduce before pull "
+                     "step 4 "));
+      CHECK(contains(log,
+                     "variable 'emb' of job 'default': moved from ps to allreduce before pull "
                      "step 4 "));
       CHECK(contains(log, "the table moves from ps to allreduce"));
       CHECK(contains(log, "the table stays on ps (its route was given"));

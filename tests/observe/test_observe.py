@@ -137,7 +137,7 @@ def test_pxctl_every_subcommand_on_one_node(daemons, scratch):
     assert variables["grad"]["kind"] == "dense" and variables["grad"]["ops"] == 1
     assert variables["grad"]["bytes"] == 16 * 4 * 2
     emb = variables["emb"]
-    assert emb["kind"] == "sparse" and emb["route"] == "hybrid"
+    assert emb["kind"] == "sparse" and emb["route"] == "ps"  # hybrid: the router chose, ps
     assert (emb["pull_steps"], emb["push_steps"], emb["rows_pulled"], emb["rows_unique"]) == (1, 1, 20, 10)
     assert emb["alpha"] == pytest.approx(0.1)
     assert pxctl(d, "vars", "--job", "nosuch").json["variables"] == []

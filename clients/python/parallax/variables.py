@@ -187,7 +187,9 @@ class SparseVariable(_Variable):
     beta1, beta2, epsilon, initial_accumulator; initializer ("zeros", "uniform",
     "normal"), seed, init_low, init_high, init_std; aggregation ("sum" or "mean");
     consistency ("sync", "async", "bounded"), staleness; partitions (0: automatic);
-    route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall", "auto"); alltoall_split ("rows",
+    route ("hybrid", the default: "auto" for a sync table, "ps" otherwise; "ps",
+    "allgatherv", "allreduce", "alltoall", "auto": the daemons move the table to the route
+    their measurements choose); alltoall_split ("rows",
     "columns": how the alltoall route divides the table); nonfinite ("reject", "skip");
     wire_dtype ("f32", or lossy "bf16"/"f16": pulled rows and pushed gradients between
     nodes in 16 bits); prefetch (True: the next pull step may be issued before this push

@@ -86,7 +86,8 @@ pub enum NonFinite {
 }
 
 /// `px_sparse_options` as a builder, starting from libparallax's defaults (SGD, lr 0.01,
-/// zeros, sum, sync, automatic partitions, hybrid route, NaN/Inf rejected). Every worker
+/// zeros, sum, sync, automatic partitions, hybrid route — auto for a sync table, ps
+/// otherwise —, NaN/Inf rejected). Every worker
 /// must register a table with the same options.
 #[derive(Clone, Copy, Debug)]
 pub struct SparseOptions {

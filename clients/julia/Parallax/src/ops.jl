@@ -327,8 +327,9 @@ Options (defaults from `px_sparse_options_init`): `optimizer` (`:sgd`, `:adagrad
 `:adam`), `learning_rate`, `beta1`, `beta2`, `epsilon`, `initial_accumulator`,
 `initializer` (`:zeros`, `:uniform` with `init_low`/`init_high`, `:normal` with
 `init_std`), `init_seed`, `aggregation` (`:sum`, `:mean`), `consistency` (`:sync`,
-`:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`,
-`:ps`, `:allgatherv`, `:allreduce`, `:alltoall`), `alltoall_split` (`:rows`, `:columns`:
+`:async`, `:bounded` with `staleness`), `partitions` (0: automatic), `route` (`:hybrid`:
+`:auto` for a `:sync` table, `:ps` otherwise; `:ps`, `:allgatherv`, `:allreduce`, `:alltoall`,
+`:auto`), `alltoall_split` (`:rows`, `:columns`:
 how `:alltoall` divides the table), `nonfinite` (`:reject`, `:skip`), `wire_dtype`
 (`:f32`, or lossy `:bf16`/`:f16` rows and gradients between nodes), `prefetch` (ABI 1.6;
 `true`: the next pull step may be issued with [`prefetch_rows!`](@ref) before this push

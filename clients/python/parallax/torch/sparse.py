@@ -166,7 +166,8 @@ class Embedding(_SparseModule):
     """A drop-in for nn.Embedding(num_embeddings, embedding_dim) whose table lives in the
     daemons. optimizer (default "adagrad") and its hyper-parameters (lr, epsilon,
     initial_accumulator, beta1, beta2), initializer ("normal" with init_std, "uniform",
-    "zeros"; seed), route ("hybrid", "ps", "allgatherv", "allreduce", "alltoall" with
+    "zeros"; seed), route ("hybrid": auto for sync tables; "ps", "allgatherv",
+    "allreduce", "auto", "alltoall" with
     alltoall_split "rows" or "columns"), consistency
     ("sync", "async", "bounded" + staleness) and aggregation ("mean": the gradient of the
     global batch's mean loss, as DDP averages; "sum") are options of the table (see
