@@ -338,6 +338,15 @@ double json_number(const std::string& json, const std::string& key) {
   return std::stod(json.substr(at + key.size() + 3));
 }
 
+// num / den for a JSON field, null when it is not finite (unlimited links: no floor).
+std::string json_ratio(double num, double den, const char* format) {
+  double v = num / den;
+  if (!std::isfinite(v) || !std::isfinite(den)) return "null";
+  char text[64];
+  snprintf(text, sizeof text, format, v);
+  return text;
+}
+
 // Theoretical payload a node sends per step under a route, from the measured unique rows
 // per node U (its workers' union; a push coalesces to the same rows), with values of
 // v bytes (4; 2 with a 16-bit wire dtype):
@@ -521,13 +530,15 @@ int bench_sparse(int argc, char** argv) {
             "\"payload_sent_per_node\":%.0f,\"wire_tx_sparse_per_node\":%.0f,"
             "\"theoretical_sent_per_node\":%.0f,\"payload_over_theory\":%.3f,"
             "\"wire_over_theory\":%.3f,\"busiest_link_bytes\":%.0f,"
-            "\"step_over_link_bound\":%.3f,\"request_partitions\":\"%s\","
+            "\"step_over_link_bound\":%s,\"request_partitions\":\"%s\","
             "\"sparse_link_max_over_mean\":%.3f,\"sparse_payload_max_over_mean\":%.3f,"
-            "\"f32_wire_floor_s\":%.4f,\"sparse_over_f32_floor\":%.3f}",
+            "\"f32_wire_floor_s\":%s,\"sparse_over_f32_floor\":%s}",
             first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
             sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
-            tx_sparse / theory, busiest, step / link_bound, partitions.c_str(), link_balance,
-            payload_balance, f32_floor, sparse_step / f32_floor);
+            tx_sparse / theory, busiest, json_ratio(step, link_bound, "%.3f").c_str(),
+            partitions.c_str(), link_balance, payload_balance,
+            json_ratio(f32_floor, 1.0, "%.4f").c_str(),
+            json_ratio(sparse_step, f32_floor, "%.3f").c_str());
         first = false;
       } else {
         printf(
