@@ -136,6 +136,12 @@ bool read_shard(uint64_t total_bytes, ShardFileData* data, Read read) {
          read(data->state.data(), data->state.size() * sizeof(float));
 }
 
+// The header a writer puts before data's rows.
+ShardHeader header_of(const ShardFileData& data) {
+  return {data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
+          data.slots, 0};
+}
+
 std::vector<std::pair<const void*, size_t>> shard_parts(const ShardFileData& data,
                                                         const ShardHeader& h,
                                                         const ColumnSliceHeader& slice) {
@@ -161,8 +167,7 @@ std::string checkpoint_stem(const std::string& dir, const std::string& job,
 }
 
 bool write_shard_file(const std::string& path, const ShardFileData& data, std::string* error) {
-  ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
-                data.slots, 0};
+  ShardHeader h = header_of(data);
   ColumnSliceHeader slice{data.column_begin};
   return write_atomically(path, shard_parts(data, h, slice), error);
 }
@@ -188,16 +193,21 @@ ShardView view_of(const ShardFileData& data) {
 }
 
 size_t shard_image_bytes(const ShardFileData& data) {
-  ShardHeader h{};
-  ColumnSliceHeader slice{};
+  ShardHeader h = header_of(data);
+  ColumnSliceHeader slice{data.column_begin};
   size_t total = 0;
   for (auto& part : shard_parts(data, h, slice)) total += part.second;
   return total;
 }
 
+uint64_t max_shard_image_bytes(uint64_t rows, uint64_t dim, uint32_t slots) {
+  // Whole rows with a column slice's header: more than any slice of them.
+  return shard_bytes(ShardHeader{kColumnShardMagic, dim, rows, slots, 0}, true,
+                     ColumnSliceHeader{0});
+}
+
 void encode_shard(const ShardFileData& data, char* out) {
-  ShardHeader h{data.column_slice ? kColumnShardMagic : kShardMagic, data.dim, data.rows.size(),
-                data.slots, 0};
+  ShardHeader h = header_of(data);
   ColumnSliceHeader slice{data.column_begin};
   for (auto& [from, bytes] : shard_parts(data, h, slice)) {
     if (bytes) std::memcpy(out, from, bytes);

@@ -53,6 +53,10 @@ ShardView view_of(const ShardFileData& data);
 // A shard file's bytes in memory, a shard image (a table moving between routes exchanges
 // its rows so: daemon/sparse/route_move.cc): shard_image_bytes of them written to out.
 size_t shard_image_bytes(const ShardFileData& data);
+// The most bytes an image of rows x dim rows with slots state values per cell can take
+// (every row, whole): what a received image's announced size is checked against. 0 when
+// rows x dim is beyond what a shard can hold (2^40 cells).
+uint64_t max_shard_image_bytes(uint64_t rows, uint64_t dim, uint32_t slots);
 void encode_shard(const ShardFileData& data, char* out);
 // The image's arrays in place, no copies: false for anything read_shard_file would refuse,
 // and for bytes not 8-byte aligned (the rows are int64).

@@ -205,7 +205,7 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
       const SparseShape& shape = table->shape;
       uint64_t state_slots = optimizer_state_slots(table->options.optimizer);
       uint64_t largest =
-          64 + shape.rows * (sizeof(int64_t) + shape.dim * sizeof(float) * (1 + state_slots));
+          max_shard_image_bytes(shape.rows, shape.dim, static_cast<uint32_t>(state_slots));
       for (size_t i = 0; i < nodes; ++i) {
         sizes[i] = (*counts)[2 * i];
         if (sizes[i] > largest)

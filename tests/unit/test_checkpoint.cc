@@ -107,6 +107,11 @@ TEST_CASE("checkpoint: a shard file reads back bit for bit") {
                     data.values));
     CHECK(same_bits(std::vector<float>(view.state, view.state + data.state.size()), data.state));
     CHECK_FALSE(view_shard(bytes + 4, shard_image_bytes(data) - 4, &view));  // unaligned
+    // The bound a move checks announced sizes against: these rows, whole, with a column
+    // slice's header; fewer rows fit under it, a larger count does not.
+    CHECK(max_shard_image_bytes(37, data.dim, slots) == shard_image_bytes(data) + 8);
+    CHECK(max_shard_image_bytes(36, data.dim, slots) < shard_image_bytes(data));
+    CHECK(max_shard_image_bytes(1ull << 40, data.dim, slots) == 0);
   }
   SUBCASE("a node that owns no rows") {
     ShardFileData empty = sample_shard(16, 1, 0, 0.0f);
