@@ -17,6 +17,7 @@ Systems:
   parallax-fifo  the same with prioritize=False: every transfer at priority 0 (FIFO)
   parallax-prefetch  parallax with prefetch: each step's rows of both tables pulled during
               the previous step's backward (parallax.torch.TrainPipeline, px_prefetch_rows)
+  parallax-fifo-prefetch  prefetch without priorities
   ddp-dense   PyTorch DDP on gloo, nn.Embedding with dense, whole-table gradients
   ddp-sparse  PyTorch DDP on gloo, nn.Embedding(sparse=True) for both tables
 Per system, per step: the step time (every worker's, max-reduced after the run: a step
@@ -38,8 +39,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SYSTEMS = ("parallax", "ddp-dense", "ddp-sparse")
-PARALLAX_SYSTEMS = ("parallax", "parallax-fifo", "parallax-prefetch")  # the last two: not
-# in the default --systems
+# The last three are not in the default --systems.
+PARALLAX_SYSTEMS = ("parallax", "parallax-fifo", "parallax-prefetch", "parallax-fifo-prefetch")
 
 
 def args_of(argv):
@@ -89,7 +90,7 @@ def worker(a) -> None:
     per_node = int(os.environ["PX_CLUSTER_WORKERS_PER_NODE"])
     rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
     world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
-    prefetch = a.system == "parallax-prefetch"
+    prefetch = a.system.endswith("-prefetch")
     cfg = LMConfig(vocab=a.vocab, embed=a.embed, hidden=a.hidden, num_sampled=a.sampled,
                    prefetch=prefetch)
     batches = zipf_batches(a, rank, a.warmup + a.steps)
@@ -108,7 +109,7 @@ def worker(a) -> None:
         client = parallax.Client(timeout=300, op_timeout=600)
         model = ParallaxLM(cfg, client, load_initial=False)
         model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body",
-                                                 prioritize=a.system != "parallax-fifo")
+                                                 prioritize="fifo" not in a.system)
         opts = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
         times_var = client.dense("bench.times", 2 * a.steps, np.float64, op="max")
         barrier = lambda: client.barrier(600)
