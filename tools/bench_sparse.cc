@@ -338,10 +338,9 @@ double json_number(const std::string& json, const std::string& key) {
   return std::stod(json.substr(at + key.size() + 3));
 }
 
-// num / den for a JSON field, null when it is not finite (unlimited links: no floor).
-std::string json_ratio(double num, double den, const char* format) {
-  double v = num / den;
-  if (!std::isfinite(v) || !std::isfinite(den)) return "null";
+// A JSON number, or null when there is none (NaN: a link-bound figure of unlimited links).
+std::string json_or_null(double v, const char* format) {
+  if (std::isnan(v)) return "null";
   char text[64];
   snprintf(text, sizeof text, format, v);
   return text;
@@ -521,6 +520,8 @@ int bench_sparse(int argc, char** argv) {
       double link_balance = link_sum > 0 ? link_max / (link_sum / (2.0 * n)) : 0;
       double payload_balance = payload_sum > 0 ? payload_max / (payload_sum / (2.0 * n)) : 0;
       double step = step_t.median, sparse_step = sparse_t.median;
+      // Figures against the link rate: none on links without a limit (--link-gbit 0).
+      auto bound = [&](double v) { return link_gbit > 0 ? v : std::nan(""); };
       if (json) {
         printf(
             "%s{\"system\":\"parallax\",\"route\":\"%s\",\"nodes\":%d,\"step_s\":%.4f,"
@@ -535,10 +536,10 @@ int bench_sparse(int argc, char** argv) {
             "\"f32_wire_floor_s\":%s,\"sparse_over_f32_floor\":%s}",
             first ? "" : ",", route.c_str(), n, step, step_t.min, step_t.max, sparse_step,
             sparse_t.min, sparse_t.max, alpha, unique, sent, tx_sparse, theory, sent / theory,
-            tx_sparse / theory, busiest, json_ratio(step, link_bound, "%.3f").c_str(),
+            tx_sparse / theory, busiest, json_or_null(bound(step / link_bound), "%.3f").c_str(),
             partitions.c_str(), link_balance, payload_balance,
-            json_ratio(f32_floor, 1.0, "%.4f").c_str(),
-            json_ratio(sparse_step, f32_floor, "%.3f").c_str());
+            json_or_null(bound(f32_floor), "%.4f").c_str(),
+            json_or_null(bound(sparse_step / f32_floor), "%.3f").c_str());
         first = false;
       } else {
         printf(
