@@ -63,6 +63,11 @@ DaemonState collect_daemon_state(Server& server) {
   s.step_stall_ms = c.step_stall_ms;
   if (FabricEndpoint* fabric = server.fabric())
     s.fabric_priority_overtakes = fabric->priority_overtakes();
+  const gpu::LoadedGpu& gpu = server.gpu();
+  s.gpu_mode = gpu::gpu_mode_name(gpu.mode());
+  s.gpu_devices = gpu.device_count();
+  s.gpu = gpu.summary();
+  if (gpu.backend()) s.nccl = gpu.backend()->inventory().nccl;
   const Cluster* cluster = server.cluster();
   bool ready = cluster && cluster->ready();
   if (c.node_count == 1)
@@ -205,13 +210,14 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
   auto version = text(b, s.version), abi = text(b, s.abi), socket = text(b, s.socket),
        cluster = text(b, s.cluster), state = text(b, s.cluster_state),
        label = text(b, s.node_label), url = text(b, s.metrics_url),
-       timeline = text(b, s.timeline_path);
+       timeline = text(b, s.timeline_path), gpu_mode = text(b, s.gpu_mode), gpu = text(b, s.gpu),
+       nccl = text(b, s.nccl);
   uint32_t variables = static_cast<uint32_t>(s.variables.size());
   return control::CreateAdminStatus(
       b, version, abi, s.pid, s.uptime_ms, socket, cluster, state, s.node_index, s.node_count,
       label, s.nodes_up, s.workers, static_cast<uint32_t>(s.jobs.size()), variables,
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
-      s.step_stall_ms, s.stall_report_ms);
+      s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

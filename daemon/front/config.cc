@@ -67,6 +67,11 @@ const char kUsage[] =
     "  --peer-silence-ms N    a node silent this long is lost (default 10000)\n"
     "  --step-stall-ms N      a step a local worker has not submitted this long after\n"
     "                         another did fails with PX_ERR_TIMEOUT (default 60000; 0: never)\n"
+    "GPUs (README: GPUs):\n"
+    "  --gpu MODE             auto (default: load the GPU backend if it is there), off, or\n"
+    "                         required (refuse to start without a usable GPU)\n"
+    "  --gpu-backend PATH     the GPU backend plugin (default libparallax_gpu.so beside\n"
+    "                         parallaxd, else LIBDIR/parallax/)\n"
     "observability:\n"
     "  --metrics-listen H:P   serve Prometheus metrics on http://H:P/metrics (default off;\n"
     "                         127.0.0.1:9464 is the usual; port 0 picks a free one)\n"
@@ -250,6 +255,13 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "service.checkpoint_keep") {
     if (!number(1, 10000)) return false;
     c->checkpoint_keep = static_cast<int>(n);
+  } else if (key == "gpu.mode") {
+    if (!gpu::parse_gpu_mode(value, &c->gpu_mode)) {
+      *error = key + ": '" + value + "' is not auto, off or required";
+      return false;
+    }
+  } else if (key == "gpu.backend") {
+    c->gpu_backend = value;
   } else if (key == "limits.job_variables") {
     if (!number(0, 1u << 24)) return false;  // variable ids have 24 bits on the fabric
     c->job_limits.variables = n;
@@ -270,7 +282,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
 }
 
 const std::set<std::string> kTables = {"fabric",  "timeouts", "metrics", "log",
-                                       "service", "limits",   "routes"};
+                                       "service", "limits",   "routes",  "gpu"};
 
 // Flattens one TOML node to the string apply() takes; false if its type is wrong.
 bool toml_value(const toml::node& node, std::string* out) {
@@ -414,6 +426,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--checkpoint-timeout-ms", "service.checkpoint_timeout_ms"},
       {"--checkpoint-interval-s", "service.checkpoint_interval_s"},
       {"--checkpoint-keep", "service.checkpoint_keep"},
+      {"--gpu", "gpu.mode"},
+      {"--gpu-backend", "gpu.backend"},
       {"--job-variables", "limits.job_variables"},
       {"--job-requests-in-flight", "limits.job_requests_in_flight"},
       {"--job-arena-bytes", "limits.job_arena_bytes"},

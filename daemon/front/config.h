@@ -7,6 +7,7 @@
 
 #include "daemon/cluster/cluster_config.h"  // ClusterConfig, kMaxNodeIndex
 #include "daemon/common/log.h"
+#include "daemon/gpu/gpu_loader.h"  // GpuMode
 
 namespace px {
 
@@ -84,6 +85,10 @@ struct DaemonConfig {
   // checkpoints (periodic_checkpoints.h); 0: none. The newest checkpoint_keep stay.
   uint64_t checkpoint_interval_s = 0;
   int checkpoint_keep = 3;
+  // GPU (README: GPUs): whether to load the GPU backend plugin, and from where ("" : beside
+  // parallaxd, else where it is installed).
+  gpu::GpuMode gpu_mode = gpu::GpuMode::kAuto;
+  std::string gpu_backend;
   bool check_only = false;  // --check-config: validate, print a line, exit
 };
 

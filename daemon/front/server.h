@@ -17,6 +17,7 @@
 #include "daemon/front/config.h"
 #include "daemon/front/periodic_checkpoints.h"
 #include "daemon/front/service.h"
+#include "daemon/gpu/gpu_loader.h"
 #include "daemon/observe/observer.h"
 #include "transport/fabric/fabric_endpoint.h"
 
@@ -29,7 +30,7 @@ class Server {
   explicit Server(DaemonConfig config);
   ~Server();
 
-  // Binds the socket and, on a cluster, opens the fabric endpoint and starts the
+  // Loads the GPU backend (gpu.mode), binds the socket and, on a cluster, opens the fabric endpoint and starts the
   // rendezvous; false with error set if it cannot.
   bool listen(std::string* error);
   // Runs until SIGINT/SIGTERM (exit code 0) or a fatal cluster error (1).
@@ -70,6 +71,7 @@ class Server {
   const std::map<uint64_t, std::shared_ptr<Session>>& sessions() const { return sessions_; }
   const Cluster* cluster() const { return cluster_.get(); }
   FabricEndpoint* fabric() const { return fabric_.get(); }  // null on a single node
+  const gpu::LoadedGpu& gpu() const { return gpu_; }
   const std::string& cluster_broken() const { return cluster_broken_; }
   int lost_node() const { return lost_node_; }  // -1: none
 
@@ -126,6 +128,7 @@ class Server {
   ThreadPool pool_;
   Scheduler scheduler_;
   std::unique_ptr<FabricEndpoint> fabric_;
+  gpu::LoadedGpu gpu_;
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::string> jobs_waiting_for_cluster_;
   std::string cluster_broken_;  // set once a node is lost

@@ -75,6 +75,11 @@ struct DaemonState {
   int64_t stall_report_ms = 0;
   // Sends that went to the fabric ahead of earlier ones by priority (send_window.h).
   uint64_t fabric_priority_overtakes = 0;
+  // GPU (daemon/gpu): gpu.mode, the devices the backend found, and LoadedGpu::summary().
+  std::string gpu_mode;
+  int gpu_devices = 0;
+  std::string gpu;
+  std::string nccl;  // NCCL's version, "" without it
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;
   std::vector<PeerState> peers;

@@ -79,6 +79,9 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
                              s.nodes_up));
   out.push_back(single_gauge("parallax_workers_connected",
                              "Worker processes connected to this daemon", s.workers));
+  out.push_back(single_gauge(
+      "parallax_gpu_devices",
+      "CUDA devices this daemon's GPU backend found (0: none, or no backend)", s.gpu_devices));
 
   MetricFamily jobs = family("parallax_jobs", "Jobs on this node by state", MetricType::Gauge);
   for (const char* state : {"waiting", "running", "broken"}) {

@@ -45,6 +45,13 @@ done
 [ -x "$prefix/bin/pxctl" ] || { echo "FAIL: bin/pxctl was not installed"; exit 1; }
 "$prefix/bin/pxctl" --json status | grep -q "\"pid\":$daemon_pid," ||
   { echo "FAIL: the installed pxctl could not ask the installed parallaxd"; exit 1; }
+# A CUDA build installs the GPU backend under lib/parallax, where the installed daemon finds it.
+if [ -e "$build/daemon/libparallax_gpu.so" ]; then
+  [ -e "$prefix/lib/parallax/libparallax_gpu.so" ] ||
+    { echo "FAIL: lib/parallax/libparallax_gpu.so was not installed"; exit 1; }
+  "$prefix/bin/pxctl" --json status | grep -q '"gpu":"none: no GPU backend' &&
+    { echo "FAIL: the installed parallaxd did not find the installed GPU backend"; exit 1; }
+fi
 # 3. The Python package, from the prefix only (no PARALLAX_LIB: it finds PREFIX/lib itself).
 site=$(echo "$prefix"/lib/python3*/dist-packages)
 [ -f "$site/parallax/__init__.py" ] || { echo "FAIL: the Python package was not installed"; exit 1; }

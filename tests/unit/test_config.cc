@@ -193,6 +193,32 @@ TEST_CASE("config: the sparse routes' estimate period and pinned moves, flags an
   CHECK(error.find("routes.estimate_steps") != std::string::npos);
 }
 
+TEST_CASE("config: the GPU backend's mode and path, flags and [gpu]") {
+  SocketEnv env;
+  DaemonConfig d = parse({});
+  CHECK(d.gpu_mode == gpu::GpuMode::kAuto);
+  CHECK(d.gpu_backend.empty());
+  DaemonConfig c = parse({"--gpu", "required", "--gpu-backend", "/opt/px/libparallax_gpu.so"});
+  CHECK(c.gpu_mode == gpu::GpuMode::kRequired);
+  CHECK(c.gpu_backend == "/opt/px/libparallax_gpu.so");
+  CHECK(parse({"--gpu", "off"}).gpu_mode == gpu::GpuMode::kOff);
+  TempDir dir;
+  std::string path = dir.file("gpu.toml");
+  write_text(path, "[gpu]\nmode = \"off\"\nbackend = \"/x.so\"\n");
+  DaemonConfig f;
+  std::string error;
+  REQUIRE_MESSAGE(load_config_file(path, &f, &error), error);
+  CHECK(f.gpu_mode == gpu::GpuMode::kOff);
+  CHECK(f.gpu_backend == "/x.so");
+  write_text(path, "[gpu]\nmode = \"maybe\"\n");
+  DaemonConfig g;
+  CHECK_FALSE(load_config_file(path, &g, &error));
+  CHECK(contains(error, "gpu.mode: 'maybe' is not auto, off or required"));
+  Outcome o = parse_in_child({"--gpu", "on"});
+  CHECK(o.exit_code == 2);
+  CHECK(contains(o.err, "parallaxd: --gpu: gpu.mode: 'on' is not auto, off or required"));
+}
+
 TEST_CASE("config: every flag is parsed") {
   SocketEnv env;
   DaemonConfig c = parse({"--socket",

@@ -66,6 +66,10 @@ std::string status_json(const control::AdminStatus& s) {
       .add("timeline_dropped", s.timeline_dropped())
       .add("step_stall_ms", s.step_stall_ms())
       .add("stall_report_ms", s.stall_report_ms())
+      .add("gpu_mode", str(s.gpu_mode()))
+      .add("gpu_devices", s.gpu_devices())
+      .add("gpu", str(s.gpu()))
+      .add("nccl", str(s.nccl()))
       .str();
 }
 
@@ -96,6 +100,7 @@ std::string status_text(const control::AdminStatus& s) {
     timeline = cat({"writing ", str(s.timeline_path()), " (", std::to_string(s.timeline_events()),
                     " operations, ", std::to_string(s.timeline_dropped()), " dropped)"});
   t.row({"timeline", timeline});
+  t.row({"gpu", cat({str(s.gpu()), " (gpu.mode ", str(s.gpu_mode()), ")"})});
   t.row({"step stall", s.step_stall_ms() > 0 ? cat({std::to_string(s.step_stall_ms()),
                                                     " ms (a step waiting this long fails)"})
                                              : "off"});

@@ -1,0 +1,52 @@
+// The daemon's GPU backend: what parallaxd asks of CUDA and NCCL, behind a plain C++
+// interface. The CUDA implementation (cuda_backend.cc) is a plugin, libparallax_gpu.so,
+// that links the CUDA runtime and NCCL; parallaxd itself links neither and loads the
+// plugin at start (gpu_loader.h), so the same parallaxd runs where CUDA is not installed
+// (NCCL's rule for its network plugins, and Open MPI's for its CUDA support).
+//
+// The plugin is built by the same build as parallaxd (same compiler and standard library),
+// so C++ types cross the boundary; kGpuBackendInterface guards against a plugin left from
+// another build.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace px::gpu {
+
+// Bumped whenever GpuBackend or the types below change.
+constexpr uint32_t kGpuBackendInterface = 1;
+
+// The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
+// backend (deleted by the caller), or null with why.
+constexpr const char* kGpuBackendEntry = "px_gpu_backend_create";
+class GpuBackend;
+using GpuBackendCreateFn = GpuBackend* (*)(uint32_t interface, std::string* why);
+
+struct GpuDevice {
+  int ordinal = 0;         // as this process numbers it (CUDA_VISIBLE_DEVICES applies)
+  std::string name;        // "NVIDIA H100 80GB HBM3"
+  std::string pci_bus_id;  // "0000:19:00.0": how processes agree on a device, since their
+                           // ordinals differ under different CUDA_VISIBLE_DEVICES
+  uint64_t memory_bytes = 0;
+  int compute_major = 0, compute_minor = 0;
+};
+
+// What the node's GPUs are, as the daemon found them at start.
+struct GpuInventory {
+  std::vector<GpuDevice> devices;
+  std::string cuda_runtime;  // "13.0"
+  std::string cuda_driver;   // "13.0"; "" without a driver
+  std::string nccl;          // "2.28.9"; "" in a build without NCCL
+  std::string why_none;      // set when devices is empty: the CUDA runtime's reason
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  virtual const GpuInventory& inventory() const = 0;
+};
+
+}  // namespace px::gpu
