@@ -49,8 +49,8 @@ extern "C" {
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
- * px_prefetch_rows; 1.7: PX_ROUTE_AUTO */
-#define PX_ABI_VERSION_MINOR 7
+ * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory) */
+#define PX_ABI_VERSION_MINOR 8
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
 typedef enum px_status {
@@ -94,7 +94,8 @@ typedef enum px_reduce_op {
 /* Where an operation's buffers live (px_op_options.memory_kind). */
 typedef enum px_memory_kind {
   PX_MEMORY_HOST = 0, /* ordinary or px_alloc'd host memory */
-  PX_MEMORY_CUDA = 1, /* CUDA device memory: PX_ERR_NOT_IMPLEMENTED until GPU support */
+  PX_MEMORY_CUDA = 1, /* CUDA device memory: px_alloc_ex allocates it (1.8); operations on
+                         it are PX_ERR_NOT_IMPLEMENTED until the GPU path lands */
   PX_MEMORY_KIND_FORCE_32BIT = 0x7fffffff
 } px_memory_kind;
 
@@ -142,6 +143,16 @@ typedef struct px_op_options {
   int32_t root;         /* for collectives with a root (broadcast): its global rank; 0 */
   uint32_t reserved;
 } px_op_options;
+
+/* Where px_alloc_ex allocates (1.8). Fill with px_alloc_options_init. */
+typedef struct px_alloc_options {
+  uint32_t struct_size; /* sizeof(px_alloc_options) */
+  int32_t memory_kind;  /* PX_MEMORY_HOST (default): px_alloc's shared arena;
+                           PX_MEMORY_CUDA: device memory the daemon maps once (CUDA IPC) */
+  int32_t device;       /* PX_MEMORY_CUDA: the device ordinal as this process numbers it;
+                           -1 (default): the calling thread's current device */
+  uint32_t reserved;
+} px_alloc_options;
 
 typedef struct px_world_info {
   uint32_t struct_size; /* sizeof(px_world_info), set by the caller */
@@ -349,7 +360,16 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
 /* Memory in the arena shared with the daemon: buffers there are reduced in place, without
  * the copy ordinary memory costs. 64-byte aligned. */
 PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr);
+/* Frees memory from px_alloc or px_alloc_ex. */
 PX_API px_status px_free(px_client* client, void* ptr);
+/* (1.8) Fills options with the defaults (host memory, device -1). */
+PX_API void px_alloc_options_init(px_alloc_options* options);
+/* (1.8) px_alloc, or with PX_MEMORY_CUDA device memory (cudaMalloc) handed to the daemon
+ * once with CUDA IPC, 256-byte aligned. The process must have loaded the CUDA runtime
+ * (libparallax never loads it) and the daemon must have the device ([GPUs] in the README):
+ * otherwise PX_ERR_NOT_IMPLEMENTED naming why. options may be NULL (host memory). */
+PX_API px_status px_alloc_ex(px_client* client, uint64_t bytes, const px_alloc_options* options,
+                             void** out_ptr);
 
 /* --- operations ------------------------------------------------------------------- */
 /* Fills options with the defaults (host memory, device -1, priority 0, root 0). */

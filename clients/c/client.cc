@@ -299,6 +299,11 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   w.world_size = reply->world_size();
   w.local_rank = reply->local_rank();
   w.local_size = reply->local_size();
+  if (reply->gpu_pci_bus_ids())
+    for (const auto* id : *reply->gpu_pci_bus_ids()) client->daemon_gpus.push_back(id->str());
+  client->daemon_gpu_why = reply->gpu_why_none() ? reply->gpu_why_none()->str() : "";
+  if (client->daemon_gpu_why.empty() && client->daemon_gpus.empty())
+    client->daemon_gpu_why = "the daemon did not say (ABI 1.7 or older)";
   *out_client = add_client_handle(std::move(client));
   return succeed();
 }
@@ -309,6 +314,9 @@ PX_API px_status px_disconnect(px_client* handle) {
   ClientRef ref;
   if (!find_client(handle, &ref)) return stale_handle("px_disconnect", "client", handle);
   Client* c = ref.client.get();
+  // Device memory first, while the connection is up: the daemon lets go of each mapping
+  // before it is freed.
+  free_all_device_memory(c);
   {
     std::lock_guard<std::mutex> lock(c->mutex);
     if (c->closed) return succeed();
@@ -583,6 +591,8 @@ PX_API px_status px_free(px_client* handle, void* ptr) {
   if (!find_client(handle, &ref)) return stale_handle("px_free", "client", handle);
   if (!ptr) return succeed();
   Client* c = ref.client.get();
+  px_status device_status;
+  if (free_device_memory(c, ptr, &device_status)) return device_status;
   std::lock_guard<std::mutex> lock(c->mutex);
   uint64_t offset = 0;
   if (!arena_offset(c, ptr, 0, &offset) || !c->allocator.release(offset))

@@ -76,6 +76,13 @@ struct Request {
   uint64_t bytes = 0;            // bytes to copy out
 };
 
+// A px_alloc_ex device allocation the daemon has mapped (device_memory.cc).
+struct DeviceRegion {
+  uint32_t id = 0;  // the daemon's name for it
+  int device = -1;
+  uint64_t bytes = 0;
+};
+
 struct Client {
   uint64_t handle = 0;
   // Lock order: control_mutex, then mutex; mutex is never held across a blocking call.
@@ -98,6 +105,12 @@ struct Client {
   ArenaAllocator allocator;
   px_world_info world{};
   std::string job;
+  // (1.8) The daemon's GPUs by PCI bus id (from px_connect's reply), or why it has none.
+  std::vector<std::string> daemon_gpus;
+  std::string daemon_gpu_why;
+  // px_alloc_ex device memory by its pointer; guarded by mutex.
+  std::map<uintptr_t, DeviceRegion> device_regions;
+  uint32_t next_device_region = 1;
 
   std::vector<std::unique_ptr<Var>> vars;
   std::unordered_map<uint64_t, Request*> in_flight;                 // by request id
@@ -157,6 +170,13 @@ px_status stale_handle(const char* fn, const char* kind, const void* handle);
 px_status control_call(Client* client, const std::string& frame, control::Body expected,
                        std::string* payload, const control::Message** reply,
                        int64_t timeout_ms = 0);
+
+// --- device memory (device_memory.cc) ------------------------------------------------
+// px_free of device memory: true if ptr is a px_alloc_ex device allocation (then freed,
+// with *status set), false otherwise. Caller holds neither lock.
+bool free_device_memory(Client* client, void* ptr, px_status* status);
+// px_disconnect: every device allocation still held, released and freed.
+void free_all_device_memory(Client* client);
 
 // --- requests (requests.cc) ----------------------------------------------------------
 // Drains the completion ring into the in-flight requests. Caller holds client->mutex.

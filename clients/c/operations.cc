@@ -1,7 +1,5 @@
 // libparallax: submitting operations (allreduce, the sparse row operations) with their
 // per-operation options, and refusing memory the daemon cannot touch.
-#include <dlfcn.h>
-#include <link.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <mutex>
 
 #include "clients/c/client_internal.h"
+#include "clients/c/cuda_runtime.h"
 #include "clients/c/requests_internal.h"
 
 using px::fail;
@@ -17,80 +16,6 @@ using px::succeed;
 
 namespace px {
 namespace {
-
-// cudaPointerGetAttributes, if this process has loaded the CUDA runtime. A process that has
-// not cannot hold device pointers, so libparallax never loads CUDA itself (it must run
-// where there is none). Frameworks load CUDA lazily, so "not loaded" is re-checked, but
-// only when the set of loaded objects changed: dl_iterate_phdr's dlpi_adds counts loads,
-// and reading it stops at the first object (no syscall). A dlopen(RTLD_NOLOAD) by soname
-// per call would search the library path with open() calls: ~20 us each, measured.
-using PointerAttributesFn = int (*)(void* attributes, const void* ptr);
-using GetLastErrorFn = int (*)();
-
-struct CudaRuntime {
-  std::mutex mutex;
-  unsigned long long adds_seen = ~0ull;
-  std::atomic<PointerAttributesFn> attributes{nullptr};
-  GetLastErrorFn last_error = nullptr;
-};
-
-CudaRuntime& cuda_runtime() {
-  static CudaRuntime* runtime = new CudaRuntime;  // never destroyed: used until exit
-  return *runtime;
-}
-
-unsigned long long loaded_object_adds() {
-  unsigned long long adds = 0;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
-        return 1;  // the counter is the same in every entry: stop at the first
-      },
-      &adds);
-  return adds;
-}
-
-PointerAttributesFn find_cuda_runtime() {
-  CudaRuntime& rt = cuda_runtime();
-  PointerAttributesFn fn = rt.attributes.load(std::memory_order_acquire);
-  if (fn) return fn;  // once loaded, the runtime stays
-  unsigned long long adds = loaded_object_adds();
-  std::lock_guard<std::mutex> lock(rt.mutex);
-  if (adds == rt.adds_seen) return rt.attributes.load(std::memory_order_relaxed);
-  rt.adds_seen = adds;
-  std::string path;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        const char* name = info->dlpi_name;
-        if (!name || !std::strstr(name, "libcudart.so")) return 0;
-        *static_cast<std::string*>(out) = name;
-        return 1;
-      },
-      &path);
-  if (path.empty()) return nullptr;
-  // The full path of an object already loaded: dlopen matches it without searching.
-  void* lib = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-  if (!lib) return nullptr;
-  rt.last_error = reinterpret_cast<GetLastErrorFn>(dlsym(lib, "cudaGetLastError"));
-  fn = reinterpret_cast<PointerAttributesFn>(dlsym(lib, "cudaPointerGetAttributes"));
-  rt.attributes.store(fn, std::memory_order_release);  // the handle stays open: never unloaded
-  return fn;
-}
-
-bool is_cuda_device_pointer(const void* p) {
-  PointerAttributesFn attributes = find_cuda_runtime();
-  if (!attributes) return false;
-  // struct cudaPointerAttributes starts with `enum cudaMemoryType type` (CUDA >= 10); the
-  // buffer is larger than any version of the struct.
-  alignas(16) unsigned char buffer[256] = {};
-  if (attributes(buffer, p) != 0) {
-    if (cuda_runtime().last_error) cuda_runtime().last_error();  // unknown host pointer, or no
-    return false;                                                // device: clear the error
-  }
-  int type;
-  std::memcpy(&type, buffer, sizeof type);
-  return type == 2;  // cudaMemoryTypeDevice; managed (3) and host memory are fine
-}
 
 struct OpOptions {
   uint8_t priority = 0;

@@ -31,6 +31,8 @@ class Scheduler {
     sparse_.set_fabric(transport, chunk_bytes);
   }
   SparseRouter& sparse() { return sparse_; }
+  // The pool and the way back to the loop, for the front's blocking work (device mappings).
+  const Offload& offload() const { return offload_; }
 
   // An entry from worker, local rank `rank` of the ready job: checked (admission.h), then
   // matched with the other local workers' entries of its step. Loop thread only.

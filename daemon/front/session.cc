@@ -180,6 +180,14 @@ void Session::handle_frame(const std::string& payload) {
     case control::Body::Abort:
       if (state_ == State::kActive) return handle_abort(*message->body_as_Abort());
       break;
+    case control::Body::RegisterDeviceMemory:
+      if (state_ == State::kActive)
+        return handle_register_device_memory(*message->body_as_RegisterDeviceMemory());
+      break;
+    case control::Body::ReleaseDeviceMemory:
+      if (state_ == State::kActive)
+        return handle_release_device_memory(*message->body_as_ReleaseDeviceMemory());
+      break;
     case control::Body::Goodbye:
       left_cleanly_ = true;
       return;
@@ -254,8 +262,16 @@ void Session::activate() {
   if (state_ != State::kWaitingForJob) return;
   Job& job = *job_;
   flatbuffers::FlatBufferBuilder b;
+  // The GPUs workers may hand memory to (px_alloc_ex), or why there are none.
+  std::vector<std::string> bus_ids;
+  if (const gpu::GpuBackend* backend = server_.gpu().backend())
+    for (const gpu::GpuDevice& d : backend->inventory().devices) bus_ids.push_back(d.pci_bus_id);
+  auto gpu_ids = b.CreateVectorOfStrings(bus_ids);
+  auto gpu_why = b.CreateString(bus_ids.empty() ? server_.gpu().why_none() : "");
   control::HelloReplyBuilder reply(b);
   reply.add_status(PX_OK);
+  reply.add_gpu_pci_bus_ids(gpu_ids);
+  reply.add_gpu_why_none(gpu_why);
   reply.add_daemon_abi_version(PX_ABI_VERSION);
   const JobWorld& world = job.world();
   reply.add_node_index(world.node_index);

@@ -12,6 +12,7 @@
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "daemon/common/log.h"
+#include "daemon/gpu/device_regions.h"
 #include "sharding/sparse_spec.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/ipc/shm_arena.h"
@@ -87,6 +88,10 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   void handle_error_text(const control::ErrorText& request);
   void handle_cancel(const control::Cancel& request);
   void handle_abort(const control::Abort& request);
+  // Device memory (session_device_memory.cc).
+  void handle_register_device_memory(const control::RegisterDeviceMemory& request);
+  void handle_release_device_memory(const control::ReleaseDeviceMemory& request);
+  void reply_device_memory(px_status status, const std::string& message);
   void drain_submissions();
   void update_socket_poll();
 
@@ -114,6 +119,7 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   Doorbell completion_bell_;  // daemon rings, client waits
   SpscRing<SubmitEntry> submit_ring_;
   SpscRing<CompletionEntry> completion_ring_;
+  gpu::DeviceRegions device_regions_;  // the worker's device memory (px_alloc_ex)
   // Messages too long for a completion entry, kept until the client fetches them (the
   // oldest are dropped past a ring's worth).
   std::unordered_map<uint64_t, std::string> long_messages_;

@@ -2,6 +2,7 @@
 // Loaded by parallaxd at start; its one exported symbol is px_gpu_backend_create.
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <string>
 
 #include "daemon/gpu/gpu_backend.h"
@@ -16,10 +17,90 @@ std::string cuda_version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
 }
 
+// The driver's cuMemGetAddressRange (v2), fetched through the runtime so the plugin never
+// links the driver: the size of the allocation an IPC handle opened, to check the worker's
+// claim before the daemon writes into it.
+using MemGetAddressRangeFn = int (*)(unsigned long long* base, size_t* size,
+                                     unsigned long long ptr);
+
+MemGetAddressRangeFn mem_get_address_range() {
+  static MemGetAddressRangeFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<MemGetAddressRangeFn>(p);
+  }();
+  return fn;
+}
+
+class IpcMapping final : public DeviceMapping {
+ public:
+  IpcMapping(void* pointer, uint64_t bytes, int device)
+      : pointer_(pointer), bytes_(bytes), device_(device) {}
+  ~IpcMapping() override {
+    // The current device of whichever thread frees it: set it to the mapping's.
+    int previous = 0;
+    bool restore = cudaGetDevice(&previous) == cudaSuccess && previous != device_;
+    cudaSetDevice(device_);
+    cudaIpcCloseMemHandle(pointer_);
+    if (restore) cudaSetDevice(previous);
+  }
+  void* pointer() const override { return pointer_; }
+  uint64_t bytes() const override { return bytes_; }
+  int device() const override { return device_; }
+
+ private:
+  void* pointer_;
+  uint64_t bytes_;
+  int device_;
+};
+
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend() { inventory_ = take_inventory(); }
   const GpuInventory& inventory() const override { return inventory_; }
+
+  bool open_ipc_memory(const std::string& pci_bus_id, const void* handle, size_t handle_bytes,
+                       uint64_t bytes, std::unique_ptr<DeviceMapping>* out,
+                       std::string* why) override {
+    if (handle_bytes != sizeof(cudaIpcMemHandle_t)) {
+      *why = "an IPC handle of " + std::to_string(handle_bytes) + " bytes (CUDA's are " +
+             std::to_string(sizeof(cudaIpcMemHandle_t)) + ")";
+      return false;
+    }
+    int device = -1;
+    for (const GpuDevice& d : inventory_.devices)
+      if (d.pci_bus_id == pci_bus_id) device = d.ordinal;
+    if (device < 0) {
+      *why = "device " + pci_bus_id + " is not one of this daemon's (" + bus_ids() + ")";
+      return false;
+    }
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return cuda_failed(why, "cudaSetDevice", err);
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle, sizeof h);
+    void* pointer = nullptr;
+    err = cudaIpcOpenMemHandle(&pointer, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) return cuda_failed(why, "cudaIpcOpenMemHandle", err);
+    auto mapping = std::make_unique<IpcMapping>(pointer, bytes, device);
+    MemGetAddressRangeFn range = mem_get_address_range();
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (!range || range(&base, &size, reinterpret_cast<unsigned long long>(pointer)) != 0) {
+      *why = "cannot ask the driver the mapped allocation's size (cuMemGetAddressRange)";
+      return false;
+    }
+    if (base != reinterpret_cast<unsigned long long>(pointer) || size < bytes) {
+      *why = "the handle opens an allocation of " + std::to_string(size) + " bytes, not the " +
+             std::to_string(bytes) + " announced";
+      return false;
+    }
+    *out = std::move(mapping);
+    return true;
+  }
 
  private:
   static GpuInventory take_inventory() {
@@ -54,6 +135,12 @@ class CudaBackend final : public GpuBackend {
     }
     if (!inv.devices.empty()) inv.why_none.clear();
     return inv;
+  }
+
+  std::string bus_ids() const {
+    std::string text;
+    for (const GpuDevice& d : inventory_.devices) text += (text.empty() ? "" : ", ") + d.pci_bus_id;
+    return text.empty() ? "none" : text;
   }
 
   GpuInventory inventory_;

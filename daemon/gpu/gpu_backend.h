@@ -17,7 +17,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 1;
+constexpr uint32_t kGpuBackendInterface = 2;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -43,10 +43,31 @@ struct GpuInventory {
   std::string why_none;      // set when devices is empty: the CUDA runtime's reason
 };
 
+// cudaIpcMemHandle_t's size (CUDA_IPC_HANDLE_SIZE), what a worker sends for its memory.
+constexpr size_t kIpcHandleBytes = 64;
+
+// A worker's device memory mapped into the daemon (cudaIpcOpenMemHandle); the destructor
+// closes the mapping. The worker must not free the memory before it is closed
+// (px_free asks the daemon first).
+class DeviceMapping {
+ public:
+  virtual ~DeviceMapping() = default;
+  virtual void* pointer() const = 0;  // valid in the daemon, on device()
+  virtual uint64_t bytes() const = 0;
+  virtual int device() const = 0;  // the daemon's ordinal of the device
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
   virtual const GpuInventory& inventory() const = 0;
+  // Maps bytes of a worker's device memory from its IPC handle, on the device with that PCI
+  // bus id. Blocks (milliseconds): call it on the pool, not the loop. False with why if the
+  // device is not this daemon's, the handle does not open, or the allocation is smaller
+  // than bytes.
+  virtual bool open_ipc_memory(const std::string& pci_bus_id, const void* handle,
+                               size_t handle_bytes, uint64_t bytes,
+                               std::unique_ptr<DeviceMapping>* out, std::string* why) = 0;
 };
 
 }  // namespace px::gpu

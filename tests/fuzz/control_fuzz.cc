@@ -79,7 +79,9 @@ uint64_t read_body(const Message& m) {
       for (int32_t v : {b->node_index(), b->node_count(), b->rank(), b->world_size(),
                         b->local_rank(), b->local_size()})
         sum += static_cast<uint64_t>(v);
-      return sum;
+      if (b->gpu_pci_bus_ids())
+        for (const auto* id : *b->gpu_pci_bus_ids()) sum += text(id);
+      return sum + text(b->gpu_why_none());
     }
     case Body::RegisterDense: {
       const RegisterDense* b = m.body_as_RegisterDense();
@@ -165,13 +167,31 @@ uint64_t read_body(const Message& m) {
     case Body::AdminReply: {
       const AdminReply* b = m.body_as_AdminReply();
       PX_FUZZ_CHECK(b);
-      uint64_t sum = static_cast<uint64_t>(b->status()) + text(b->message()) + b->total() +
-                     b->next_offset();
+      uint64_t sum =
+          static_cast<uint64_t>(b->status()) + text(b->message()) + b->total() + b->next_offset();
       if (b->jobs()) sum += b->jobs()->size();
       if (b->variables()) sum += b->variables()->size();
       if (b->peers()) sum += b->peers()->size();
       if (b->stalls()) sum += b->stalls()->size();
       return sum;
+    }
+    case Body::RegisterDeviceMemory: {
+      const RegisterDeviceMemory* b = m.body_as_RegisterDeviceMemory();
+      PX_FUZZ_CHECK(b);
+      uint64_t sum = b->region() + text(b->pci_bus_id()) + b->bytes();
+      if (b->ipc_handle())
+        for (uint8_t byte : *b->ipc_handle()) sum += byte;
+      return sum;
+    }
+    case Body::ReleaseDeviceMemory: {
+      const ReleaseDeviceMemory* b = m.body_as_ReleaseDeviceMemory();
+      PX_FUZZ_CHECK(b);
+      return b->region();
+    }
+    case Body::DeviceMemoryReply: {
+      const DeviceMemoryReply* b = m.body_as_DeviceMemoryReply();
+      PX_FUZZ_CHECK(b);
+      return static_cast<uint64_t>(b->status()) + text(b->message());
     }
     case Body::NONE:
       PX_FUZZ_CHECK(!"parse_frame accepted a message without a body");

@@ -22,7 +22,7 @@ done
 # 1. pkg-config
 PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 export PKG_CONFIG_PATH
-[ "$(pkg-config --modversion parallax)" = "1.7" ] || { echo "FAIL: pkg-config version"; exit 1; }
+[ "$(pkg-config --modversion parallax)" = "1.8" ] || { echo "FAIL: pkg-config version"; exit 1; }
 cc -std=c99 -pedantic -Wall -Werror "$here/example.c" $(pkg-config --cflags --libs parallax) \
    -Wl,-rpath,"$prefix/lib" -o "$work/example-pkgconfig"
 
@@ -37,7 +37,7 @@ export PARALLAX_SOCKET=$work/parallaxd.sock PARALLAX_WAIT_FOR_DAEMON=1
 daemon_pid=$!
 for example in "$work/example-pkgconfig" "$work/consumer/example"; do
   out=$(PARALLAX_JOB="$(basename "$example")" timeout 60 "$example")
-  [ "$out" = "ABI 1.7 result 1 2 3 4" ] || { echo "FAIL: $example printed '$out'"; exit 1; }
+  [ "$out" = "ABI 1.8 result 1 2 3 4" ] || { echo "FAIL: $example printed '$out'"; exit 1; }
   ldd "$example" | grep -q "$prefix/lib/libparallax.so.1" ||
     { echo "FAIL: $example does not load the installed libparallax"; exit 1; }
 done

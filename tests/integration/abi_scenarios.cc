@@ -351,6 +351,59 @@ int cuda_runtime(px_client* c) {
   return 0;
 }
 
+// px_alloc_ex (1.8): host memory as px_alloc's (reduced in place), bad options refused, and
+// device memory refused naming why: the daemon's reason when it has no GPU (gpu_why, when
+// the test knows it), else that this process has not loaded the CUDA runtime.
+int alloc_ex(px_client* c, const std::string& gpu_why) {
+  px_alloc_options o;
+  px_alloc_options_init(&o);
+  if (o.struct_size != sizeof o || o.memory_kind != PX_MEMORY_HOST || o.device != -1)
+    die("px_alloc_options_init defaults");
+  void* p = nullptr;
+  check(px_alloc_ex(c, 4 * sizeof(float), &o, &p), "px_alloc_ex host");
+  void* q = nullptr;
+  check(px_alloc_ex(c, 4 * sizeof(float), nullptr, &q), "px_alloc_ex with NULL options");
+  px_var* v = dense(c, "alloc-ex");
+  auto* x = static_cast<float*>(p);
+  auto* y = static_cast<float*>(q);
+  for (int i = 0; i < 4; ++i) x[i] = 1.5f;
+  px_request* r = nullptr;
+  check(px_allreduce(v, x, y, &r), "px_allreduce on px_alloc_ex memory");
+  check(px_wait(r, 20000), "px_wait");
+  check(px_request_free(r), "px_request_free");
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  if (y[3] != 1.5f * static_cast<float>(w.world_size)) die("px_alloc_ex memory result");
+  check(px_free(c, p), "px_free of px_alloc_ex memory");
+  check(px_free(c, q), "px_free of px_alloc_ex memory");
+  expect_status(px_free(c, p), PX_ERR_INVALID, "px_free twice");
+
+  o.memory_kind = 7;
+  expect_status(px_alloc_ex(c, 64, &o, &p), PX_ERR_INVALID, "memory_kind 7");
+  expect_contains(px_last_error(), "unknown memory_kind 7");
+  px_alloc_options_init(&o);
+  o.struct_size = 0;
+  expect_status(px_alloc_ex(c, 64, &o, &p), PX_ERR_INVALID, "struct_size 0");
+  expect_contains(px_last_error(), "px_alloc_options_init");
+  expect_status(px_alloc_ex(c, 64, &o, nullptr), PX_ERR_INVALID, "out_ptr NULL");
+
+  px_alloc_options_init(&o);
+  o.memory_kind = PX_MEMORY_CUDA;
+  p = reinterpret_cast<void*>(1);
+  expect_status(px_alloc_ex(c, 1 << 20, &o, &p), PX_ERR_NOT_IMPLEMENTED, "PX_MEMORY_CUDA");
+  if (p) die("px_alloc_ex left *out_ptr set after failing");
+  std::string error = px_last_error();
+  expect_contains(error, "px_alloc_ex(1048576, PX_MEMORY_CUDA, device -1)");
+  if (error.find("parallaxd on node 0 has no usable GPU: ") != std::string::npos) {
+    if (!gpu_why.empty()) expect_contains(error, "no usable GPU: " + gpu_why);
+  } else {
+    expect_contains(error, "has not loaded the CUDA runtime");
+  }
+  printf("px_alloc_ex PX_MEMORY_CUDA: %s\n", error.c_str());
+  return 0;
+}
+
 }  // namespace
 
 // Before any connection: a socket with no daemon fails at once unless asked to wait.
@@ -388,6 +441,8 @@ int run_abi_scenario(px_client* c, const std::string& scenario) {
   if (scenario == "abi13-event-loop") return event_loop(c);
   if (scenario == "abi13-options") return options(c);
   if (scenario == "abi13-cuda-runtime") return cuda_runtime(c);
+  if (scenario == "abi18-alloc-ex") return alloc_ex(c, "");
+  if (scenario == "abi18-alloc-ex-gpu-off") return alloc_ex(c, "gpu.mode is off");
   die("unknown scenario " + scenario);
 }
 

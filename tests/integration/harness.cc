@@ -110,8 +110,8 @@ std::string unique_path(const std::string& tag, const char* suffix) {
          suffix;
 }
 
-// Starts one px_test_worker ARGS... as local rank `rank` of local_size on the daemon at
-// socket; its output goes to a new file named after tag, added to outputs.
+// Starts one px_test_worker (or env's PX_WORKER_PROGRAM) ARGS... as local rank `rank` of local_size
+// on the daemon at socket; its output goes to a new file named after tag, added to outputs.
 pid_t spawn_worker(const std::string& socket, const std::string& job, int rank, int local_size,
                    const std::vector<std::string>& args,
                    const std::map<std::string, std::string>& env, const std::string& tag,
@@ -121,7 +121,9 @@ pid_t spawn_worker(const std::string& socket, const std::string& job, int rank, 
   e["PARALLAX_JOB"] = job;
   e["PARALLAX_LOCAL_RANK"] = std::to_string(rank);
   e["PARALLAX_LOCAL_SIZE"] = std::to_string(local_size);
-  std::vector<std::string> argv = {PX_WORKER_PATH};
+  // PX_WORKER_PROGRAM in env: another worker program (the GPU tests' px_gpu_worker).
+  auto program = env.find("PX_WORKER_PROGRAM");
+  std::vector<std::string> argv = {program != env.end() ? program->second : PX_WORKER_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   outputs.push_back(unique_path(tag, ".out"));
   return spawn_process(argv, e, outputs.back());

@@ -65,6 +65,16 @@ TEST_CASE("abi: per-operation options, and px_connect without a daemon fails at 
   CHECK(all_ok(run_workers(daemon, "connect", 1, {"abi13-connect"}, 60000)));
 }
 
+TEST_CASE("abi: px_alloc_ex gives host memory as px_alloc, and refuses device memory naming why") {
+  {
+    DaemonProcess daemon("abi-alloc");
+    CHECK(all_ok(run_workers(daemon, "alloc", 2, {"abi18-alloc-ex"}, 60000)));
+  }
+  // The daemon's own reason reaches the worker (from px_connect's reply, no round trip).
+  DaemonProcess off("abi-alloc-off", {"--gpu", "off"});
+  CHECK(all_ok(run_workers(off, "alloc-off", 1, {"abi18-alloc-ex-gpu-off"}, 60000)));
+}
+
 TEST_CASE("abi: broadcast, allgather and allgatherv on one node, 1 to 3 workers, every dtype") {
   DaemonProcess daemon("abi-coll");
   for (int workers = 1; workers <= 3; ++workers)

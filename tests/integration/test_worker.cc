@@ -567,7 +567,7 @@ void print_help() {
     for (auto& spec : *table)
       printf("  %s %s\n      %s\n", spec.name.c_str(), describe_flags(spec).c_str(),
              spec.about.c_str());
-  printf("  abi13-* (no flags): the ABI 1.3 scenarios of abi_scenarios.cc\n");
+  printf("  abi13-*, abi18-* (no flags): the ABI 1.3 and 1.8 scenarios of abi_scenarios.cc\n");
 }
 
 }  // namespace
@@ -585,7 +585,8 @@ int main(int argc, char** argv) {
   }
   if (const char* e = getenv("PX_TEST_EXACT")) exact_inputs() = std::string(e) == "1";
   const ScenarioSpec* spec = find_spec(scenario);
-  bool abi13 = scenario.rfind("abi13-", 0) == 0;
+  // The ABI scenarios of abi_scenarios.cc (abi13-*, abi18-*), without flags.
+  bool abi13 = scenario.rfind("abi13-", 0) == 0 || scenario.rfind("abi18-", 0) == 0;
   if (!spec && !abi13) {
     printf("USAGE px_test_worker: unknown scenario '%s' (px_test_worker --help lists them)\n",
            scenario.c_str());

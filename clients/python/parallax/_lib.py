@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.7), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.8), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -69,6 +69,11 @@ class OpOptions(Structure):
                 ("reserved", c_uint32)]
 
 
+class AllocOptions(Structure):
+    _fields_ = [("struct_size", c_uint32), ("memory_kind", c_int32), ("device", c_int32),
+                ("reserved", c_uint32)]
+
+
 class WorldInfo(Structure):
     _fields_ = [("struct_size", c_uint32), ("node_index", c_int32), ("node_count", c_int32),
                 ("rank", c_int32), ("world_size", c_int32), ("local_rank", c_int32),
@@ -122,6 +127,8 @@ _SIGNATURES = {
                                    POINTER(SparseOptions), _PP]),
     "px_alloc": (c_int, [_P, c_uint64, _PP]),
     "px_free": (c_int, [_P, _P]),
+    "px_alloc_options_init": (None, [POINTER(AllocOptions)]),
+    "px_alloc_ex": (c_int, [_P, c_uint64, POINTER(AllocOptions), _PP]),
     "px_op_options_init": (None, [POINTER(OpOptions)]),
     "px_allreduce_ex": (c_int, [_P, _P, _P, POINTER(OpOptions), _PP]),
     "px_broadcast_ex": (c_int, [_P, _P, _P, POINTER(OpOptions), _PP]),

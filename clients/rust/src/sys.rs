@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.7), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.8), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 7;
+pub const PX_ABI_VERSION_MINOR: u32 = 8;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -136,6 +136,15 @@ pub struct px_op_options {
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct px_alloc_options {
+    pub struct_size: u32,
+    pub memory_kind: i32,
+    pub device: i32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct px_world_info {
     pub struct_size: u32,
     pub node_index: i32,
@@ -244,6 +253,13 @@ extern "C" {
     // shared memory
     pub fn px_alloc(client: *mut px_client, bytes: u64, out_ptr: *mut *mut c_void) -> px_status;
     pub fn px_free(client: *mut px_client, ptr: *mut c_void) -> px_status;
+    pub fn px_alloc_options_init(options: *mut px_alloc_options);
+    pub fn px_alloc_ex(
+        client: *mut px_client,
+        bytes: u64,
+        options: *const px_alloc_options,
+        out_ptr: *mut *mut c_void,
+    ) -> px_status;
 
     // operations
     pub fn px_op_options_init(options: *mut px_op_options);

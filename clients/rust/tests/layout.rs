@@ -35,6 +35,9 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_op_options, stream), 16);
     assert_eq!(offset!(sys::px_op_options, root), 24);
 
+    assert_eq!(size_of::<sys::px_alloc_options>(), 16);
+    assert_eq!(offset!(sys::px_alloc_options, memory_kind), 4);
+    assert_eq!(offset!(sys::px_alloc_options, device), 8);
     assert_eq!(size_of::<sys::px_world_info>(), 28);
     assert_eq!(offset!(sys::px_world_info, node_index), 4);
     assert_eq!(offset!(sys::px_world_info, rank), 12);
@@ -107,7 +110,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 7));
+    assert_eq!(parallax::abi_version(), (1, 8));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

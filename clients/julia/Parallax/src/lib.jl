@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.7), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.8), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 7
+const PX_ABI_VERSION_MINOR = 8
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -110,6 +110,13 @@ struct PxOpOptions  # 32 bytes
     priority::Int32
     stream::Ptr{Cvoid}
     root::Int32
+    reserved::UInt32
+end
+
+struct PxAllocOptions  # 16 bytes
+    struct_size::UInt32
+    memory_kind::Int32
+    device::Int32
     reserved::UInt32
 end
 
@@ -225,6 +232,11 @@ px_alloc(c::Ptr{Cvoid}, bytes::Integer, out::Ref{Ptr{Cvoid}}) =
     ccall((:px_alloc, libparallax()), Cint, (Ptr{Cvoid}, UInt64, Ref{Ptr{Cvoid}}), c, bytes, out)
 px_free(c::Ptr{Cvoid}, p::Ptr{Cvoid}) =
     ccall((:px_free, libparallax()), Cint, (Ptr{Cvoid}, Ptr{Cvoid}), c, p)
+px_alloc_options_init(o::Ref{PxAllocOptions}) =
+    ccall((:px_alloc_options_init, libparallax()), Cvoid, (Ref{PxAllocOptions},), o)
+px_alloc_ex(c::Ptr{Cvoid}, bytes::Integer, o::Ref{PxAllocOptions}, out::Ref{Ptr{Cvoid}}) =
+    ccall((:px_alloc_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, UInt64, Ref{PxAllocOptions}, Ref{Ptr{Cvoid}}), c, bytes, o, out)
 
 # --- operations ----------------------------------------------------------------------
 px_op_options_init(o::Ref{PxOpOptions}) =

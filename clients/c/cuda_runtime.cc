@@ -1,0 +1,105 @@
+#include "clients/c/cuda_runtime.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace px {
+namespace {
+
+// Frameworks load CUDA lazily, so "not loaded" is re-checked, but only when the set of
+// loaded objects changed: dl_iterate_phdr's dlpi_adds counts loads, and reading it stops at
+// the first object (no syscall). A dlopen(RTLD_NOLOAD) by soname per call would search the
+// library path with open() calls: ~20 us each, measured.
+struct Lookup {
+  std::mutex mutex;
+  unsigned long long adds_seen = ~0ull;
+  CudaApi api{};
+  std::atomic<const CudaApi*> found{nullptr};
+};
+
+Lookup& lookup() {
+  static Lookup* l = new Lookup;  // never destroyed: used until exit
+  return *l;
+}
+
+unsigned long long loaded_object_adds() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the counter is the same in every entry: stop at the first
+      },
+      &adds);
+  return adds;
+}
+
+template <class Fn>
+bool bind(void* lib, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+const CudaApi* cuda_api() {
+  Lookup& l = lookup();
+  if (const CudaApi* api = l.found.load(std::memory_order_acquire)) return api;  // stays
+  unsigned long long adds = loaded_object_adds();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  if (adds == l.adds_seen) return l.found.load(std::memory_order_relaxed);
+  l.adds_seen = adds;
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const char* name = info->dlpi_name;
+        if (!name || !std::strstr(name, "libcudart.so")) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  if (path.empty()) return nullptr;
+  // The full path of an object already loaded: dlopen matches it without searching. The
+  // handle stays open: the runtime is never unloaded under us.
+  void* lib = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  CudaApi& a = l.api;
+  bool all = bind(lib, "cudaPointerGetAttributes", &a.pointer_get_attributes) &&
+             bind(lib, "cudaGetLastError", &a.get_last_error) &&
+             bind(lib, "cudaGetDevice", &a.get_device) &&
+             bind(lib, "cudaSetDevice", &a.set_device) && bind(lib, "cudaMalloc", &a.malloc) &&
+             bind(lib, "cudaFree", &a.free) &&
+             bind(lib, "cudaIpcGetMemHandle", &a.ipc_get_mem_handle) &&
+             bind(lib, "cudaDeviceGetPCIBusId", &a.device_get_pci_bus_id) &&
+             bind(lib, "cudaGetErrorName", &a.get_error_name) &&
+             bind(lib, "cudaGetErrorString", &a.get_error_string);
+  if (!all) return nullptr;
+  l.found.store(&a, std::memory_order_release);
+  return &a;
+}
+
+std::string cuda_error_text(const CudaApi& api, const char* what, int error) {
+  const char* name = api.get_error_name(error);
+  const char* text = api.get_error_string(error);
+  return std::string(what) + ": " + (name ? name : "cudaError") + ": " + (text ? text : "");
+}
+
+bool is_cuda_device_pointer(const void* p) {
+  const CudaApi* api = cuda_api();
+  if (!api) return false;
+  // struct cudaPointerAttributes starts with `enum cudaMemoryType type` (CUDA >= 10); the
+  // buffer is larger than any version of the struct.
+  alignas(16) unsigned char buffer[256] = {};
+  if (api->pointer_get_attributes(buffer, p) != 0) {
+    api->get_last_error();  // an unknown host pointer, or no device: clear the error
+    return false;
+  }
+  int type;
+  std::memcpy(&type, buffer, sizeof type);
+  return type == 2;  // cudaMemoryTypeDevice; managed (3) and host memory are fine
+}
+
+}  // namespace px

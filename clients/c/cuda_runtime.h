@@ -1,0 +1,34 @@
+// The CUDA runtime as libparallax uses it: looked up in the copy the process has loaded
+// (the framework's), never loaded by libparallax itself, which must run where there is no
+// CUDA. No CUDA header: the few functions are declared here with plain C types.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace px {
+
+struct CudaApi {
+  int (*pointer_get_attributes)(void* attributes, const void* ptr);
+  int (*get_last_error)();
+  int (*get_device)(int* device);
+  int (*set_device)(int device);
+  int (*malloc)(void** ptr, size_t bytes);
+  int (*free)(void* ptr);
+  int (*ipc_get_mem_handle)(void* handle, void* ptr);  // handle: cudaIpcMemHandle_t, 64 bytes
+  int (*device_get_pci_bus_id)(char* id, int length, int device);
+  const char* (*get_error_name)(int error);
+  const char* (*get_error_string)(int error);
+};
+
+// The process's CUDA runtime, or null if it has not loaded one (re-checked cheaply when
+// objects were loaded since: frameworks load CUDA lazily).
+const CudaApi* cuda_api();
+
+// "cudaMalloc: cudaErrorMemoryAllocation: out of memory"
+std::string cuda_error_text(const CudaApi& api, const char* what, int error);
+
+// Whether p is CUDA device memory (false when the process has no CUDA runtime).
+bool is_cuda_device_pointer(const void* p);
+
+}  // namespace px

@@ -1,0 +1,64 @@
+// A worker's device memory (px_alloc_ex with PX_MEMORY_CUDA): registering it (the CUDA IPC
+// handle opened once, on the pool: it takes milliseconds) and releasing it before px_free.
+#include <vector>
+
+#include "daemon/front/server.h"
+#include "daemon/front/session.h"
+
+namespace px {
+
+void Session::reply_device_memory(px_status status, const std::string& message) {
+  flatbuffers::FlatBufferBuilder b;
+  auto text = b.CreateString(message);
+  auto body = control::CreateDeviceMemoryReply(b, status, text);
+  send_frame(finish_frame(b, control::Body::DeviceMemoryReply, body.Union()));
+}
+
+void Session::handle_register_device_memory(const control::RegisterDeviceMemory& request) {
+  uint32_t region = request.region();
+  std::string where = "parallaxd on " + server_.node_label(server_.config().node_index);
+  std::string who = "device memory region " + std::to_string(region) + " of " + label();
+  const gpu::LoadedGpu& gpu = server_.gpu();
+  if (gpu.device_count() == 0)
+    return reply_device_memory(PX_ERR_NOT_IMPLEMENTED,
+                               where + " has no usable GPU for " + who + ": " + gpu.why_none());
+  std::string pci = request.pci_bus_id() ? request.pci_bus_id()->str() : "";
+  size_t handle_bytes = request.ipc_handle() ? request.ipc_handle()->size() : 0;
+  std::string why;
+  px_status status = device_regions_.check(region, pci, handle_bytes, request.bytes(), &why);
+  if (status != PX_OK) return reply_device_memory(status, where + " refuses " + who + ": " + why);
+  device_regions_.begin(region);
+  std::vector<uint8_t> handle(request.ipc_handle()->begin(), request.ipc_handle()->end());
+  uint64_t bytes = request.bytes();
+  struct Opened {
+    std::unique_ptr<gpu::DeviceMapping> mapping;
+    std::string why;
+  };
+  auto opened = std::make_shared<Opened>();
+  gpu::GpuBackend* backend = gpu.backend();
+  server_.scheduler().offload().run(
+      true,
+      [backend, pci, handle, bytes, opened] {
+        backend->open_ipc_memory(pci, handle.data(), handle.size(), bytes, &opened->mapping,
+                                 &opened->why);
+      },
+      [self = shared_from_this(), region, opened, where, who] {
+        bool ok = opened->mapping != nullptr;
+        self->device_regions_.finish(region, std::move(opened->mapping));
+        if (self->closed()) return;  // the mapping goes with the session
+        if (!ok)
+          return self->reply_device_memory(PX_ERR_INVALID,
+                                           where + " cannot map " + who + ": " + opened->why);
+        self->reply_device_memory(PX_OK, "");
+      });
+}
+
+void Session::handle_release_device_memory(const control::ReleaseDeviceMemory& request) {
+  if (!device_regions_.release(request.region()))
+    return reply_device_memory(PX_ERR_INVALID, "device memory region " +
+                                                   std::to_string(request.region()) + " of " +
+                                                   label() + " is not registered");
+  reply_device_memory(PX_OK, "");
+}
+
+}  // namespace px

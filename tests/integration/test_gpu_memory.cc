@@ -1,0 +1,43 @@
+// Device memory through the daemon (CUDA builds, label gpu): real parallaxd processes and
+// px_gpu_worker processes holding device memory. Without a device each case says why and
+// counts as skipped, unless PX_REQUIRE_GPU=1 (tools/quickstart test --gpu).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tests/integration/harness.h"
+
+using namespace pxt;
+
+namespace {
+
+const std::map<std::string, std::string> kGpuWorker = {{"PX_WORKER_PROGRAM", PX_GPU_WORKER_PATH}};
+
+// True when the results are all "skipped" (exit 77): then MESSAGE, or fail under
+// PX_REQUIRE_GPU=1.
+bool skipped(const std::vector<WorkerResult>& results) {
+  for (const WorkerResult& r : results)
+    if (r.exit_code != 77) return false;
+  std::string why = results.empty() ? "no workers" : results[0].output;
+  const char* required = std::getenv("PX_REQUIRE_GPU");
+  if (required && std::string(required) == "1")
+    FAIL_CHECK("no CUDA device and PX_REQUIRE_GPU=1: " << why);
+  else
+    MESSAGE("gpu test skipped: " << why);
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("device: px_alloc_ex device memory, mapped by the daemon, from 2 workers on one GPU") {
+  DaemonProcess daemon("gpu-alloc");
+  auto results = run_workers(daemon, "alloc", 2, {"alloc"}, 120000, kGpuWorker);
+  if (skipped(results)) return;
+  CHECK(all_ok(results));
+  std::string log = daemon.log();
+  bool reported = log.find("gpu: 1 device: ") != std::string::npos ||
+                  log.find(" devices: ") != std::string::npos;
+  CHECK(reported);
+}
