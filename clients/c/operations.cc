@@ -49,7 +49,7 @@ px_status resolve_options(Client* c, const std::string& who, const px_op_options
 }
 
 BufferRef host_buffer(uint64_t offset, uint64_t bytes) {
-  return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+  return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kHostArena), 0};
 }
 
 // Hands a prepared request to the daemon; on success *out_request names it.

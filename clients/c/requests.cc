@@ -383,7 +383,7 @@ PX_API px_status px_barrier(px_client* handle, int64_t timeout_ms) {
   entry.step = c->barrier_step++;
   entry.var_id = 0;
   entry.opcode = static_cast<uint16_t>(Opcode::kBarrier);
-  entry.in.device = entry.out.device = -1;
+  entry.in.region = entry.out.region = 0;
   r->step = entry.step;
   c->requests[r] = request;
   px_status status = submit(c, entry, r);

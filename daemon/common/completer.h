@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "daemon/gpu/device_regions.h"
 #include "parallax_c.h"
 #include "transport/ipc/shm_arena.h"
 
@@ -22,6 +23,8 @@ class Completer {
   virtual std::string label() const = 0;
   // The worker's shared arena: a SubmitEntry's buffers are offsets into it.
   virtual const SharedArena& arena() const = 0;
+  // The worker's device memory (px_alloc_ex), null for a worker without any.
+  virtual const gpu::DeviceRegions* device_regions() const { return nullptr; }
 };
 
 }  // namespace px

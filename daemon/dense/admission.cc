@@ -2,6 +2,7 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
+
 namespace px {
 namespace {
 
@@ -22,11 +23,47 @@ bool host_arena_refs(const SubmitEntry& entry) {
          entry.out.memory_kind == static_cast<uint32_t>(MemoryKind::kHostArena);
 }
 
+bool device_ref(const BufferRef& ref) {
+  return ref.memory_kind == static_cast<uint32_t>(MemoryKind::kCudaDevice);
+}
+
+// Device memory (px_alloc_ex regions): an allreduce's in and out, each inside a region the
+// worker registered, on one device. Empty if so; else what is wrong.
+std::string check_device_buffers(const Variable& var, const JobWorld& world,
+                                 const Completer& worker, const SubmitEntry& entry) {
+  if (var.sparse || static_cast<Opcode>(entry.opcode) != Opcode::kAllreduce)
+    return "device memory is taken by allreduce only so far (README, Limits)";
+  if (world.node_count > 1)
+    return "device memory across nodes (NCCL, or the host ring through pinned memory) is not "
+           "built yet: one node only (README, Limits)";
+  if (!device_ref(entry.in) || !device_ref(entry.out))
+    return "in and out must both be device memory, or both host memory";
+  const gpu::DeviceRegions* regions = worker.device_regions();
+  if (!regions) return "device memory from a worker that registered none";
+  uint64_t bytes = var.fingerprint.bytes();
+  if (entry.in.bytes != bytes || entry.out.bytes != bytes)
+    return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+           std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
+  std::string why;
+  auto in = regions->find(entry.in.region, entry.in.offset, bytes, &why);
+  if (!in) return "in: " + why;
+  auto out = regions->find(entry.out.region, entry.out.offset, bytes, &why);
+  if (!out) return "out: " + why;
+  if (in->device() != out->device()) return "in and out are on different devices";
+  if (entry.in.region == entry.out.region && entry.in.offset != entry.out.offset &&
+      overlaps(entry.in, entry.out))
+    return "in and out overlap without being equal";
+  return "";
+}
+
 // Empty if the entry's buffers suit the variable; else what is wrong.
-std::string check_buffers(const Variable& var, const JobWorld& world, const SharedArena& arena,
+std::string check_buffers(const Variable& var, const JobWorld& world, const Completer& worker,
                           const SubmitEntry& entry) {
   if (var.id == 0) return "";
-  if (!host_arena_refs(entry)) return "device memory is not supported by this parallaxd build";
+  if (device_ref(entry.in) || device_ref(entry.out))
+    return check_device_buffers(var, world, worker, entry);
+  if (!host_arena_refs(entry)) return "an unknown memory kind";
+  const SharedArena& arena = worker.arena();
   if (var.sparse) {
     uint64_t n = entry.in.bytes / sizeof(int64_t);
     uint64_t want = n * var.fingerprint.dim * sizeof(float);
@@ -116,7 +153,7 @@ Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& 
   if (var->poison_status != PX_OK) return refuse(var->poison_status, var->poison_message);
   if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + suffix);
   if (step_op && job.needs_departed(*var)) return refuse(PX_ERR_PEER_LOST, job.departed() + suffix);
-  std::string invalid = check_buffers(*var, job.world(), worker.arena(), entry);
+  std::string invalid = check_buffers(*var, job.world(), worker, entry);
   Admission a;
   a.var = var;
   a.step = step_op;

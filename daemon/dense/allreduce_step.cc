@@ -9,6 +9,7 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
+#include "daemon/dense/device_allreduce_step.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/collectives/recursive_doubling_allreduce.h"
 #include "transport/collectives/ring_allreduce.h"
@@ -184,6 +185,9 @@ void cross_node(const std::shared_ptr<Run>& run) {
 void run_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
                         uint64_t step, PendingStep pending) {
   PX_ASSERT_LOOP_THREAD();
+  for (auto& c : pending.by_rank)
+    if (c->in.memory_kind == static_cast<uint32_t>(MemoryKind::kCudaDevice))
+      return run_device_allreduce_step(context, std::move(job), var, step, std::move(pending));
   auto run = std::make_shared<Run>(context);
   run->job = std::move(job);
   run->var = &var;

@@ -26,7 +26,7 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
   if (!complete) return;  // waits for the other local workers, or failed
   auto opcode = static_cast<Opcode>(entry.opcode);
   if (var.sparse) return sparse_.run_step(job, var, opcode, entry.step, std::move(*complete));
-  StepContext context{offload_, fabric_, chunk_bytes_};
+  StepContext context{offload_, fabric_, chunk_bytes_, gpu_};
   if (opcode == Opcode::kAllreduce || opcode == Opcode::kBarrier)
     return run_allreduce_step(context, job, var, entry.step, std::move(*complete));
   run_copy_step(context, job, var, entry.opcode, entry.step, std::move(*complete));

@@ -14,6 +14,7 @@
 #include "daemon/common/job.h"
 #include "daemon/common/offload.h"
 #include "daemon/dense/step_matcher.h"
+#include "daemon/gpu/gpu_backend.h"
 #include "daemon/sparse/sparse_router.h"
 #include "transport/collectives/collective_transport.h"
 #include "transport/ipc/shm_layout.h"
@@ -31,6 +32,9 @@ class Scheduler {
     sparse_.set_fabric(transport, chunk_bytes);
   }
   SparseRouter& sparse() { return sparse_; }
+  // The GPU backend device steps run on (null: none; admission refuses device memory then,
+  // since no worker could register any).
+  void set_gpu(gpu::GpuBackend* backend) { gpu_ = backend; }
   // The pool and the way back to the loop, for the front's blocking work (device mappings).
   const Offload& offload() const { return offload_; }
 
@@ -58,6 +62,7 @@ class Scheduler {
   Offload offload_;
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 1 << 20;
+  gpu::GpuBackend* gpu_ = nullptr;
   SparseRouter sparse_;
 };
 

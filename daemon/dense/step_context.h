@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "daemon/common/offload.h"
+#include "daemon/gpu/gpu_backend.h"
 #include "transport/collectives/collective_transport.h"
 
 namespace px {
@@ -13,6 +14,7 @@ struct StepContext {
   const Offload& offload;                 // the scheduler's, which outlives every step
   CollectiveTransport* fabric = nullptr;  // null on a single node
   size_t chunk_bytes = 1 << 20;           // the cross-node collectives' chunk
+  gpu::GpuBackend* gpu = nullptr;         // null without a usable GPU (device steps)
 };
 
 }  // namespace px

@@ -51,6 +51,7 @@ bool Server::listen(std::string* error) {
   // First: a node that must have a GPU refuses to start before it accepts workers.
   if (!gpu::load_gpu_backend(config_.gpu_mode, config_.gpu_backend, &gpu_, error)) return false;
   PX_LOG_INFO("gpu: %s", gpu_.summary().c_str());
+  if (gpu_.device_count() > 0) scheduler_.set_gpu(gpu_.backend());
   const std::string& path = config_.socket_path;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

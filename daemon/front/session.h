@@ -55,6 +55,7 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   const SharedArena& arena() const override { return arena_; }
   // "worker local rank 1 (pid 1234) of job 'train'"
   std::string label() const override;
+  const gpu::DeviceRegions* device_regions() const override { return &device_regions_; }
   // This worker (job, local rank, pid) and the variable a log line is about, if any.
   LogFields log_fields(const std::string& variable = "") const;
 

@@ -8,6 +8,7 @@
 #include "daemon/gpu/gpu_backend.h"
 #include "transport/kernels/cuda/cuda_error.h"
 #include "transport/kernels/cuda/device_probe.h"
+#include "transport/kernels/cuda/device_reduce.h"
 
 namespace px::gpu {
 namespace {
@@ -135,6 +136,51 @@ class CudaBackend final : public GpuBackend {
     }
     if (!inv.devices.empty()) inv.why_none.clear();
     return inv;
+  }
+
+  bool allreduce_local(const DeviceAllreduce& a, std::string* why) override {
+    if (a.inputs.empty() || a.inputs.size() != a.outputs.size()) {
+      *why = "gpu allreduce: " + std::to_string(a.inputs.size()) + " inputs and " +
+             std::to_string(a.outputs.size()) + " outputs";
+      return false;
+    }
+    cudaError_t err = cudaSetDevice(a.device);
+    if (err != cudaSuccess) return cuda_failed(why, "gpu allreduce: cudaSetDevice", err);
+    // A stream of its own per pool thread and device: the pool's threads never share one.
+    thread_local std::vector<cudaStream_t> streams;
+    if (streams.size() <= static_cast<size_t>(a.device)) streams.resize(a.device + 1, nullptr);
+    cudaStream_t& stream = streams[a.device];
+    if (!stream && (err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
+      return cuda_failed(why, "gpu allreduce: cudaStreamCreate", err);
+    DeviceReduceArgs r;
+    r.dtype = a.dtype;
+    r.op = a.op;
+    r.dst = a.outputs[0];
+    r.srcs = a.inputs.data();
+    r.nsrc = a.inputs.size();
+    r.count = a.count;
+    r.mean_divisor = a.mean_divisor;
+    r.stream = stream;
+    size_t scratch_bytes = 0;
+    if (!reduce_scratch_bytes(r, &scratch_bytes, why)) return false;
+    void* scratch = nullptr;
+    if (scratch_bytes > 0 &&
+        (err = cudaMallocAsync(&scratch, scratch_bytes, stream)) != cudaSuccess)
+      return cuda_failed(why, "gpu allreduce: scratch", err);
+    r.scratch = scratch;
+    r.scratch_bytes = scratch_bytes;
+    bool ok = device_reduce(r, why);
+    size_t bytes = a.count * dtype_size(a.dtype);
+    for (size_t w = 1; ok && w < a.outputs.size(); ++w) {
+      err = cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream);
+      if (err != cudaSuccess) ok = cuda_failed(why, "gpu allreduce: copy to a worker", err);
+    }
+    if (scratch) cudaFreeAsync(scratch, stream);
+    // Waited for here, on the pool thread: the completion the workers see means the results
+    // are in their memory.
+    err = cudaStreamSynchronize(stream);
+    if (ok && err != cudaSuccess) ok = cuda_failed(why, "gpu allreduce", err);
+    return ok;
   }
 
   std::string bus_ids() const {

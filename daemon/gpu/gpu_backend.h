@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "transport/kernels/dtype.h"
+
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 2;
+constexpr uint32_t kGpuBackendInterface = 3;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -57,6 +59,19 @@ class DeviceMapping {
   virtual int device() const = 0;  // the daemon's ordinal of the device
 };
 
+// One node's allreduce over its workers' device buffers, all on one device: inputs reduced
+// into outputs[0] with the host path's arithmetic (transport/kernels/cuda/device_reduce.h:
+// f16/bf16 in f32, bitwise the host's), then copied to the other outputs.
+struct DeviceAllreduce {
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  unsigned mean_divisor = 1;  // kMean: the job's world size
+  int device = 0;             // the daemon's ordinal (DeviceMapping::device)
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;  // outputs[0] may be inputs[0]
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -68,6 +83,9 @@ class GpuBackend {
   virtual bool open_ipc_memory(const std::string& pci_bus_id, const void* handle,
                                size_t handle_bytes, uint64_t bytes,
                                std::unique_ptr<DeviceMapping>* out, std::string* why) = 0;
+  // Runs a DeviceAllreduce and waits for it. Blocks: call it on the pool. False with why (a
+  // launch or copy failed).
+  virtual bool allreduce_local(const DeviceAllreduce& args, std::string* why) = 0;
 };
 
 }  // namespace px::gpu

@@ -8,25 +8,13 @@
 #include <vector>
 
 #include "daemon/gpu/device_regions.h"
+#include "tests/unit/host_device_mapping.h"
 
 using px::gpu::DeviceMapping;
 using px::gpu::DeviceRegions;
 using px::gpu::kIpcHandleBytes;
 
 namespace {
-
-class HostMapping final : public DeviceMapping {
- public:
-  HostMapping(uint64_t bytes, int* closed) : memory_(bytes), closed_(closed) {}
-  ~HostMapping() override { ++*closed_; }
-  void* pointer() const override { return const_cast<char*>(memory_.data()); }
-  uint64_t bytes() const override { return memory_.size(); }
-  int device() const override { return 0; }
-
- private:
-  std::vector<char> memory_;
-  int* closed_;
-};
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -53,7 +41,7 @@ TEST_CASE("gpu: device regions: a registration is checked before its mapping is 
   CHECK(regions.check(1, bus, kIpcHandleBytes, 4096, &why) == PX_ERR_INVALID);
   CHECK(contains(why, "region 1 is already registered"));
   int closed = 0;
-  regions.finish(1, std::make_shared<HostMapping>(4096, &closed));
+  regions.finish(1, std::make_shared<pxtest::HostDeviceMapping>(4096, &closed));
   CHECK(regions.size() == 1);
   CHECK(regions.bytes() == 4096);
   CHECK(regions.check(1, bus, kIpcHandleBytes, 4096, &why) == PX_ERR_INVALID);
@@ -69,7 +57,7 @@ TEST_CASE("gpu: device regions: buffers inside a region; release closes it once 
   DeviceRegions regions;
   int closed = 0;
   regions.begin(3);
-  regions.finish(3, std::make_shared<HostMapping>(1000, &closed));
+  regions.finish(3, std::make_shared<pxtest::HostDeviceMapping>(1000, &closed));
   std::string why;
   CHECK(regions.find(3, 0, 1000, &why) != nullptr);
   CHECK(regions.find(3, 999, 1, &why) != nullptr);
@@ -95,7 +83,7 @@ TEST_CASE("gpu: device regions: a worker holds at most kMaxRegions") {
   int closed = 0;
   for (uint32_t r = 1; r <= DeviceRegions::kMaxRegions; ++r) {
     regions.begin(r);
-    regions.finish(r, std::make_shared<HostMapping>(1, &closed));
+    regions.finish(r, std::make_shared<pxtest::HostDeviceMapping>(1, &closed));
   }
   std::string why;
   CHECK(regions.check(DeviceRegions::kMaxRegions + 1, "0000:19:00.0", kIpcHandleBytes, 1, &why) ==

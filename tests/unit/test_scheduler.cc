@@ -50,7 +50,7 @@ class FakeWorker : public Completer {
   // A buffer of bytes at heap offset `at`.
   BufferRef buffer(uint64_t at, uint64_t bytes) const {
     return BufferRef{arena_.header().heap_offset + at, bytes,
-                     static_cast<uint32_t>(MemoryKind::kHostArena), -1};
+                     static_cast<uint32_t>(MemoryKind::kHostArena), 0};
   }
   float* floats(const BufferRef& ref) const {
     return reinterpret_cast<float*>(arena_.base() + ref.offset);

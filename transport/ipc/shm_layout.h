@@ -19,14 +19,15 @@ constexpr uint64_t kArenaMagic = 0x50584152454e4131ull;  // "PXARENA1"
 constexpr uint32_t kArenaLayoutVersion = 1;
 constexpr uint64_t kArenaHeapAlign = 4096;
 
-// Where a buffer lives. Host memory is an arena offset; CUDA buffers (later) carry a device.
+// Where a buffer lives. Host memory is an arena offset; device memory an offset in one of
+// the worker's px_alloc_ex regions (registered with RegisterDeviceMemory).
 enum class MemoryKind : uint32_t { kHostArena = 0, kCudaDevice = 1 };
 
 struct BufferRef {
-  uint64_t offset;  // from the arena's start (kHostArena)
+  uint64_t offset;  // from the arena's start (kHostArena), or the region's (kCudaDevice)
   uint64_t bytes;
   uint32_t memory_kind;  // MemoryKind
-  int32_t device;        // CUDA device ordinal; -1 for host
+  uint32_t region;       // kCudaDevice: the region (its device is the region's); host: ignored
 };
 
 // Sparse operations: in holds int64 row indices; out holds the rows (pull, read: written by

@@ -1,0 +1,250 @@
+// Device allreduce steps in the scheduler (admission.cc, device_allreduce_step.cc) without
+// a GPU: fake workers hold device regions backed by host memory, and a test backend does
+// the GPU backend's job with the host reduction. Checked: what reaches the backend (ranks
+// in order, count, mean divisor, one device), results in every worker's output, and the
+// refusals (host and device mixed, buffers past a region, device memory for another
+// operation, no backend, a failing backend).
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/common/completer.h"
+#include "daemon/common/job.h"
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/thread_pool.h"
+#include "daemon/dense/scheduler.h"
+#include "tests/unit/host_device_mapping.h"
+#include "tests/unit/manual_loop.h"
+#include "transport/kernels/reduce.h"
+
+using namespace px;
+
+namespace {
+
+struct Completion {
+  uint64_t request_id;
+  px_status status;
+  std::string message;
+};
+
+constexpr uint32_t kRegion = 1;
+
+class DeviceWorker : public Completer {
+ public:
+  DeviceWorker(int rank, uint64_t region_bytes, int device) : rank_(rank) {
+    std::string error;
+    REQUIRE(SharedArena::create(1 << 20, 16, &arena_, &error));
+    regions_.begin(kRegion);
+    mapping_ = std::make_shared<pxtest::HostDeviceMapping>(region_bytes, nullptr, device);
+    regions_.finish(kRegion, mapping_);
+  }
+  void complete(uint64_t request_id, px_status status, const std::string& message) override {
+    done.push_back({request_id, status, message});
+  }
+  std::string label() const override { return "device rank " + std::to_string(rank_); }
+  const SharedArena& arena() const override { return arena_; }
+  const gpu::DeviceRegions* device_regions() const override { return &regions_; }
+
+  BufferRef device(uint64_t offset, uint64_t bytes) const {
+    return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kCudaDevice), kRegion};
+  }
+  BufferRef host(uint64_t at, uint64_t bytes) const {
+    return BufferRef{arena_.header().heap_offset + at, bytes,
+                     static_cast<uint32_t>(MemoryKind::kHostArena), 0};
+  }
+  float* floats(uint64_t offset) const {
+    return reinterpret_cast<float*>(static_cast<char*>(mapping_->pointer()) + offset);
+  }
+
+  std::vector<Completion> done;
+
+ private:
+  int rank_;
+  SharedArena arena_;
+  gpu::DeviceRegions regions_;
+  std::shared_ptr<pxtest::HostDeviceMapping> mapping_;
+};
+
+// The GPU backend's allreduce_local, on the host: what the plugin does with device_reduce.
+class HostBackend final : public gpu::GpuBackend {
+ public:
+  const gpu::GpuInventory& inventory() const override { return inventory_; }
+  bool open_ipc_memory(const std::string&, const void*, size_t, uint64_t,
+                       std::unique_ptr<gpu::DeviceMapping>*, std::string* why) override {
+    *why = "not in this test";
+    return false;
+  }
+  bool allreduce_local(const gpu::DeviceAllreduce& a, std::string* why) override {
+    seen = a;
+    if (!fail_with.empty()) {
+      *why = fail_with;
+      return false;
+    }
+    reduce_buffers(a.dtype, a.op, a.outputs[0], a.inputs.data(), a.inputs.size(), a.count,
+                   a.mean_divisor);
+    for (size_t w = 1; w < a.outputs.size(); ++w)
+      std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
+    return true;
+  }
+  gpu::DeviceAllreduce seen;
+  std::string fail_with;
+
+ private:
+  gpu::GpuInventory inventory_;
+};
+
+SubmitEntry entry(uint64_t request_id, uint32_t var_id, Opcode opcode, uint64_t step, BufferRef in,
+                  BufferRef out) {
+  SubmitEntry e{};
+  e.request_id = request_id;
+  e.var_id = var_id;
+  e.opcode = static_cast<uint16_t>(opcode);
+  e.step = step;
+  e.in = in;
+  e.out = out;
+  return e;
+}
+
+struct Fixture {
+  Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true)
+      : pool(2), scheduler(pool, loop.poster()), job(std::make_shared<Job>("j", workers)) {
+    job->mark_ready();
+    Fingerprint f;
+    f.dtype = DType::kF32;
+    f.count = count;
+    f.op = op;
+    Variable& v = job->add("v", f, "test");
+    v.registered.assign(static_cast<size_t>(workers), true);
+    var_id = v.id;
+    for (int r = 0; r < workers; ++r) {
+      auto w = std::make_shared<DeviceWorker>(r, 2 * count * sizeof(float), 0);
+      job->members()[static_cast<size_t>(r)] = w;
+      this->workers.push_back(std::move(w));
+    }
+    if (with_backend) scheduler.set_gpu(&backend);
+  }
+  void submit(int rank, const SubmitEntry& e) {
+    scheduler.submit(job, rank, workers[static_cast<size_t>(rank)], e);
+  }
+  bool all_done(size_t each) const {
+    for (auto& w : workers)
+      if (w->done.size() < each) return false;
+    return true;
+  }
+
+  LoopThreadScope loop_thread;
+  ManualLoop loop;
+  ThreadPool pool;
+  Scheduler scheduler;
+  HostBackend backend;
+  std::shared_ptr<Job> job;
+  uint32_t var_id = 0;
+  std::vector<std::shared_ptr<DeviceWorker>> workers;
+};
+
+// Each worker's input: rank + 1 + i % 5, in the first half of its region; output after it.
+void device_step(Fixture& fx, uint64_t count, uint64_t step) {
+  uint64_t bytes = count * sizeof(float);
+  for (size_t r = 0; r < fx.workers.size(); ++r) {
+    DeviceWorker& w = *fx.workers[r];
+    for (uint64_t i = 0; i < count; ++i) w.floats(0)[i] = static_cast<float>(r + 1 + i % 5);
+    fx.submit(static_cast<int>(r), entry(10 + step, fx.var_id, Opcode::kAllreduce, step,
+                                         w.device(0, bytes), w.device(bytes, bytes)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("device allreduce: the backend reduces every local worker's device buffers") {
+  Fixture fx(3, 100);
+  device_step(fx, 100, 0);
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  for (auto& w : fx.workers) {
+    CHECK(w->done[0].status == PX_OK);
+    const float* out = w->floats(400);
+    for (int i = 0; i < 100; ++i) CHECK(out[i] == 6 + 3 * (i % 5));
+  }
+  const gpu::DeviceAllreduce& seen = fx.backend.seen;
+  CHECK(seen.count == 100);
+  CHECK(seen.inputs.size() == 3);
+  CHECK(seen.device == 0);
+  for (size_t r = 0; r < 3; ++r) {  // by rank: the host path's summation order
+    CHECK(seen.inputs[r] == fx.workers[r]->floats(0));
+    CHECK(seen.outputs[r] == fx.workers[r]->floats(400));
+  }
+  CHECK(fx.job->find(fx.var_id)->stats.ops == 1);
+}
+
+TEST_CASE("device allreduce: a mean is divided by the job's world size") {
+  Fixture fx(2, 8, ReduceOp::kMean);
+  device_step(fx, 8, 0);
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  CHECK(fx.backend.seen.mean_divisor == 2);
+  CHECK(fx.workers[1]->floats(32)[0] == doctest::Approx(1.5));
+}
+
+TEST_CASE("device allreduce: host and device memory in one step fail it for every worker") {
+  Fixture fx(2, 8);
+  DeviceWorker& w0 = *fx.workers[0];
+  DeviceWorker& w1 = *fx.workers[1];
+  fx.submit(0, entry(1, fx.var_id, Opcode::kAllreduce, 0, w0.device(0, 32), w0.device(32, 32)));
+  fx.submit(1, entry(2, fx.var_id, Opcode::kAllreduce, 0, w1.host(0, 32), w1.host(64, 32)));
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  for (auto& w : fx.workers) {
+    CHECK(w->done[0].status == PX_ERR_INVALID);
+    CHECK(w->done[0].message.find("device rank 1 gave host memory where the other local "
+                                  "workers gave device memory") != std::string::npos);
+    CHECK(w->done[0].message.find("variable 'v', step 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("device allreduce: bad device buffers are refused naming the worker and why") {
+  Fixture fx(2, 8);
+  DeviceWorker& w0 = *fx.workers[0];
+  DeviceWorker& w1 = *fx.workers[1];
+  // Past the end of the region (64 bytes): the step fails for both.
+  fx.submit(0, entry(1, fx.var_id, Opcode::kAllreduce, 0, w0.device(0, 32), w0.device(48, 32)));
+  fx.submit(1, entry(2, fx.var_id, Opcode::kAllreduce, 0, w1.device(0, 32), w1.device(32, 32)));
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  CHECK(w1.done[0].status == PX_ERR_INVALID);
+  CHECK(w1.done[0].message.find("device rank 0 gave an invalid buffer: out: bytes [48, 48 + 32) "
+                                "run past device memory region 1 of 64 bytes") !=
+        std::string::npos);
+  // A region the worker never registered; in device, out host.
+  fx.submit(0, entry(3, fx.var_id, Opcode::kAllreduce, 1,
+                     BufferRef{0, 32, static_cast<uint32_t>(MemoryKind::kCudaDevice), 9},
+                     w0.device(32, 32)));
+  fx.submit(1, entry(4, fx.var_id, Opcode::kAllreduce, 1, w1.device(0, 32), w1.host(0, 32)));
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
+  CHECK(w0.done[1].message.find("device memory region 9 is not registered") != std::string::npos);
+  // Device memory for a broadcast: allreduce only so far.
+  fx.submit(0, entry(5, fx.var_id, Opcode::kBroadcast, 0, w0.device(0, 32), w0.device(32, 32)));
+  fx.submit(1, entry(6, fx.var_id, Opcode::kBroadcast, 0, w1.device(0, 32), w1.device(32, 32)));
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(3); }));
+  CHECK(w0.done[2].message.find("allreduce only so far") != std::string::npos);
+}
+
+TEST_CASE("device allreduce: without a backend, or when it fails, the step fails clearly") {
+  {
+    Fixture fx(2, 8, ReduceOp::kSum, false);
+    device_step(fx, 8, 0);
+    REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+    CHECK(fx.workers[0]->done[0].status == PX_ERR_NOT_IMPLEMENTED);
+    CHECK(fx.workers[0]->done[0].message.find("no usable GPU") != std::string::npos);
+  }
+  Fixture fx(2, 8);
+  fx.backend.fail_with = "launch: cudaErrorLaunchFailure: unspecified launch failure";
+  device_step(fx, 8, 0);
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  CHECK(fx.workers[1]->done[0].status == PX_ERR_INTERNAL);
+  CHECK(fx.workers[1]->done[0].message.find("gpu allreduce: launch: cudaErrorLaunchFailure") !=
+        std::string::npos);
+  // The next step works once the backend does.
+  fx.backend.fail_with.clear();
+  device_step(fx, 8, 1);
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
+  CHECK(fx.workers[0]->done[1].status == PX_OK);
+}
