@@ -62,6 +62,9 @@ struct Request {
   bool cancelled = false;  // px_request_cancel was called: no copy-out, status CANCELLED
   // The daemon writes the caller's own (arena) memory: a cancel must wait for it to finish.
   bool daemon_writes_caller = false;
+  // On device memory: submitted by a host function on the caller's CUDA stream
+  // (device_operations.cc), not by the call.
+  bool device = false;
   bool delivered = false;  // px_wait/px_test returned its result
   bool copying = false;    // a thread copies its staged result out, without the lock
   // The daemon keeps a message too long for a completion entry; fetched once, on delivery.
@@ -111,6 +114,9 @@ struct Client {
   // px_alloc_ex device memory by its pointer; guarded by mutex.
   std::map<uintptr_t, DeviceRegion> device_regions;
   uint32_t next_device_region = 1;
+  // Device operations called but not yet submitted (their stream has not reached them):
+  // they count against the ring's capacity like those in flight.
+  size_t deferred_submits = 0;
 
   std::vector<std::unique_ptr<Var>> vars;
   std::unordered_map<uint64_t, Request*> in_flight;                 // by request id
@@ -177,6 +183,14 @@ px_status control_call(Client* client, const std::string& frame, control::Body e
 bool free_device_memory(Client* client, void* ptr, px_status* status);
 // px_disconnect: every device allocation still held, released and freed.
 void free_all_device_memory(Client* client);
+
+// --- operations on device memory (device_operations.cc) ------------------------------
+struct VarRef;
+// px_allreduce_ex with PX_MEMORY_CUDA: in and out inside px_alloc_ex allocations, ordered
+// on stream (a cudaStream_t; null: the legacy default stream). device: options' (-1: any).
+px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
+                                  void* out, int device, void* stream, uint8_t priority,
+                                  px_request** out_request);
 
 // --- requests (requests.cc) ----------------------------------------------------------
 // Drains the completion ring into the in-flight requests. Caller holds client->mutex.

@@ -75,8 +75,10 @@ const CudaApi* cuda_api() {
              bind(lib, "cudaIpcGetMemHandle", &a.ipc_get_mem_handle) &&
              bind(lib, "cudaDeviceGetPCIBusId", &a.device_get_pci_bus_id) &&
              bind(lib, "cudaGetErrorName", &a.get_error_name) &&
-             bind(lib, "cudaGetErrorString", &a.get_error_string);
+             bind(lib, "cudaGetErrorString", &a.get_error_string) &&
+             bind(lib, "cudaLaunchHostFunc", &a.launch_host_func);
   if (!all) return nullptr;
+  bind(lib, "cudaStreamGetDevice", &a.stream_get_device);  // optional
   l.found.store(&a, std::memory_order_release);
   return &a;
 }

@@ -19,6 +19,10 @@ struct CudaApi {
   int (*device_get_pci_bus_id)(char* id, int length, int device);
   const char* (*get_error_name)(int error);
   const char* (*get_error_string)(int error);
+  // cudaLaunchHostFunc(stream, fn, data): fn(data) runs once the stream reaches it.
+  int (*launch_host_func)(void* stream, void (*fn)(void*), void* data);
+  // cudaStreamGetDevice (CUDA 12.8 and later; null in older runtimes).
+  int (*stream_get_device)(void* stream, int* device);
 };
 
 // The process's CUDA runtime, or null if it has not loaded one (re-checked cheaply when

@@ -20,6 +20,9 @@ namespace {
 struct OpOptions {
   uint8_t priority = 0;
   int32_t root = 0;
+  bool cuda = false;  // PX_MEMORY_CUDA
+  int32_t device = -1;
+  void* stream = nullptr;
 };
 
 // Reads the caller's options (any size from struct_size up to ours; missing fields keep
@@ -34,17 +37,16 @@ px_status resolve_options(Client* c, const std::string& who, const px_op_options
                   who + ": options->struct_size is not set (use px_op_options_init)");
     std::memcpy(&o, in, std::min<size_t>(in->struct_size, sizeof o));
   }
-  if (o.memory_kind == PX_MEMORY_CUDA)
-    return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                who + ": CUDA device memory (PX_MEMORY_CUDA, device " + std::to_string(o.device) +
-                    ") is not implemented by this libparallax yet (README, Limits)");
-  if (o.memory_kind != PX_MEMORY_HOST)
+  if (o.memory_kind != PX_MEMORY_HOST && o.memory_kind != PX_MEMORY_CUDA)
     return fail(c, PX_ERR_INVALID, who + ": unknown memory_kind " + std::to_string(o.memory_kind));
   if (o.priority < 0 || o.priority > 255)
     return fail(c, PX_ERR_INVALID,
                 who + ": priority " + std::to_string(o.priority) + " is not in 0..255");
   out->priority = static_cast<uint8_t>(o.priority);
   out->root = o.root;
+  out->cuda = o.memory_kind == PX_MEMORY_CUDA;
+  out->device = o.device;
+  out->stream = o.stream;
   return PX_OK;
 }
 
@@ -68,6 +70,8 @@ px_status submit_request(const std::shared_ptr<Client>& client, const SubmitEntr
   return succeed();
 }
 
+}  // namespace
+
 px_status usable(Client* c) {
   if (c->closed) return fail(c, PX_ERR_CANCELLED, "the client was disconnected");
   if (c->lost_status != PX_OK) return fail(c, c->lost_status, c->lost_message);
@@ -75,9 +79,10 @@ px_status usable(Client* c) {
 }
 
 px_status check_in_flight(Client* c, const std::string& who) {
-  if (c->in_flight.size() < c->submit_ring.capacity()) return PX_OK;
+  size_t held = c->in_flight.size() + c->deferred_submits;
+  if (held < c->submit_ring.capacity()) return PX_OK;
   return fail(c, PX_ERR_BUSY,
-              who + ": " + std::to_string(c->in_flight.size()) +
+              who + ": " + std::to_string(held) +
                   " requests in flight, the most parallaxd allows; wait some first");
 }
 
@@ -102,14 +107,12 @@ px_status new_request(Client* c, const std::string& who, uint64_t staging_bytes,
   return PX_OK;
 }
 
-}  // namespace
-
 px_status check_host_pointer(Client* c, const std::string& who, const void* p) {
   if (!is_cuda_device_pointer(p)) return PX_OK;
   return fail(c, PX_ERR_INVALID,
               who +
-                  ": a CUDA device pointer where host memory is needed (pass a CPU "
-                  "tensor; PX_MEMORY_CUDA is not implemented yet)");
+                  ": a CUDA device pointer where host memory is needed (pass host memory, "
+                  "or px_alloc_ex device memory with PX_MEMORY_CUDA in the options)");
 }
 
 px_status submit(Client* c, const SubmitEntry& entry, Request* r) {
@@ -222,6 +225,11 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   OpOptions op;
   status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
+  if (op.cuda)
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                who +
+                    ": sparse rows in device memory (PX_MEMORY_CUDA) are not built yet "
+                    "(README, Limits): pass host memory");
   const void* rows = rows_out ? rows_out : rows_in;
   if (n > 0 && (!indices || !rows)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   if (n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
@@ -316,6 +324,14 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   OpOptions op;
   status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
+  if (op.cuda) {
+    if (opcode != Opcode::kAllreduce)
+      return fail(
+          c, PX_ERR_NOT_IMPLEMENTED,
+          who + ": PX_MEMORY_CUDA is taken by px_allreduce_ex only so far (README, Limits)");
+    return submit_device_allreduce(ref, who, in, out, op.device, op.stream, op.priority,
+                                   out_request);
+  }
   const px_world_info& w = c->world;
   bool root = opcode == Opcode::kBroadcast && op.root == w.rank;
   if (opcode == Opcode::kBroadcast && (op.root < 0 || op.root >= w.world_size))

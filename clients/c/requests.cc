@@ -33,8 +33,6 @@ void destroy_request(Client* c, Request* r) {
   c->requests.erase(r);  // may destroy r: last
 }
 
-namespace {
-
 void finish_request(Client* c, Request* r, px_status status, std::string message,
                     bool message_on_daemon) {
   r->done = true;
@@ -46,6 +44,8 @@ void finish_request(Client* c, Request* r, px_status status, std::string message
   }
   if (r->freed) destroy_request(c, r);
 }
+
+namespace {
 
 // Completions for a px_client_fd loop that another thread consumed: ring the loop's bell.
 void tell_loop(Client* c, size_t completed, bool from_progress) {
@@ -334,6 +334,10 @@ PX_API px_status px_request_cancel(px_request* handle) {
   std::unique_lock<std::mutex> lock(c->mutex);
   c->changed.wait(lock, [r] { return !r->copying; });
   if (r->delivered) return succeed();  // its result was returned; nothing writes any more
+  if (r->device && !r->done)
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                "px_request_cancel: " + r->describe() +
+                    " is on device memory, ordered on a CUDA stream: it cannot be withdrawn");
   if (!r->done) {
     uint64_t id = r->id;
     lock.unlock();

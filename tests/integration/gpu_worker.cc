@@ -5,10 +5,16 @@
 //   px_gpu_worker alloc   px_alloc_ex device memory the daemon maps, written by a kernel
 //                         (cudaMemset), freed; bad devices refused; some left for
 //                         px_disconnect to release
+//   px_gpu_worker allreduce
+//                         px_allreduce_ex on device memory for every dtype x op, against
+//                         px_allreduce on host memory of the same data, bit for bit; the
+//                         result read by a copy queued on the stream right after the call,
+//                         with no host wait in between (stream ordering)
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -61,6 +67,153 @@ int alloc(px_client* c, int devices) {
   return 0;
 }
 
+size_t dtype_bytes(px_dtype t) {
+  return t == PX_F64 || t == PX_I64 ? 8 : t == PX_F16 || t == PX_BF16 ? 2 : 4;
+}
+
+// Deterministic inputs per rank: small integers (exact in every dtype), some negative.
+std::vector<unsigned char> inputs(px_dtype t, int rank, size_t count) {
+  std::vector<unsigned char> bytes(count * dtype_bytes(t));
+  for (size_t i = 0; i < count; ++i) {
+    int v = static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13) % 23) - 11;
+    float f = static_cast<float>(v) * 0.5f;
+    switch (t) {
+      case PX_F32:
+        std::memcpy(&bytes[i * 4], &f, 4);
+        break;
+      case PX_F64: {
+        double d = f;
+        std::memcpy(&bytes[i * 8], &d, 8);
+        break;
+      }
+      case PX_I32: {
+        int32_t x = v;
+        std::memcpy(&bytes[i * 4], &x, 4);
+        break;
+      }
+      case PX_I64: {
+        int64_t x = v;
+        std::memcpy(&bytes[i * 8], &x, 8);
+        break;
+      }
+      case PX_BF16: {  // f's top half: exact for these values
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        uint16_t h = static_cast<uint16_t>(u >> 16);
+        std::memcpy(&bytes[i * 2], &h, 2);
+        break;
+      }
+      case PX_F16: {  // v * 0.5 in binary16: exact for |v| <= 11
+        uint16_t h = 0;
+        if (v != 0) {
+          float a = f < 0 ? -f : f;
+          int e = 0;
+          while (a >= 2.0f) {
+            a /= 2;
+            ++e;
+          }
+          while (a < 1.0f) {
+            a *= 2;
+            --e;
+          }
+          uint16_t mant = static_cast<uint16_t>((a - 1.0f) * 1024.0f);
+          h = static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | ((e + 15) << 10) | mant);
+        }
+        std::memcpy(&bytes[i * 2], &h, 2);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return bytes;
+}
+
+int allreduce(px_client* c) {
+  px_world_info w;
+  w.struct_size = sizeof w;
+  check(px_world(c, &w), "px_world");
+  const size_t count = 3000;
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  px_alloc_options ao;
+  px_alloc_options_init(&ao);
+  ao.memory_kind = PX_MEMORY_CUDA;
+  void* dev_in = nullptr;
+  void* dev_out = nullptr;
+  check(px_alloc_ex(c, count * 8, &ao, &dev_in), "px_alloc_ex in");
+  check(px_alloc_ex(c, count * 8, &ao, &dev_out), "px_alloc_ex out");
+  void* pinned = nullptr;
+  check_cuda(cudaMallocHost(&pinned, count * 8), "cudaMallocHost");
+  int cases = 0;
+  for (px_dtype t : {PX_F32, PX_F64, PX_F16, PX_BF16, PX_I32, PX_I64}) {
+    for (px_reduce_op op : {PX_SUM, PX_MEAN, PX_MIN, PX_MAX}) {
+      char name[32], host_name[32];
+      snprintf(name, sizeof name, "d%do%d", static_cast<int>(t), static_cast<int>(op));
+      snprintf(host_name, sizeof host_name, "h%do%d", static_cast<int>(t), static_cast<int>(op));
+      std::string label = std::string("dtype ") + std::to_string(t) + " op " + std::to_string(op);
+      px_var* dv = nullptr;
+      px_var* hv = nullptr;
+      check(px_register_dense(c, name, t, count, op, &dv), label + ": register");
+      check(px_register_dense(c, host_name, t, count, op, &hv), label + ": register host");
+      std::vector<unsigned char> in = inputs(t, w.rank, count);
+      size_t bytes = in.size();
+      check_cuda(cudaMemcpy(dev_in, in.data(), bytes, cudaMemcpyHostToDevice), "upload");
+      check_cuda(cudaMemset(dev_out, 0xff, bytes), "memset");
+      check_cuda(cudaDeviceSynchronize(), "sync");
+      px_op_options o;
+      px_op_options_init(&o);
+      o.memory_kind = PX_MEMORY_CUDA;
+      o.stream = stream;
+      px_request* r = nullptr;
+      check(px_allreduce_ex(dv, dev_in, dev_out, &o, &r), "px_allreduce_ex " + label);
+      // Queued right after the call: sees the result with no host wait in between.
+      check_cuda(cudaMemcpyAsync(pinned, dev_out, bytes, cudaMemcpyDeviceToHost, stream),
+                 "copy back");
+      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      std::vector<unsigned char> device_result(static_cast<unsigned char*>(pinned),
+                                               static_cast<unsigned char*>(pinned) + bytes);
+      check(px_wait(r, 60000), "px_wait " + label);
+      check(px_request_free(r), "px_request_free");
+      std::vector<unsigned char> host_result(bytes);
+      check(px_allreduce(hv, in.data(), host_result.data(), &r), "px_allreduce host " + label);
+      check(px_wait(r, 60000), "px_wait host");
+      check(px_request_free(r), "px_request_free");
+      if (device_result != host_result) die("device and host results differ for " + label);
+      ++cases;
+    }
+  }
+  // In place (in == out) works too.
+  px_var* v = nullptr;
+  check(px_register_dense(c, "inplace", PX_F32, count, PX_SUM, &v), "register inplace");
+  std::vector<unsigned char> in = inputs(PX_F32, w.rank, count);
+  check_cuda(cudaMemcpy(dev_in, in.data(), in.size(), cudaMemcpyHostToDevice), "upload");
+  px_op_options o;
+  px_op_options_init(&o);
+  o.memory_kind = PX_MEMORY_CUDA;
+  o.stream = stream;
+  px_request* r = nullptr;
+  check(px_allreduce_ex(v, dev_in, dev_in, &o, &r), "px_allreduce_ex in place");
+  check(px_wait(r, 60000), "px_wait in place");
+  check(px_request_free(r), "px_request_free");
+  // A host pointer as device memory, and device memory outside px_alloc_ex, are refused.
+  std::vector<float> host(count);
+  if (px_allreduce_ex(v, host.data(), host.data(), &o, &r) != PX_ERR_NOT_IMPLEMENTED)
+    die("a host buffer passed as PX_MEMORY_CUDA was not refused");
+  void* other = nullptr;
+  check_cuda(cudaMalloc(&other, count * 4), "cudaMalloc");
+  if (px_allreduce(v, other, other, &r) != PX_ERR_INVALID)
+    die("device memory passed as host memory was not refused");
+  check_cuda(cudaFree(other), "cudaFree");
+  check(px_free(c, dev_in), "px_free in");
+  check(px_free(c, dev_out), "px_free out");
+  check_cuda(cudaFreeHost(pinned), "cudaFreeHost");
+  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  check(px_barrier(c, 20000), "px_barrier");
+  printf("gpu allreduce OK: %d dtype x op cases bitwise the host path's\n", cases);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +234,8 @@ int main(int argc, char** argv) {
   int rc = 2;
   if (scenario == "alloc")
     rc = alloc(c, devices);
+  else if (scenario == "allreduce")
+    rc = allreduce(c);
   else
     fprintf(stderr, "px_gpu_worker: unknown scenario %s\n", scenario.c_str());
   check(px_disconnect(c), "px_disconnect");

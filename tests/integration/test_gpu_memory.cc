@@ -31,6 +31,16 @@ bool skipped(const std::vector<WorkerResult>& results) {
 
 }  // namespace
 
+TEST_CASE("device: px_allreduce_ex on device memory, every dtype x op, 1 to 4 workers on one GPU") {
+  for (int workers : {1, 2, 4}) {
+    CAPTURE(workers);
+    DaemonProcess daemon("gpu-allreduce");
+    auto results = run_workers(daemon, "allreduce", workers, {"allreduce"}, 240000, kGpuWorker);
+    if (skipped(results)) return;
+    CHECK(all_ok(results));
+  }
+}
+
 TEST_CASE("device: px_alloc_ex device memory, mapped by the daemon, from 2 workers on one GPU") {
   DaemonProcess daemon("gpu-alloc");
   auto results = run_workers(daemon, "alloc", 2, {"alloc"}, 120000, kGpuWorker);
