@@ -45,6 +45,11 @@ struct Var {
   // same step, which may push only those (the owners serve the next pull's other rows early).
   bool prefetch = false;
   std::map<uint64_t, std::vector<int64_t>> pulled_rows;
+  // Device allreduce steps numbered but not yet submitted (their stream has not reached
+  // them), and the stream they are queued on: until they are, the variable takes no host
+  // step and no other stream (steps must reach the daemon in order).
+  uint64_t deferred_device_steps = 0;
+  void* device_stream = nullptr;
 };
 
 // Every field is guarded by client->mutex.
@@ -88,9 +93,14 @@ struct DeviceRegion {
 
 struct Client {
   uint64_t handle = 0;
-  // Lock order: control_mutex, then mutex; mutex is never held across a blocking call.
-  std::mutex mutex;                 // requests, variables, rings
-  std::mutex control_mutex;         // one control round trip on the socket at a time
+  // Lock order: control_mutex or launch_mutex, then mutex; mutex is never held across a
+  // blocking call.
+  std::mutex mutex;          // requests, variables, rings
+  std::mutex control_mutex;  // one control round trip on the socket at a time
+  // Device operations: numbering a step and queueing its host function on the stream, one
+  // at a time. Never held with mutex across the CUDA call (a full launch queue blocks it
+  // until earlier host functions, which take mutex, have run).
+  std::mutex launch_mutex;
   std::condition_variable changed;  // completions drained, a request freed, disconnect
   bool poller_active = false;       // a waiter sleeps in poll() on the doorbell
   bool control_active = false;      // a control call owns the socket's incoming bytes

@@ -76,7 +76,8 @@ const CudaApi* cuda_api() {
              bind(lib, "cudaDeviceGetPCIBusId", &a.device_get_pci_bus_id) &&
              bind(lib, "cudaGetErrorName", &a.get_error_name) &&
              bind(lib, "cudaGetErrorString", &a.get_error_string) &&
-             bind(lib, "cudaLaunchHostFunc", &a.launch_host_func);
+             bind(lib, "cudaLaunchHostFunc", &a.launch_host_func) &&
+             bind(lib, "cudaStreamIsCapturing", &a.stream_is_capturing);
   if (!all) return nullptr;
   bind(lib, "cudaStreamGetDevice", &a.stream_get_device);  // optional
   l.found.store(&a, std::memory_order_release);
@@ -84,6 +85,7 @@ const CudaApi* cuda_api() {
 }
 
 std::string cuda_error_text(const CudaApi& api, const char* what, int error) {
+  api.get_last_error();
   const char* name = api.get_error_name(error);
   const char* text = api.get_error_string(error);
   return std::string(what) + ": " + (name ? name : "cudaError") + ": " + (text ? text : "");

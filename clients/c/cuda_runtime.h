@@ -23,13 +23,16 @@ struct CudaApi {
   int (*launch_host_func)(void* stream, void (*fn)(void*), void* data);
   // cudaStreamGetDevice (CUDA 12.8 and later; null in older runtimes).
   int (*stream_get_device)(void* stream, int* device);
+  // cudaStreamIsCapturing(stream, &status): status 0 is cudaStreamCaptureStatusNone.
+  int (*stream_is_capturing)(void* stream, int* status);
 };
 
 // The process's CUDA runtime, or null if it has not loaded one (re-checked cheaply when
 // objects were loaded since: frameworks load CUDA lazily).
 const CudaApi* cuda_api();
 
-// "cudaMalloc: cudaErrorMemoryAllocation: out of memory"
+// "cudaMalloc: cudaErrorMemoryAllocation: out of memory". Also clears the runtime's last
+// error: a failure libparallax handles must not surface in the framework's next check.
 std::string cuda_error_text(const CudaApi& api, const char* what, int error);
 
 // Whether p is CUDA device memory (false when the process has no CUDA runtime).

@@ -3,11 +3,14 @@
 // control round trip); the daemon maps it and keeps the mapping until px_free, which asks
 // it to let go before cudaFree. What the daemon can take (its GPUs' PCI bus ids, or why it
 // has none) came with px_connect's reply, so a node without one answers at once.
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 
 #include "clients/c/client_internal.h"
 #include "clients/c/cuda_runtime.h"
+#include "clients/c/requests_internal.h"
 
 using px::fail;
 using px::succeed;
@@ -16,6 +19,22 @@ namespace px {
 namespace {
 
 constexpr size_t kIpcHandleBytes = 64;  // cudaIpcMemHandle_t
+
+// A device memory request the daemon did not answer in time: its late reply would be taken
+// for the next control call's, and whether it mapped the memory is unknown. The connection
+// is given up (every request fails with why) and the memory is left allocated.
+px_status give_up_on_timeout(Client* c, px_status status, const std::string& who) {
+  if (status != PX_ERR_TIMEOUT) return status;
+  std::string why = who +
+                    ": parallaxd did not answer a device memory request in time; the "
+                    "connection is given up and the memory left allocated";
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    mark_lost(c, why);
+  }
+  ::shutdown(c->socket_fd, SHUT_RDWR);  // the daemon ends the session and its mappings
+  return fail(c, PX_ERR_TIMEOUT, why);
+}
 
 // Tells the daemon to close its mapping of region (before the memory is freed).
 px_status release_region(Client* c, const std::string& who, uint32_t region) {
@@ -26,7 +45,7 @@ px_status release_region(Client* c, const std::string& who, uint32_t region) {
   px_status status =
       control_call(c, finish_frame(b, control::Body::ReleaseDeviceMemory, body.Union()),
                    control::Body::DeviceMemoryReply, &payload, &message);
-  if (status != PX_OK) return status;
+  if (status != PX_OK) return give_up_on_timeout(c, status, who);
   const control::DeviceMemoryReply* reply = message->body_as_DeviceMemoryReply();
   if (reply->status() != PX_OK)
     return fail(c, static_cast<px_status>(reply->status()),
@@ -99,8 +118,9 @@ px_status alloc_device(Client* c, uint64_t bytes, int device, void** out_ptr) {
       status = fail(c, static_cast<px_status>(reply->status()),
                     who + ": " + (reply->message() ? reply->message()->str() : ""));
   }
+  if (status == PX_ERR_TIMEOUT) return give_up_on_timeout(c, status, who);
   if (status != PX_OK) {
-    cuda->free(ptr);  // the daemon did not map it (or is gone)
+    cuda->free(ptr);  // the daemon refused it, or is gone
     return status;
   }
   std::lock_guard<std::mutex> lock(c->mutex);
@@ -113,19 +133,24 @@ px_status alloc_device(Client* c, uint64_t bytes, int device, void** out_ptr) {
 
 bool free_device_memory(Client* c, void* ptr, px_status* status) {
   DeviceRegion region;
+  auto key = reinterpret_cast<uintptr_t>(ptr);
   {
     std::lock_guard<std::mutex> lock(c->mutex);
-    auto it = c->device_regions.find(reinterpret_cast<uintptr_t>(ptr));
+    auto it = c->device_regions.find(key);
     if (it == c->device_regions.end()) return false;
     region = it->second;
-    c->device_regions.erase(it);
   }
   const CudaApi* cuda = cuda_api();  // loaded: the region came from it
   *status = release_region(c, "px_free", region.id);
-  // The daemon's mapping is closed, or the daemon is gone with it: the memory is ours.
-  // When the release timed out the memory is left allocated: freeing it under a mapping
-  // still open would be worse than the leak.
-  if (*status == PX_OK || *status == PX_ERR_PEER_LOST || *status == PX_ERR_CANCELLED) {
+  // Freed once the daemon closed its mapping, or is gone with it. Refused (a step under way
+  // uses it: PX_ERR_BUSY), unanswered (a timeout) or not asked (the client closed by another
+  // thread meanwhile: its session may still run a step), the memory stays allocated:
+  // freeing it under an open mapping would be worse than the leak.
+  if (*status == PX_OK || *status == PX_ERR_PEER_LOST) {
+    {
+      std::lock_guard<std::mutex> lock(c->mutex);
+      c->device_regions.erase(key);
+    }
     cuda->free(ptr);
     if (*status != PX_OK) *status = succeed();
   }

@@ -26,6 +26,7 @@ namespace {
 struct DeferredSubmit {
   std::shared_ptr<Client> client;
   std::shared_ptr<Request> request;
+  Var* var = nullptr;  // lives as long as the client
   SubmitEntry entry{};
 };
 
@@ -38,6 +39,7 @@ void submit_when_stream_reaches(void* data) {
   Request* r = d->request.get();
   std::unique_lock<std::mutex> lock(c->mutex);
   --c->deferred_submits;
+  --d->var->deferred_device_steps;
   px_status status = PX_OK;
   if (c->closed) {
     finish_request(c, r, PX_ERR_CANCELLED, r->describe() + ": px_disconnect came first");
@@ -52,8 +54,17 @@ void submit_when_stream_reaches(void* data) {
     finish_request(c, r, status, r->describe() + ": " + px_last_error());
     return;
   }
-  px_status why = PX_OK;
-  wait_done(c, lock, r, -1, &why);  // returns early if r is freed or the client closed
+  // Until the step is complete, even if the request was freed meanwhile: work queued after
+  // the call may read out. Only a closed client or a lost daemon end the wait sooner.
+  for (;;) {
+    drain_completions(c);
+    if (r->done || c->closed) return;
+    if (c->lost_status != PX_OK) {
+      mark_lost(c, c->lost_message);
+      continue;
+    }
+    wait_for_completions(c, lock, -1);
+  }
 }
 
 // The px_alloc_ex allocation holding [p, p + bytes): its pointer and region; false if none.
@@ -98,66 +109,95 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
       return fail(c, PX_ERR_INVALID,
                   who + ": the stream: " + cuda_error_text(*cuda, "cudaStreamGetDevice", err));
   }
-  std::lock_guard<std::mutex> guard(c->mutex);
-  uintptr_t in_base = 0, out_base = 0;
-  DeviceRegion in_region, out_region;
-  for (auto [p, base, region, name] :
-       {std::tuple{in, &in_base, &in_region, "in"},
-        std::tuple{static_cast<const void*>(out), &out_base, &out_region, "out"}})
-    if (!find_region(c, p, var->bytes, base, region))
-      return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                  who + ": " + name + " (" + std::to_string(var->bytes) +
-                      " bytes) is not inside a px_alloc_ex device allocation: other device "
-                      "memory (one copy into such an allocation) is not built yet");
-  if (in_region.device != out_region.device)
-    return fail(c, PX_ERR_INVALID,
-                who + ": in is on device " + std::to_string(in_region.device) + ", out on " +
-                    std::to_string(out_region.device));
-  if (device >= 0 && device != in_region.device)
-    return fail(c, PX_ERR_INVALID,
-                who + ": the buffers are on device " + std::to_string(in_region.device) +
-                    ", options->device is " + std::to_string(device));
-  if (stream_device >= 0 && stream_device != in_region.device)
-    return fail(c, PX_ERR_INVALID,
-                who + ": the buffers are on device " + std::to_string(in_region.device) +
-                    ", the stream on device " + std::to_string(stream_device));
-  const auto* ip = static_cast<const char*>(in);
-  const auto* op = static_cast<const char*>(out);
-  if (ip != op && ip < op + var->bytes && op < ip + var->bytes)
-    return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
-  px_status status;
-  if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
-  std::shared_ptr<Request> request;
-  if ((status = new_request(c, who, 0, &request)) != PX_OK) return status;
-  Request* r = request.get();
-  r->bytes = var->bytes;
-  r->daemon_writes_caller = true;
-  r->device = true;
-  r->var = var;
-  r->what = "allreduce";
+  int capturing = 0;
+  if (cuda->stream_is_capturing(stream, &capturing) != 0 || capturing != 0) {
+    cuda->get_last_error();
+    // A captured host function would run at every replay of the graph, long after this call.
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                who +
+                    ": the stream is being captured into a CUDA graph (or cannot be asked): "
+                    "device operations cannot be captured");
+  }
+  // One device operation at a time is numbered and queued (launch_mutex); mutex is taken to
+  // reserve and to commit, never across cudaLaunchHostFunc.
+  std::lock_guard<std::mutex> launching(c->launch_mutex);
   auto d = std::make_unique<DeferredSubmit>();
-  d->client = ref.client;
-  d->request = request;
-  SubmitEntry& e = d->entry;
-  e.request_id = r->id;
-  e.step = var->next_step;
-  e.var_id = var->id;
-  e.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
-  e.priority = priority;
-  e.in = BufferRef{reinterpret_cast<uintptr_t>(in) - in_base, var->bytes,
-                   static_cast<uint32_t>(MemoryKind::kCudaDevice), in_region.id};
-  e.out = BufferRef{reinterpret_cast<uintptr_t>(out) - out_base, var->bytes,
-                    static_cast<uint32_t>(MemoryKind::kCudaDevice), out_region.id};
-  r->step = e.step;
-  // Queued under the lock, so steps are numbered in the order their host functions are
-  // queued. The host function takes the lock too: at worst it waits for this call.
+  {
+    std::lock_guard<std::mutex> guard(c->mutex);
+    uintptr_t in_base = 0, out_base = 0;
+    DeviceRegion in_region, out_region;
+    for (auto [p, base, region, name] :
+         {std::tuple{in, &in_base, &in_region, "in"},
+          std::tuple{static_cast<const void*>(out), &out_base, &out_region, "out"}})
+      if (!find_region(c, p, var->bytes, base, region))
+        return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                    who + ": " + name + " (" + std::to_string(var->bytes) +
+                        " bytes) is not inside a px_alloc_ex device allocation: other device "
+                        "memory (one copy into such an allocation) is not built yet");
+    if (in_region.device != out_region.device)
+      return fail(c, PX_ERR_INVALID,
+                  who + ": in is on device " + std::to_string(in_region.device) + ", out on " +
+                      std::to_string(out_region.device));
+    if (device >= 0 && device != in_region.device)
+      return fail(c, PX_ERR_INVALID,
+                  who + ": the buffers are on device " + std::to_string(in_region.device) +
+                      ", options->device is " + std::to_string(device));
+    if (stream_device >= 0 && stream_device != in_region.device)
+      return fail(c, PX_ERR_INVALID,
+                  who + ": the buffers are on device " + std::to_string(in_region.device) +
+                      ", the stream on device " + std::to_string(stream_device));
+    const auto* ip = static_cast<const char*>(in);
+    const auto* op = static_cast<const char*>(out);
+    if (ip != op && ip < op + var->bytes && op < ip + var->bytes)
+      return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
+    if (var->deferred_device_steps > 0 && var->device_stream != stream)
+      return fail(c, PX_ERR_INVALID,
+                  who +
+                      ": the variable's earlier steps are still queued on another CUDA "
+                      "stream; one stream per variable until they are submitted");
+    px_status status;
+    if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+    std::shared_ptr<Request> request;
+    if ((status = new_request(c, who, 0, &request)) != PX_OK) return status;
+    Request* r = request.get();
+    r->bytes = var->bytes;
+    r->daemon_writes_caller = true;
+    r->device = true;
+    r->var = var;
+    r->what = "allreduce";
+    r->step = var->next_step++;
+    d->client = ref.client;
+    d->request = std::move(request);
+    d->var = var;
+    SubmitEntry& e = d->entry;
+    e.request_id = r->id;
+    e.step = r->step;
+    e.var_id = var->id;
+    e.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
+    e.priority = priority;
+    e.in = BufferRef{reinterpret_cast<uintptr_t>(in) - in_base, var->bytes,
+                     static_cast<uint32_t>(MemoryKind::kCudaDevice), in_region.id};
+    e.out = BufferRef{reinterpret_cast<uintptr_t>(out) - out_base, var->bytes,
+                      static_cast<uint32_t>(MemoryKind::kCudaDevice), out_region.id};
+    // Reserved: counted against the ring, and the variable held to this stream.
+    ++c->deferred_submits;
+    ++var->deferred_device_steps;
+    var->device_stream = stream;
+    c->requests[r] = d->request;
+  }
+  std::shared_ptr<Request> request = d->request;
   int err = cuda->launch_host_func(stream, submit_when_stream_reaches, d.get());
-  if (err != 0)
+  std::lock_guard<std::mutex> guard(c->mutex);
+  if (err != 0) {
+    // Nothing else numbered a step of the variable meanwhile: device steps wait for
+    // launch_mutex, host steps are refused while this one is reserved.
+    --c->deferred_submits;
+    --var->deferred_device_steps;
+    --var->next_step;
+    destroy_request(c, request.get());
     return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, "cudaLaunchHostFunc", err));
-  d.release();  // the host function owns it now
-  ++var->next_step;
-  ++c->deferred_submits;
-  c->requests[r] = request;
+  }
+  d.release();  // the host function owns it now (it may already have run)
   *out_request = add_request_handle(ref.client, std::move(request));
   return PX_OK;
 }

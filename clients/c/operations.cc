@@ -368,6 +368,11 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
     return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
   std::lock_guard<std::mutex> guard(c->mutex);
   if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  if (var->deferred_device_steps > 0)
+    return fail(c, PX_ERR_INVALID,
+                who + ": " + std::to_string(var->deferred_device_steps) +
+                    " device steps of the variable are still queued on a CUDA stream; wait for "
+                    "them before a step on host memory");
   uint64_t in_offset = 0, out_offset = 0;
   bool in_arena = reads_in && header_bytes == 0 && arena_offset(c, in, in_bytes, &in_offset);
   bool out_arena = arena_offset(c, out, out_bytes, &out_offset);

@@ -376,7 +376,7 @@ PX_API px_status px_barrier(px_client* handle, int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(c->mutex);
   if (c->closed) return fail(c, PX_ERR_CANCELLED, "px_barrier: the client was disconnected");
   if (c->lost_status != PX_OK) return fail(c, c->lost_status, c->lost_message);
-  if (c->in_flight.size() >= c->submit_ring.capacity())
+  if (c->in_flight.size() + c->deferred_submits >= c->submit_ring.capacity())
     return fail(c, PX_ERR_BUSY, "px_barrier: too many requests in flight");
   auto request = std::make_shared<Request>();
   Request* r = request.get();

@@ -20,6 +20,9 @@ void finish_request(Client* c, Request* r, px_status status, std::string message
 // client closed (*why then says which).
 bool wait_done(Client* c, std::unique_lock<std::mutex>& lock, Request* r, int64_t deadline_ns,
                px_status* why);
+// Sleeps until completions may have arrived (the doorbell, or another waiter's news);
+// false at the deadline (-1: none). Drains nothing itself.
+bool wait_for_completions(Client* c, std::unique_lock<std::mutex>& lock, int64_t deadline_ns);
 // The daemon went away: every outstanding request fails with why.
 void mark_lost(Client* c, const std::string& why);
 // Takes completions from the ring; from_progress: called by px_progress (does not ring the

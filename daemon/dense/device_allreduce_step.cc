@@ -36,6 +36,7 @@ void finish(DeviceRun& run, px_status status, const std::string& message) {
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   trace_finished(run.trace, "allreduce", status, status == PX_OK ? bytes : 0);
+  run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }

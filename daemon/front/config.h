@@ -51,8 +51,9 @@ struct DaemonConfig {
   // route's step from the pulls of this many pull steps (then again, every as many).
   uint64_t route_estimate_steps = 32;
   // PX_ROUTE_AUTO tables move through these routes in turn (then from the first again), one
-  // per estimate, instead of where the estimates point ("ps", "alltoall-rows", "alltoall-columns", "allgatherv", "allreduce";
-  // for tests and experiments: the moves are real, the choice is pinned). Empty: estimates.
+  // per estimate, instead of where the estimates point ("ps", "alltoall-rows", "alltoall-columns",
+  // "allgatherv", "allreduce"; for tests and experiments: the moves are real, the choice is
+  // pinned). Empty: estimates.
   std::vector<std::string> route_auto_sequence;
   int64_t startup_timeout_ms = 60000;
   // A node from which nothing (not even a heartbeat, sent every quarter of this) arrived

@@ -30,8 +30,8 @@ class Server {
   explicit Server(DaemonConfig config);
   ~Server();
 
-  // Loads the GPU backend (gpu.mode), binds the socket and, on a cluster, opens the fabric endpoint and starts the
-  // rendezvous; false with error set if it cannot.
+  // Loads the GPU backend (gpu.mode), binds the socket and, on a cluster, opens the fabric endpoint
+  // and starts the rendezvous; false with error set if it cannot.
   bool listen(std::string* error);
   // Runs until SIGINT/SIGTERM (exit code 0) or a fatal cluster error (1).
   int run();
@@ -125,10 +125,12 @@ class Server {
   std::map<uint32_t, std::shared_ptr<Job>> ended_here_;
   std::mutex posted_mutex_;
   std::vector<std::function<void()>> posted_;
+  // Before pool_: destroyed after it, so tasks the pool still drains at exit (mappings being
+  // opened, device steps) never call a deleted backend.
+  gpu::LoadedGpu gpu_;
   ThreadPool pool_;
   Scheduler scheduler_;
   std::unique_ptr<FabricEndpoint> fabric_;
-  gpu::LoadedGpu gpu_;
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::string> jobs_waiting_for_cluster_;
   std::string cluster_broken_;  // set once a node is lost

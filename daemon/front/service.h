@@ -67,8 +67,8 @@ class Service {
   Phase phase_ = Phase::kRunning;
   bool started_ = false;
   uv_signal_t sighup_{};
-  uv_timer_t poll_{};  // while draining: are the operations done, is the deadline past
-  uint64_t steps_deadline_ms_ = 0;                  // uv_now() value
+  uv_timer_t poll_{};               // while draining: are the operations done, is the deadline past
+  uint64_t steps_deadline_ms_ = 0;  // uv_now() value
   std::vector<std::shared_ptr<Job>> drained_jobs_;  // running when SIGTERM came
   std::shared_ptr<Checkpoints> checkpoints_;
   std::shared_ptr<LoopTimer> checkpoint_deadline_;

@@ -54,11 +54,18 @@ void Session::handle_register_device_memory(const control::RegisterDeviceMemory&
 }
 
 void Session::handle_release_device_memory(const control::ReleaseDeviceMemory& request) {
-  if (!device_regions_.release(request.region()))
-    return reply_device_memory(PX_ERR_INVALID, "device memory region " +
-                                                   std::to_string(request.region()) + " of " +
-                                                   label() + " is not registered");
-  reply_device_memory(PX_OK, "");
+  std::string who = "device memory region " + std::to_string(request.region()) + " of " + label();
+  switch (device_regions_.release(request.region())) {
+    case gpu::DeviceRegions::Release::kReleased:
+      return reply_device_memory(PX_OK, "");
+    case gpu::DeviceRegions::Release::kInUse:
+      return reply_device_memory(PX_ERR_BUSY, who +
+                                                  " is in use by a step under way: wait for "
+                                                  "its requests before px_free");
+    case gpu::DeviceRegions::Release::kUnknown:
+      break;
+  }
+  reply_device_memory(PX_ERR_INVALID, who + " is not registered");
 }
 
 }  // namespace px

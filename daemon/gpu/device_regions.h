@@ -29,8 +29,10 @@ class DeviceRegions {
   // The mapping opened (or, null, failed): the region is held, or forgotten.
   void finish(uint32_t region, std::shared_ptr<DeviceMapping> mapping);
 
-  // Drops a region (its mapping closes once no operation holds it); false if unknown.
-  bool release(uint32_t region);
+  // Drops a region and closes its mapping: kInUse while a step under way holds it (the
+  // worker must not free memory the daemon may still write), kUnknown if not registered.
+  enum class Release { kReleased, kInUse, kUnknown };
+  Release release(uint32_t region);
 
   // [offset, offset + bytes) of a region, or null with why (an unknown region, or past its
   // end).

@@ -183,11 +183,14 @@ int allreduce(px_client* c) {
       ++cases;
     }
   }
-  // In place (in == out) works too.
+  // In place (in == out), against the host path.
   px_var* v = nullptr;
+  px_var* hv = nullptr;
   check(px_register_dense(c, "inplace", PX_F32, count, PX_SUM, &v), "register inplace");
+  check(px_register_dense(c, "inplace-host", PX_F32, count, PX_SUM, &hv), "register host");
   std::vector<unsigned char> in = inputs(PX_F32, w.rank, count);
   check_cuda(cudaMemcpy(dev_in, in.data(), in.size(), cudaMemcpyHostToDevice), "upload");
+  check_cuda(cudaDeviceSynchronize(), "sync");  // the upload is not on the stream
   px_op_options o;
   px_op_options_init(&o);
   o.memory_kind = PX_MEMORY_CUDA;
@@ -196,6 +199,13 @@ int allreduce(px_client* c) {
   check(px_allreduce_ex(v, dev_in, dev_in, &o, &r), "px_allreduce_ex in place");
   check(px_wait(r, 60000), "px_wait in place");
   check(px_request_free(r), "px_request_free");
+  std::vector<unsigned char> device_result(in.size()), host_result(in.size());
+  check_cuda(cudaMemcpy(device_result.data(), dev_in, in.size(), cudaMemcpyDeviceToHost),
+             "copy back");
+  check(px_allreduce(hv, in.data(), host_result.data(), &r), "px_allreduce host in place");
+  check(px_wait(r, 60000), "px_wait host");
+  check(px_request_free(r), "px_request_free");
+  if (device_result != host_result) die("in place: device and host results differ");
   // A host pointer as device memory, and device memory outside px_alloc_ex, are refused.
   std::vector<float> host(count);
   if (px_allreduce_ex(v, host.data(), host.data(), &o, &r) != PX_ERR_NOT_IMPLEMENTED)

@@ -53,7 +53,7 @@ TEST_CASE("gpu: device regions: a registration is checked before its mapping is 
   CHECK(regions.check(2, bus, kIpcHandleBytes, 4096, &why) == PX_OK);
 }
 
-TEST_CASE("gpu: device regions: buffers inside a region; release closes it once unused") {
+TEST_CASE("gpu: device regions: buffers inside a region; a release waits for steps using it") {
   DeviceRegions regions;
   int closed = 0;
   regions.begin(3);
@@ -68,13 +68,16 @@ TEST_CASE("gpu: device regions: buffers inside a region; release closes it once 
   CHECK(regions.find(4, 0, 1, &why) == nullptr);
   CHECK(contains(why, "device memory region 4 is not registered"));
 
-  // An operation holding the mapping keeps it open past the release.
+  // A step under way holds the mapping: the release is refused until it lets go, so the
+  // worker never frees memory the daemon may still write.
+  using Release = DeviceRegions::Release;
   std::shared_ptr<DeviceMapping> held = regions.find(3, 0, 8, &why);
-  CHECK(regions.release(3));
-  CHECK_FALSE(regions.release(3));
+  CHECK(regions.release(3) == Release::kInUse);
   CHECK(closed == 0);
   held.reset();
+  CHECK(regions.release(3) == Release::kReleased);
   CHECK(closed == 1);
+  CHECK(regions.release(3) == Release::kUnknown);
   CHECK(regions.size() == 0);
 }
 
