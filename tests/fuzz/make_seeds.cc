@@ -131,6 +131,19 @@ void control_seeds() {
     auto body = CreateAbortReply(b, 0, b.CreateString(""));
     return std::make_pair(Body::AbortReply, body.Union());
   });
+  seed("register_device_memory", [](auto& b) {
+    std::vector<uint8_t> handle(64, 0xab);
+    auto body = CreateRegisterDeviceMemory(b, 1, b.CreateString("0000:19:00.0"),
+                                           b.CreateVector(handle), 1 << 20);
+    return std::make_pair(Body::RegisterDeviceMemory, body.Union());
+  });
+  seed("release_device_memory", [](auto& b) {
+    return std::make_pair(Body::ReleaseDeviceMemory, CreateReleaseDeviceMemory(b, 1).Union());
+  });
+  seed("device_memory_reply", [](auto& b) {
+    auto body = CreateDeviceMemoryReply(b, 12, b.CreateString("no usable GPU"));
+    return std::make_pair(Body::DeviceMemoryReply, body.Union());
+  });
   // A worker's session from hello to goodbye, as one stream.
   write_seed("control", "session", stream(hello + dense + goodbye));
 }

@@ -18,17 +18,14 @@
 #include "daemon/dense/scheduler.h"
 #include "tests/unit/host_device_mapping.h"
 #include "tests/unit/manual_loop.h"
+#include "tests/unit/scheduler_entries.h"
 #include "transport/kernels/reduce.h"
 
 using namespace px;
+using pxtest::Completion;
+using pxtest::entry;
 
 namespace {
-
-struct Completion {
-  uint64_t request_id;
-  px_status status;
-  std::string message;
-};
 
 constexpr uint32_t kRegion = 1;
 
@@ -95,18 +92,6 @@ class HostBackend final : public gpu::GpuBackend {
  private:
   gpu::GpuInventory inventory_;
 };
-
-SubmitEntry entry(uint64_t request_id, uint32_t var_id, Opcode opcode, uint64_t step, BufferRef in,
-                  BufferRef out) {
-  SubmitEntry e{};
-  e.request_id = request_id;
-  e.var_id = var_id;
-  e.opcode = static_cast<uint16_t>(opcode);
-  e.step = step;
-  e.in = in;
-  e.out = out;
-  return e;
-}
 
 struct Fixture {
   Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true)

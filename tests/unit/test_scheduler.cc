@@ -23,17 +23,14 @@
 #include "daemon/dense/scheduler.h"
 #include "daemon/dense/step_matcher.h"
 #include "tests/unit/manual_loop.h"
+#include "tests/unit/scheduler_entries.h"
 #include "transport/ipc/control_channel.h"
 
 using namespace px;
+using pxtest::Completion;
+using pxtest::entry;
 
 namespace {
-
-struct Completion {
-  uint64_t request_id;
-  px_status status;
-  std::string message;
-};
 
 class FakeWorker : public Completer {
  public:
@@ -62,18 +59,6 @@ class FakeWorker : public Completer {
   int rank_;
   SharedArena arena_;
 };
-
-SubmitEntry entry(uint64_t request_id, uint32_t var_id, Opcode opcode, uint64_t step, BufferRef in,
-                  BufferRef out) {
-  SubmitEntry e{};
-  e.request_id = request_id;
-  e.var_id = var_id;
-  e.opcode = static_cast<uint16_t>(opcode);
-  e.step = step;
-  e.in = in;
-  e.out = out;
-  return e;
-}
 
 struct Fixture {
   explicit Fixture(int workers, uint64_t count)
