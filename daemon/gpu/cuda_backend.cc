@@ -67,9 +67,11 @@ class CudaBackend final : public GpuBackend {
   bool open_ipc_memory(const std::string& pci_bus_id, const void* handle, size_t handle_bytes,
                        uint64_t bytes, std::unique_ptr<DeviceMapping>* out,
                        std::string* why) override {
-    if (handle_bytes != sizeof(cudaIpcMemHandle_t)) {
-      *why = "an IPC handle of " + std::to_string(handle_bytes) + " bytes (CUDA's are " +
-             std::to_string(sizeof(cudaIpcMemHandle_t)) + ")";
+    // DeviceRegions::check refused other sizes already; the copy below must not rely on it.
+    static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes);
+    if (handle_bytes != kIpcHandleBytes) {
+      *why = "an IPC handle of " + std::to_string(handle_bytes) + " bytes, not " +
+             std::to_string(kIpcHandleBytes);
       return false;
     }
     int device = -1;
