@@ -92,11 +92,6 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who + ": PX_MEMORY_CUDA: parallaxd on node " + std::to_string(c->world.node_index) +
                     " has no usable GPU: " + c->daemon_gpu_why);
-  if (c->world.node_count > 1)
-    return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                who +
-                    ": PX_MEMORY_CUDA across nodes (NCCL, or the host ring through pinned "
-                    "memory) is not built yet: one node only (README, Limits)");
   const CudaApi* cuda = cuda_api();
   if (!cuda)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,

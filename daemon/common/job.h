@@ -18,6 +18,9 @@
 namespace px {
 
 struct SparseTable;
+namespace gpu {
+class HostStaging;
+}
 
 // What every registrant of a variable must agree on.
 struct Fingerprint {
@@ -62,6 +65,9 @@ struct VarStats {
   uint64_t bytes = 0;
   uint64_t wait_ns = 0;
   uint64_t reduce_ns = 0;
+  // Dense: the route its last step took when that is not the plain host allreduce
+  // ("gpu-local", "gpu-host-ring": device memory); "" otherwise.
+  const char* route = "";
 };
 
 struct Variable {
@@ -79,6 +85,9 @@ struct Variable {
   uint32_t global_id = 0;
   std::vector<std::function<void()>> awaiting_global_id;
   std::shared_ptr<SparseTable> sparse;  // sparse variables only
+  // Device steps across nodes: the pinned host buffer the node's sum crosses in, kept for
+  // the next step (allocating one costs milliseconds).
+  std::shared_ptr<gpu::HostStaging> device_staging;
 
   // The next step local worker `rank` must submit for opcode (each opcode counts its steps
   // apart). Kept with the variable, not the worker, so the layers that check steps need no

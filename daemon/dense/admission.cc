@@ -29,13 +29,10 @@ bool device_ref(const BufferRef& ref) {
 
 // Device memory (px_alloc_ex regions): an allreduce's in and out, each inside a region the
 // worker registered, on one device. Empty if so; else what is wrong.
-std::string check_device_buffers(const Variable& var, const JobWorld& world,
-                                 const Completer& worker, const SubmitEntry& entry) {
+std::string check_device_buffers(const Variable& var, const Completer& worker,
+                                 const SubmitEntry& entry) {
   if (var.sparse || static_cast<Opcode>(entry.opcode) != Opcode::kAllreduce)
     return "device memory is taken by allreduce only so far (README, Limits)";
-  if (world.node_count > 1)
-    return "device memory across nodes (NCCL, or the host ring through pinned memory) is not "
-           "built yet: one node only (README, Limits)";
   if (!device_ref(entry.in) || !device_ref(entry.out))
     return "in and out must both be device memory, or both host memory";
   const gpu::DeviceRegions* regions = worker.device_regions();
@@ -61,7 +58,7 @@ std::string check_buffers(const Variable& var, const JobWorld& world, const Comp
                           const SubmitEntry& entry) {
   if (var.id == 0) return "";
   if (device_ref(entry.in) || device_ref(entry.out))
-    return check_device_buffers(var, world, worker, entry);
+    return check_device_buffers(var, worker, entry);
   if (!host_arena_refs(entry)) return "an unknown memory kind";
   const SharedArena& arena = worker.arena();
   if (var.sparse) {

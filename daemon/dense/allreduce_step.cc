@@ -8,11 +8,9 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
-#include "daemon/dense/admission.h"
+#include "daemon/dense/cross_node_allreduce.h"
 #include "daemon/dense/device_allreduce_step.h"
 #include "daemon/observe/step_trace.h"
-#include "transport/collectives/recursive_doubling_allreduce.h"
-#include "transport/collectives/ring_allreduce.h"
 #include "transport/ipc/control_channel.h"
 #include "transport/kernels/reduce.h"
 
@@ -24,10 +22,6 @@ namespace {
 constexpr uint64_t kInlineReduceBytes = 64 * 1024;
 // Work per pool task chunk: reduce a chunk, then copy it to the other outputs while hot.
 constexpr uint64_t kChunkBytes = 128 * 1024;
-
-std::string step_suffix(const Variable& var, uint64_t step) {
-  return px::step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
-}
 
 struct Run {
   explicit Run(const StepContext& c) : context(c) {}
@@ -122,62 +116,26 @@ void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<v
       [run, work](size_t begin, size_t end) { work(*run, begin, end); }, std::move(then));
 }
 
-void after_cross_node(const std::shared_ptr<Run>& run, bool ok, const std::string& error) {
-  if (!ok) {
-    Job& job = *run->job;
-    std::string why =
-        !job.broken().empty() ? job.broken() : "the allreduce across nodes failed: " + error;
-    return finish(*run, PX_ERR_PEER_LOST, why + step_suffix(*run->var, run->step));
-  }
-  trace_stage(run->trace, "fan_out");
-  run_sliced(run, scale_and_fan_out, [run] { finish(*run, PX_OK, ""); });
-}
-
 void cross_node(const std::shared_ptr<Run>& run) {
-  Variable& var = *run->var;
-  Job& job = *run->job;
-  if (var.poison_status != PX_OK) return finish(*run, var.poison_status, var.poison_message);
-  if (!job.broken().empty())
-    return finish(*run, PX_ERR_PEER_LOST, job.broken() + step_suffix(var, run->step));
-  uint32_t id = var.id == 0 ? job.barrier_id() : var.global_id;
-  if (id == 0) {  // the nodes have not all registered the variable yet
-    var.awaiting_global_id.push_back([run] { cross_node(run); });
-    return;
-  }
-  RingAllreduceSpec spec;
-  if (var.id == 0) {
+  CrossNodeAllreduce spec;
+  if (run->var->id == 0) {
     spec.buffer = &run->barrier_word;
     spec.count = 1;
     spec.dtype = DType::kI32;
-    spec.tag_base = make_tag(operation_info(Opcode::kBarrier).tag, id, run->step);
   } else {
     spec.buffer = run->outputs[0];
     spec.count = run->count;
     spec.dtype = run->dtype;
     spec.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
-    spec.tag_base = make_tag(operation_info(Opcode::kAllreduce).tag, id, run->step);
   }
-  spec.chunk_bytes = run->context.chunk_bytes;
   spec.priority = run->priority;
-  auto done = [run](bool ok, const std::string& error) {
-    run->context.offload.post()([run, ok, error] { after_cross_node(run, ok, error); });
-  };
-  if (spec.count * dtype_size(spec.dtype) <= kRecursiveDoublingMaxBytes) {
-    // Small: a few whole-buffer exchanges, reduced inline on the fabric's thread (no pool
-    // hop). Every node picks the same algorithm: the size is in the agreed fingerprint.
-    RecursiveDoublingSpec small;
-    small.buffer = spec.buffer;
-    small.count = spec.count;
-    small.dtype = spec.dtype;
-    small.op = spec.op;
-    small.tag_base = spec.tag_base;
-    small.priority = spec.priority;
-    return start_recursive_doubling_allreduce(*run->context.fabric, small, done);
-  }
-  ThreadPool& pool = run->context.offload.pool();
-  start_ring_allreduce(
-      *run->context.fabric, spec, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
-      done);
+  start_cross_node_allreduce(run->context, run->job, *run->var, run->step, spec,
+                             [run](px_status status, const std::string& message) {
+                               if (status != PX_OK) return finish(*run, status, message);
+                               trace_stage(run->trace, "fan_out");
+                               run_sliced(run, scale_and_fan_out,
+                                          [run] { finish(*run, PX_OK, ""); });
+                             });
 }
 
 }  // namespace

@@ -6,13 +6,22 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
+#include "daemon/dense/cross_node_allreduce.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
+#include "transport/kernels/reduce.h"
 
 namespace px {
 namespace {
 
+// The route labels of device steps (metrics, timeline, pxctl vars): the node's reduction
+// on the GPU, alone or with the host ring across nodes.
+constexpr const char* kGpuLocal = "gpu-local";
+constexpr const char* kGpuHostRing = "gpu-host-ring";
+
 struct DeviceRun {
+  explicit DeviceRun(const StepContext& c) : context(c) {}
+  StepContext context;
   std::shared_ptr<Job> job;
   Variable* var = nullptr;  // kept alive by job
   uint64_t step = 0;
@@ -21,6 +30,12 @@ struct DeviceRun {
   // The workers' mappings, held until the step ends: a px_free meanwhile cannot close them.
   std::vector<std::shared_ptr<gpu::DeviceMapping>> held;
   gpu::DeviceAllreduce args;
+  // Cross-node: the node's sum in pinned host memory, for the ring. Taken from the variable
+  // and given back at the end (a step still running keeps its own).
+  std::shared_ptr<gpu::HostStaging> staging;
+  ReduceOp op = ReduceOp::kSum;  // the variable's (args.op is kSum for a cross-node mean)
+  uint8_t priority = 0;
+  const char* route = kGpuLocal;
   bool ok = false;
   std::string why;
   int64_t start_ns = 0;
@@ -35,7 +50,9 @@ void finish(DeviceRun& run, px_status status, const std::string& message) {
     var.stats.bytes += bytes;
   }
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
-  trace_finished(run.trace, "allreduce", status, status == PX_OK ? bytes : 0);
+  var.stats.route = run.route;
+  trace_finished(run.trace, run.route, status, status == PX_OK ? bytes : 0);
+  if (run.staging && !var.device_staging) var.device_staging = std::move(run.staging);
   run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
@@ -59,15 +76,70 @@ void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, std
   return p;
 }
 
+// Across nodes, through the host: the node's sum on the GPU, copied to pinned memory; the
+// host ring (or recursive doubling) on it; a mean divided there as the host path divides it
+// (bitwise the same results on host and device nodes); then copied to every worker.
+void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
+  gpu::GpuBackend* backend = run->context.gpu;
+  size_t bytes = run->args.count * dtype_size(run->args.dtype);
+  if (run->var->device_staging && run->var->device_staging->bytes() == bytes)
+    run->staging = std::move(run->var->device_staging);
+  trace_stage(run->trace, "gpu_reduce_to_host");
+  run->context.offload.run(
+      true,
+      [run, backend, bytes] {
+        std::unique_ptr<gpu::HostStaging> fresh;
+        run->ok = run->staging || backend->alloc_host(bytes, &fresh, &run->why);
+        if (fresh) run->staging = std::move(fresh);
+        run->ok =
+            run->ok && backend->reduce_local_to_host(run->args, run->staging->data(), &run->why);
+      },
+      [run, suffix] {
+        if (!run->ok) return finish(*run, PX_ERR_INTERNAL, "gpu reduce: " + run->why + suffix);
+        trace_stage(run->trace, "cross_node");
+        CrossNodeAllreduce spec;
+        spec.buffer = run->staging->data();
+        spec.count = run->args.count;
+        spec.dtype = run->args.dtype;
+        spec.op = run->args.op;
+        spec.priority = run->priority;
+        start_cross_node_allreduce(
+            run->context, run->job, *run->var, run->step, spec,
+            [run, suffix](px_status status, const std::string& message) {
+              if (status != PX_OK) return finish(*run, status, message);
+              trace_stage(run->trace, "gpu_fan_out");
+              gpu::GpuBackend* backend = run->context.gpu;
+              run->context.offload.run(
+                  true,
+                  [run, backend] {
+                    void* result = run->staging->data();
+                    if (run->op == ReduceOp::kMean) {
+                      const void* self[1] = {result};
+                      reduce_buffers(run->args.dtype, ReduceOp::kMean, result, self, 1,
+                                     run->args.count, run->args.mean_divisor);
+                    }
+                    run->ok = backend->copy_from_host(run->args, result, &run->why);
+                  },
+                  [run, suffix] {
+                    if (!run->ok)
+                      return finish(*run, PX_ERR_INTERNAL, "gpu copy: " + run->why + suffix);
+                    finish(*run, PX_OK, "");
+                  });
+            });
+      });
+}
+
 }  // namespace
 
 void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
                                uint64_t step, PendingStep pending) {
   PX_ASSERT_LOOP_THREAD();
-  auto run = std::make_shared<DeviceRun>();
+  auto run = std::make_shared<DeviceRun>(context);
   run->job = std::move(job);
   run->var = &var;
   run->step = step;
+  run->priority = pending.priority;
+  run->route = context.fabric ? kGpuHostRing : kGpuLocal;
   run->start_ns = monotonic_ns();
   var.stats.wait_ns += static_cast<uint64_t>(run->start_ns - pending.first_ns);
   trace_started(run->trace, run->job, var, "allreduce", step, pending.first_ns);
@@ -98,17 +170,17 @@ void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> 
     status = PX_ERR_NOT_IMPLEMENTED;
     problem = "this parallaxd has no usable GPU";
   }
-  if (problem.empty() && context.fabric) {
-    status = PX_ERR_NOT_IMPLEMENTED;
-    problem =
-        "device memory across nodes (NCCL, or the host ring through pinned memory) is "
-        "not built yet: one node only (README, Limits)";
-  }
   if (!problem.empty()) return finish(*run, status, problem + suffix);
+  run->op = var.fingerprint.op;
   run->args.dtype = var.fingerprint.dtype;
-  run->args.op = var.fingerprint.op;
   run->args.count = var.fingerprint.count;
   run->args.mean_divisor = static_cast<unsigned>(run->job->world().world_size);
+  if (context.fabric) {
+    // Summed here and across nodes; a mean is divided once, at the end.
+    run->args.op = run->op == ReduceOp::kMean ? ReduceOp::kSum : run->op;
+    return cross_node(run, suffix);
+  }
+  run->args.op = run->op;
   trace_stage(run->trace, "gpu_reduce_fan_out");
   gpu::GpuBackend* backend = context.gpu;
   context.offload.run(

@@ -130,6 +130,7 @@ DaemonState collect_daemon_state(Server& server) {
       v.reduce_ns = var->stats.reduce_ns;
       v.pending_steps = static_cast<uint32_t>(var->pending.size());
       if (var->poison_status != PX_OK) v.failed = var->poison_message;
+      v.route = var->stats.route;  // dense: set by device steps only
       if (var->sparse) {
         v.route = route_label(var->sparse->options);
         SparseCounters sc = sparse_counters(*var->sparse);

@@ -59,6 +59,18 @@ class IpcMapping final : public DeviceMapping {
   int device_;
 };
 
+class PinnedHost final : public HostStaging {
+ public:
+  PinnedHost(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~PinnedHost() override { cudaFreeHost(data_); }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend() { inventory_ = take_inventory(); }
@@ -141,19 +153,73 @@ class CudaBackend final : public GpuBackend {
   }
 
   bool allreduce_local(const DeviceAllreduce& a, std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!begin(a, "gpu allreduce", &stream, why)) return false;
+    bool ok = reduce_into_first(a, stream, why);
+    size_t bytes = a.count * dtype_size(a.dtype);
+    for (size_t w = 1; ok && w < a.outputs.size(); ++w)
+      ok = copied(
+          cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream),
+          "gpu allreduce: copy to a worker", why);
+    return finished(stream, ok, "gpu allreduce", why);
+  }
+
+  bool alloc_host(size_t bytes, std::unique_ptr<HostStaging>* out, std::string* why) override {
+    void* p = nullptr;
+    // Portable: any pool thread's copies, whatever its current device, run at full speed.
+    cudaError_t err = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
+    if (err != cudaSuccess) return cuda_failed(why, "pinned staging (cudaHostAlloc)", err);
+    *out = std::make_unique<PinnedHost>(p, bytes);
+    return true;
+  }
+
+  bool reduce_local_to_host(const DeviceAllreduce& a, void* host, std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!begin(a, "gpu reduce to host", &stream, why)) return false;
+    bool ok = reduce_into_first(a, stream, why) &&
+              copied(cudaMemcpyAsync(host, a.outputs[0], a.count * dtype_size(a.dtype),
+                                     cudaMemcpyDeviceToHost, stream),
+                     "gpu reduce to host: copy", why);
+    return finished(stream, ok, "gpu reduce to host", why);
+  }
+
+  bool copy_from_host(const DeviceAllreduce& a, const void* host, std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!begin(a, "gpu copy from host", &stream, why)) return false;
+    size_t bytes = a.count * dtype_size(a.dtype);
+    // Across PCIe once, then device to device to the other workers.
+    bool ok = copied(cudaMemcpyAsync(a.outputs[0], host, bytes, cudaMemcpyHostToDevice, stream),
+                     "gpu copy from host", why);
+    for (size_t w = 1; ok && w < a.outputs.size(); ++w)
+      ok = copied(
+          cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream),
+          "gpu copy from host: copy to a worker", why);
+    return finished(stream, ok, "gpu copy from host", why);
+  }
+
+  // Checks a's shape and sets up the calling pool thread: a's device current, and its own
+  // stream on that device (the pool's threads never share one).
+  static bool begin(const DeviceAllreduce& a, const char* what, cudaStream_t* stream,
+                    std::string* why) {
     if (a.inputs.empty() || a.inputs.size() != a.outputs.size()) {
-      *why = "gpu allreduce: " + std::to_string(a.inputs.size()) + " inputs and " +
+      *why = std::string(what) + ": " + std::to_string(a.inputs.size()) + " inputs and " +
              std::to_string(a.outputs.size()) + " outputs";
       return false;
     }
     cudaError_t err = cudaSetDevice(a.device);
-    if (err != cudaSuccess) return cuda_failed(why, "gpu allreduce: cudaSetDevice", err);
-    // A stream of its own per pool thread and device: the pool's threads never share one.
+    if (err != cudaSuccess)
+      return cuda_failed(why, (std::string(what) + ": cudaSetDevice").c_str(), err);
     thread_local std::vector<cudaStream_t> streams;
     if (streams.size() <= static_cast<size_t>(a.device)) streams.resize(a.device + 1, nullptr);
-    cudaStream_t& stream = streams[a.device];
-    if (!stream && (err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
-      return cuda_failed(why, "gpu allreduce: cudaStreamCreate", err);
+    cudaStream_t& s = streams[a.device];
+    if (!s && (err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+      return cuda_failed(why, (std::string(what) + ": cudaStreamCreate").c_str(), err);
+    *stream = s;
+    return true;
+  }
+
+  // The inputs reduced into outputs[0] on stream (queued, not waited for).
+  static bool reduce_into_first(const DeviceAllreduce& a, cudaStream_t stream, std::string* why) {
     DeviceReduceArgs r;
     r.dtype = a.dtype;
     r.op = a.op;
@@ -166,22 +232,26 @@ class CudaBackend final : public GpuBackend {
     size_t scratch_bytes = 0;
     if (!reduce_scratch_bytes(r, &scratch_bytes, why)) return false;
     void* scratch = nullptr;
+    cudaError_t err;
     if (scratch_bytes > 0 &&
         (err = cudaMallocAsync(&scratch, scratch_bytes, stream)) != cudaSuccess)
-      return cuda_failed(why, "gpu allreduce: scratch", err);
+      return cuda_failed(why, "gpu reduce: scratch", err);
     r.scratch = scratch;
     r.scratch_bytes = scratch_bytes;
     bool ok = device_reduce(r, why);
-    size_t bytes = a.count * dtype_size(a.dtype);
-    for (size_t w = 1; ok && w < a.outputs.size(); ++w) {
-      err = cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream);
-      if (err != cudaSuccess) ok = cuda_failed(why, "gpu allreduce: copy to a worker", err);
-    }
     if (scratch) cudaFreeAsync(scratch, stream);
-    // Waited for here, on the pool thread: the completion the workers see means the results
-    // are in their memory.
-    err = cudaStreamSynchronize(stream);
-    if (ok && err != cudaSuccess) ok = cuda_failed(why, "gpu allreduce", err);
+    return ok;
+  }
+
+  static bool copied(cudaError_t err, const char* what, std::string* why) {
+    return err == cudaSuccess || cuda_failed(why, what, err);
+  }
+
+  // Waits for stream, here on the pool thread: the completion the workers see means the
+  // results are in their memory.
+  static bool finished(cudaStream_t stream, bool ok, const char* what, std::string* why) {
+    cudaError_t err = cudaStreamSynchronize(stream);
+    if (ok && err != cudaSuccess) ok = cuda_failed(why, what, err);
     return ok;
   }
 

@@ -19,7 +19,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 3;
+constexpr uint32_t kGpuBackendInterface = 4;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -72,6 +72,16 @@ struct DeviceAllreduce {
   std::vector<void*> outputs;  // outputs[0] may be inputs[0]
 };
 
+// Host memory the GPU copies to and from at full speed (page-locked: cudaHostAlloc); freed
+// by the destructor. A cross-node device step stages its node's sum in one for the host
+// ring.
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -86,6 +96,16 @@ class GpuBackend {
   // Runs a DeviceAllreduce and waits for it. Blocks: call it on the pool. False with why (a
   // launch or copy failed).
   virtual bool allreduce_local(const DeviceAllreduce& args, std::string* why) = 0;
+
+  // The pieces of a cross-node device allreduce (the host ring through pinned memory);
+  // each blocks, so call them on the pool. False with why.
+  // bytes of page-locked host memory.
+  virtual bool alloc_host(size_t bytes, std::unique_ptr<HostStaging>* out, std::string* why) = 0;
+  // The node's reduction, inputs into outputs[0] (args.op is never kMean here: a mean is
+  // divided after the sum across nodes), then copied to host (count elements).
+  virtual bool reduce_local_to_host(const DeviceAllreduce& args, void* host, std::string* why) = 0;
+  // host (count elements, the final result) copied to every output.
+  virtual bool copy_from_host(const DeviceAllreduce& args, const void* host, std::string* why) = 0;
 };
 
 }  // namespace px::gpu

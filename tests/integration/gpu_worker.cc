@@ -5,8 +5,9 @@
 //   px_gpu_worker alloc   px_alloc_ex device memory the daemon maps, written by a kernel
 //                         (cudaMemset), freed; bad devices refused; some left for
 //                         px_disconnect to release
-//   px_gpu_worker allreduce
-//                         px_allreduce_ex on device memory for every dtype x op, against
+//   px_gpu_worker allreduce [COUNT]
+//                         px_allreduce_ex on device memory (COUNT elements, 3000 by
+//                         default; on one node or across nodes) for every dtype x op, against
 //                         px_allreduce on host memory of the same data, bit for bit; the
 //                         result read by a copy queued on the stream right after the call,
 //                         with no host wait in between (stream ordering)
@@ -129,11 +130,10 @@ std::vector<unsigned char> inputs(px_dtype t, int rank, size_t count) {
   return bytes;
 }
 
-int allreduce(px_client* c) {
+int allreduce(px_client* c, size_t count) {
   px_world_info w;
   w.struct_size = sizeof w;
   check(px_world(c, &w), "px_world");
-  const size_t count = 3000;
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   px_alloc_options ao;
@@ -228,7 +228,7 @@ int allreduce(px_client* c) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: px_gpu_worker alloc\n");
+    fprintf(stderr, "usage: px_gpu_worker alloc | allreduce [COUNT]\n");
     return 2;
   }
   std::string scenario = argv[1];
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   if (scenario == "alloc")
     rc = alloc(c, devices);
   else if (scenario == "allreduce")
-    rc = allreduce(c);
+    rc = allreduce(c, argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 3000);
   else
     fprintf(stderr, "px_gpu_worker: unknown scenario %s\n", scenario.c_str());
   check(px_disconnect(c), "px_disconnect");

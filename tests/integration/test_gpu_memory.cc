@@ -41,6 +41,20 @@ TEST_CASE("device: px_allreduce_ex on device memory, every dtype x op, 1 to 4 wo
   }
 }
 
+TEST_CASE("device: px_allreduce_ex on device memory across 2 daemons on one GPU (host ring)") {
+  // Two daemons of one machine cannot share a GPU in one NCCL communicator: the node's sum
+  // crosses through pinned host memory and the libfabric ring. 3000 elements take recursive
+  // doubling, 40000 the ring; every dtype x op against the host path, bit for bit.
+  ClusterProcesses cluster("gpu-c2", 2);
+  for (const char* count : {"3000", "40000"}) {
+    CAPTURE(count);
+    auto results = run_cluster_workers(cluster, std::string("ring") + count, 2,
+                                       {"allreduce", count}, 240000, kGpuWorker);
+    if (skipped(results)) return;
+    CHECK(all_ok(results));
+  }
+}
+
 TEST_CASE("device: px_alloc_ex device memory, mapped by the daemon, from 2 workers on one GPU") {
   DaemonProcess daemon("gpu-alloc");
   auto results = run_workers(daemon, "alloc", 2, {"alloc"}, 120000, kGpuWorker);

@@ -3,12 +3,17 @@
 // the GPU backend's job with the host reduction. Checked: what reaches the backend (ranks
 // in order, count, mean divisor, one device), results in every worker's output, and the
 // refusals (host and device mixed, buffers past a region, device memory for another
-// operation, no backend, a failing backend).
+// operation, no backend, a failing backend). Across two nodes (two schedulers in one
+// process over libfabric on loopback): the host ring through the backend's staging, with
+// device or host memory on either node.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/common/completer.h"
@@ -16,6 +21,7 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
+#include "tests/unit/collective_test_util.h"
 #include "tests/unit/host_device_mapping.h"
 #include "tests/unit/manual_loop.h"
 #include "tests/unit/scheduler_entries.h"
@@ -55,6 +61,9 @@ class DeviceWorker : public Completer {
   float* floats(uint64_t offset) const {
     return reinterpret_cast<float*>(static_cast<char*>(mapping_->pointer()) + offset);
   }
+  float* host_floats(uint64_t at) const {
+    return reinterpret_cast<float*>(arena_.base() + arena_.header().heap_offset + at);
+  }
 
   std::vector<Completion> done;
 
@@ -65,7 +74,17 @@ class DeviceWorker : public Completer {
   std::shared_ptr<pxtest::HostDeviceMapping> mapping_;
 };
 
-// The GPU backend's allreduce_local, on the host: what the plugin does with device_reduce.
+class VectorStaging final : public gpu::HostStaging {
+ public:
+  explicit VectorStaging(size_t bytes) : memory_(bytes) {}
+  void* data() const override { return const_cast<char*>(memory_.data()); }
+  size_t bytes() const override { return memory_.size(); }
+
+ private:
+  std::vector<char> memory_;
+};
+
+// The GPU backend on the host: what the plugin does with device_reduce and its copies.
 class HostBackend final : public gpu::GpuBackend {
  public:
   const gpu::GpuInventory& inventory() const override { return inventory_; }
@@ -86,23 +105,52 @@ class HostBackend final : public gpu::GpuBackend {
       std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
     return true;
   }
+  bool alloc_host(size_t bytes, std::unique_ptr<gpu::HostStaging>* out, std::string*) override {
+    ++allocations;
+    *out = std::make_unique<VectorStaging>(bytes);
+    return true;
+  }
+  bool reduce_local_to_host(const gpu::DeviceAllreduce& a, void* host, std::string* why) override {
+    if (!allreduce_local(a, why)) return false;
+    std::memcpy(host, a.outputs[0], a.count * dtype_size(a.dtype));
+    return true;
+  }
+  bool copy_from_host(const gpu::DeviceAllreduce& a, const void* host, std::string*) override {
+    for (void* out : a.outputs) std::memcpy(out, host, a.count * dtype_size(a.dtype));
+    return true;
+  }
   gpu::DeviceAllreduce seen;
   std::string fail_with;
+  std::atomic<int> allocations{0};
 
  private:
   gpu::GpuInventory inventory_;
 };
 
+// One node of a two-node job: its place in the job and its endpoint.
+struct ClusterNode {
+  JobWorld world;
+  CollectiveTransport* fabric = nullptr;
+};
+
 struct Fixture {
-  Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true)
+  Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true,
+          const ClusterNode* node = nullptr)
       : pool(2), scheduler(pool, loop.poster()), job(std::make_shared<Job>("j", workers)) {
+    // Two nodes run on two threads of one process: neither is "the" loop thread then.
+    if (!node) loop_thread.emplace();
     job->mark_ready();
+    if (node) {
+      job->set_world(node->world);
+      scheduler.set_cluster_transport(node->fabric, 16 << 10);
+    }
     Fingerprint f;
     f.dtype = DType::kF32;
     f.count = count;
     f.op = op;
     Variable& v = job->add("v", f, "test");
     v.registered.assign(static_cast<size_t>(workers), true);
+    if (node) v.global_id = 5;  // as if every node had registered it
     var_id = v.id;
     for (int r = 0; r < workers; ++r) {
       auto w = std::make_shared<DeviceWorker>(r, 2 * count * sizeof(float), 0);
@@ -120,7 +168,7 @@ struct Fixture {
     return true;
   }
 
-  LoopThreadScope loop_thread;
+  std::optional<LoopThreadScope> loop_thread;
   ManualLoop loop;
   ThreadPool pool;
   Scheduler scheduler;
@@ -232,4 +280,110 @@ TEST_CASE("device allreduce: without a backend, or when it fails, the step fails
   device_step(fx, 8, 1);
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
   CHECK(fx.workers[0]->done[1].status == PX_OK);
+}
+
+namespace {
+
+// What one node of a two-node step saw: each local worker's status and output.
+struct NodeResult {
+  std::vector<px_status> status;
+  std::vector<std::string> message;
+  std::vector<std::vector<float>> out;
+  int allocations = 0;
+  std::string route;
+};
+
+// Node `index` of two, 2 workers each (global rank = 2 x index + local rank), on its own
+// thread: `steps` allreduces of count floats, input rank + 1 + i % 5, in device memory or in
+// the host arena. The result of the last step.
+NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t count, ReduceOp op,
+                    int steps) {
+  ClusterNode node;
+  node.world.node_index = index;
+  node.world.node_count = 2;
+  node.world.rank_offset = 2 * index;
+  node.world.world_size = 4;
+  node.world.node_sizes = {2, 2};
+  node.fabric = &fabric;
+  Fixture fx(2, count, op, true, &node);
+  uint64_t bytes = count * sizeof(float);
+  NodeResult result;
+  for (int step = 0; step < steps; ++step) {
+    for (size_t r = 0; r < 2; ++r) {
+      DeviceWorker& w = *fx.workers[r];
+      float* in = device ? w.floats(0) : w.host_floats(0);
+      for (uint64_t i = 0; i < count; ++i)
+        in[i] = static_cast<float>(2 * index + static_cast<int>(r) + 1 + static_cast<int>(i % 5));
+      BufferRef a = device ? w.device(0, bytes) : w.host(0, bytes);
+      BufferRef b = device ? w.device(bytes, bytes) : w.host(bytes, bytes);
+      fx.submit(static_cast<int>(r), entry(1 + static_cast<uint64_t>(step), fx.var_id,
+                                           Opcode::kAllreduce, static_cast<uint64_t>(step), a, b));
+    }
+    if (!fx.loop.run_until([&] { return fx.all_done(static_cast<size_t>(step) + 1); })) {
+      result.message.push_back("node " + std::to_string(index) + ": no completion in 10 s");
+      return result;
+    }
+  }
+  for (auto& w : fx.workers) {
+    result.status.push_back(w->done.back().status);
+    result.message.push_back(w->done.back().message);
+    const float* out = device ? w->floats(bytes) : w->host_floats(bytes);
+    result.out.emplace_back(out, out + count);
+  }
+  result.allocations = fx.backend.allocations.load();
+  result.route = fx.job->find(fx.var_id)->stats.route;
+  return result;
+}
+
+// Both nodes' results for one configuration.
+std::vector<NodeResult> two_nodes(bool device0, bool device1, uint64_t count, ReduceOp op,
+                                  int steps = 1) {
+  auto eps = pxt::open_endpoints(2);
+  std::vector<NodeResult> results(2);
+  std::thread other([&] { results[1] = run_node(1, *eps[1], device1, count, op, steps); });
+  results[0] = run_node(0, *eps[0], device0, count, op, steps);
+  other.join();
+  return results;
+}
+
+void check_results(const std::vector<NodeResult>& results, uint64_t count, ReduceOp op) {
+  for (const NodeResult& node : results) {
+    REQUIRE(node.status.size() == 2);
+    for (size_t r = 0; r < 2; ++r) {
+      INFO(node.message[r]);
+      CHECK(node.status[r] == PX_OK);
+      int bad = 0;
+      for (uint64_t i = 0; i < count; ++i) {
+        float sum = static_cast<float>(10 + 4 * (i % 5));  // ranks 1..4 plus 4 x (i % 5)
+        float want = op == ReduceOp::kMean ? sum / 4 : sum;
+        bad += node.out[r][i] != want;
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("device allreduce across nodes: the host ring through pinned staging") {
+  for (uint64_t count : {uint64_t{100}, uint64_t{20000}}) {  // recursive doubling, then ring
+    CAPTURE(count);
+    auto results = two_nodes(true, true, count, ReduceOp::kSum, 3);
+    check_results(results, count, ReduceOp::kSum);
+    for (const NodeResult& node : results) {
+      CHECK(node.allocations == 1);  // one staging buffer, kept for the next steps
+      CHECK(node.route == "gpu-host-ring");
+    }
+  }
+}
+
+TEST_CASE("device allreduce across nodes: a mean is divided once, by the job's world size") {
+  check_results(two_nodes(true, true, 20000, ReduceOp::kMean), 20000, ReduceOp::kMean);
+}
+
+TEST_CASE("device allreduce across nodes: one node's device memory meets another's host memory") {
+  auto results = two_nodes(true, false, 20000, ReduceOp::kMean);
+  check_results(results, 20000, ReduceOp::kMean);
+  CHECK(results[0].route == "gpu-host-ring");
+  CHECK(results[1].route == "");  // the plain host allreduce
 }

@@ -183,8 +183,8 @@ void variable_row(Table& t, const control::AdminVariable& v) {
   std::string shape = str(v.shape());
   if (shape.size() > 40) shape = shape.substr(0, 37) + "...";
   t.row({str(v.job()), cat({str(v.name()), v.failed() && v.failed()->size() ? " (failed)" : ""}),
-         str(v.kind()), sparse ? str(v.route()) : "-", shape, std::to_string(v.ops()),
-         human_bytes(v.bytes()), sparse ? fixed(v.alpha(), 4) : "-",
+         str(v.kind()), str(v.route()).empty() ? "-" : str(v.route()), shape,
+         std::to_string(v.ops()), human_bytes(v.bytes()), sparse ? fixed(v.alpha(), 4) : "-",
          std::to_string(v.pending_steps())});
 }
 

@@ -1,0 +1,65 @@
+#include "daemon/dense/cross_node_allreduce.h"
+
+#include <utility>
+
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/operation.h"
+#include "daemon/dense/admission.h"
+#include "transport/collectives/recursive_doubling_allreduce.h"
+#include "transport/collectives/ring_allreduce.h"
+
+namespace px {
+
+void start_cross_node_allreduce(const StepContext& context, const std::shared_ptr<Job>& job,
+                                Variable& var, uint64_t step, const CrossNodeAllreduce& spec,
+                                CrossNodeDone done) {
+  PX_ASSERT_LOOP_THREAD();
+  Opcode opcode = var.id == 0 ? Opcode::kBarrier : Opcode::kAllreduce;
+  std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
+  if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
+  if (!job->broken().empty()) return done(PX_ERR_PEER_LOST, job->broken() + suffix);
+  uint32_t id = var.id == 0 ? job->barrier_id() : var.global_id;
+  if (id == 0) {  // the nodes have not all registered the variable yet
+    var.awaiting_global_id.push_back([context, job, &var, step, spec, done = std::move(done)] {
+      start_cross_node_allreduce(context, job, var, step, spec, done);
+    });
+    return;
+  }
+  uint64_t tag_base = make_tag(operation_info(opcode).tag, id, step);
+  // The transport calls back on its own thread: the rest happens on the loop.
+  const PostToLoop& post = context.offload.post();
+  auto finished = [post, job, suffix, done = std::move(done)](bool ok, const std::string& error) {
+    post([job, suffix, done, ok, error] {
+      if (ok) return done(PX_OK, "");
+      std::string why =
+          !job->broken().empty() ? job->broken() : "the allreduce across nodes failed: " + error;
+      done(PX_ERR_PEER_LOST, why + suffix);
+    });
+  };
+  if (spec.count * dtype_size(spec.dtype) <= kRecursiveDoublingMaxBytes) {
+    // Small: a few whole-buffer exchanges, reduced inline on the fabric's thread (no pool
+    // hop).
+    RecursiveDoublingSpec small;
+    small.buffer = spec.buffer;
+    small.count = spec.count;
+    small.dtype = spec.dtype;
+    small.op = spec.op;
+    small.tag_base = tag_base;
+    small.priority = spec.priority;
+    return start_recursive_doubling_allreduce(*context.fabric, small, finished);
+  }
+  RingAllreduceSpec ring;
+  ring.buffer = spec.buffer;
+  ring.count = spec.count;
+  ring.dtype = spec.dtype;
+  ring.op = spec.op;
+  ring.tag_base = tag_base;
+  ring.chunk_bytes = context.chunk_bytes;
+  ring.priority = spec.priority;
+  ThreadPool& pool = context.offload.pool();
+  start_ring_allreduce(
+      *context.fabric, ring, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },
+      finished);
+}
+
+}  // namespace px
