@@ -50,6 +50,13 @@ struct Var {
   // step and no other stream (steps must reach the daemon in order).
   uint64_t deferred_device_steps = 0;
   void* device_stream = nullptr;
+  // Device memory outside px_alloc_ex: the px_alloc_ex allocation its steps are copied
+  // through (one device-to-device copy each way, on the step's stream), made at the first
+  // such step and freed with the client's device memory; the device it is on and the one
+  // stream such steps may use.
+  void* device_staging = nullptr;
+  int device_staging_device = -1;
+  void* device_staging_stream = nullptr;
 };
 
 // Every field is guarded by client->mutex.
@@ -70,6 +77,9 @@ struct Request {
   // On device memory: submitted by a host function on the caller's CUDA stream
   // (device_operations.cc), not by the call.
   bool device = false;
+  // Device memory outside px_alloc_ex whose copy back could not be queued: the request
+  // fails with this once the step completes.
+  std::string copy_back_error;
   bool delivered = false;  // px_wait/px_test returned its result
   bool copying = false;    // a thread copies its staged result out, without the lock
   // The daemon keeps a message too long for a completion entry; fetched once, on delivery.
@@ -193,6 +203,9 @@ px_status control_call(Client* client, const std::string& frame, control::Body e
 bool free_device_memory(Client* client, void* ptr, px_status* status);
 // px_disconnect: every device allocation still held, released and freed.
 void free_all_device_memory(Client* client);
+// px_alloc_ex's device path: bytes on device (-1: the current one), registered with the
+// daemon. Caller holds neither lock.
+px_status alloc_device_memory(Client* client, uint64_t bytes, int device, void** out_ptr);
 
 // --- operations on device memory (device_operations.cc) ------------------------------
 struct VarRef;

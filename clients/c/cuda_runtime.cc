@@ -77,7 +77,8 @@ const CudaApi* cuda_api() {
              bind(lib, "cudaGetErrorName", &a.get_error_name) &&
              bind(lib, "cudaGetErrorString", &a.get_error_string) &&
              bind(lib, "cudaLaunchHostFunc", &a.launch_host_func) &&
-             bind(lib, "cudaStreamIsCapturing", &a.stream_is_capturing);
+             bind(lib, "cudaStreamIsCapturing", &a.stream_is_capturing) &&
+             bind(lib, "cudaMemcpyAsync", &a.memcpy_async);
   if (!all) return nullptr;
   bind(lib, "cudaStreamGetDevice", &a.stream_get_device);  // optional
   l.found.store(&a, std::memory_order_release);
@@ -91,19 +92,24 @@ std::string cuda_error_text(const CudaApi& api, const char* what, int error) {
   return std::string(what) + ": " + (name ? name : "cudaError") + ": " + (text ? text : "");
 }
 
-bool is_cuda_device_pointer(const void* p) {
+int cuda_pointer_device(const void* p) {
   const CudaApi* api = cuda_api();
-  if (!api) return false;
-  // struct cudaPointerAttributes starts with `enum cudaMemoryType type` (CUDA >= 10); the
-  // buffer is larger than any version of the struct.
+  if (!api) return -1;
+  // struct cudaPointerAttributes starts with `enum cudaMemoryType type; int device;` (CUDA
+  // >= 11); the buffer is larger than any version of the struct.
   alignas(16) unsigned char buffer[256] = {};
   if (api->pointer_get_attributes(buffer, p) != 0) {
     api->get_last_error();  // an unknown host pointer, or no device: clear the error
-    return false;
+    return -1;
   }
-  int type;
+  int type, device;
   std::memcpy(&type, buffer, sizeof type);
-  return type == 2;  // cudaMemoryTypeDevice; managed (3) and host memory are fine
+  std::memcpy(&device, buffer + sizeof type, sizeof device);
+  return type == 2 ? device : -1;  // cudaMemoryTypeDevice; managed (3) and host memory are not
+}
+
+bool is_cuda_device_pointer(const void* p) {
+  return cuda_pointer_device(p) >= 0;
 }
 
 }  // namespace px

@@ -25,7 +25,10 @@ struct CudaApi {
   int (*stream_get_device)(void* stream, int* device);
   // cudaStreamIsCapturing(stream, &status): status 0 is cudaStreamCaptureStatusNone.
   int (*stream_is_capturing)(void* stream, int* status);
+  // cudaMemcpyAsync(dst, src, bytes, kind, stream); kind 3 is cudaMemcpyDeviceToDevice.
+  int (*memcpy_async)(void* dst, const void* src, size_t bytes, int kind, void* stream);
 };
+constexpr int kCudaMemcpyDeviceToDevice = 3;
 
 // The process's CUDA runtime, or null if it has not loaded one (re-checked cheaply when
 // objects were loaded since: frameworks load CUDA lazily).
@@ -37,5 +40,7 @@ std::string cuda_error_text(const CudaApi& api, const char* what, int error);
 
 // Whether p is CUDA device memory (false when the process has no CUDA runtime).
 bool is_cuda_device_pointer(const void* p);
+// The device holding p if it is CUDA device memory; -1 otherwise.
+int cuda_pointer_device(const void* p);
 
 }  // namespace px

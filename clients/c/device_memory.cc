@@ -53,7 +53,9 @@ px_status release_region(Client* c, const std::string& who, uint32_t region) {
   return PX_OK;
 }
 
-px_status alloc_device(Client* c, uint64_t bytes, int device, void** out_ptr) {
+}  // namespace
+
+px_status alloc_device_memory(Client* c, uint64_t bytes, int device, void** out_ptr) {
   const std::string who = "px_alloc_ex(" + std::to_string(bytes) + ", PX_MEMORY_CUDA, device " +
                           std::to_string(device) + ")";
   if (c->daemon_gpus.empty())
@@ -129,8 +131,6 @@ px_status alloc_device(Client* c, uint64_t bytes, int device, void** out_ptr) {
   return succeed();
 }
 
-}  // namespace
-
 bool free_device_memory(Client* c, void* ptr, px_status* status) {
   DeviceRegion region;
   auto key = reinterpret_cast<uintptr_t>(ptr);
@@ -200,7 +200,7 @@ PX_API px_status px_alloc_ex(px_client* handle, uint64_t bytes, const px_alloc_o
   if (o.memory_kind != PX_MEMORY_CUDA)
     return fail(c, PX_ERR_INVALID,
                 "px_alloc_ex: unknown memory_kind " + std::to_string(o.memory_kind));
-  return alloc_device(c, bytes, o.device, out_ptr);
+  return alloc_device_memory(c, bytes, o.device, out_ptr);
 }
 
 }  // extern "C"

@@ -10,6 +10,11 @@
 // stream waits on the host for each step: a CUDA event recorded by the daemon, or a
 // stream wait on a flag in shared memory, would let the GPU wait without the host. Not
 // built (README, Limits).
+//
+// Device memory outside px_alloc_ex (a framework's own allocations: PyTorch's caching
+// allocator sub-allocates, so its tensors cannot be handed over by IPC one by one) goes
+// through a px_alloc_ex allocation of the variable's: copied in on the stream before the
+// host function, copied back after it, as ordinary host memory is staged in the arena.
 #include <cstring>
 #include <memory>
 
@@ -81,6 +86,67 @@ bool find_region(const Client* c, const void* p, uint64_t bytes, uintptr_t* base
   return true;
 }
 
+// Whether p is the start of device memory outside every px_alloc_ex allocation, and on
+// which device; "" if p is inside one (or is device memory) else what is wrong.
+std::string outside_allocation(const Client* c, const void* p, uint64_t bytes, int* device) {
+  uintptr_t base;
+  DeviceRegion region;
+  *device = -1;
+  if (find_region(c, p, bytes, &base, &region)) return "";
+  if (c->device_regions.size() > 0) {
+    // Starting inside an allocation and running past its end is a mistake, not other memory.
+    auto at = reinterpret_cast<uintptr_t>(p);
+    auto it = c->device_regions.upper_bound(at);
+    if (it != c->device_regions.begin() && at - std::prev(it)->first < std::prev(it)->second.bytes)
+      return "runs past the end of its px_alloc_ex allocation";
+  }
+  *device = cuda_pointer_device(p);
+  if (*device < 0) return "is not CUDA device memory (host or managed memory as PX_MEMORY_CUDA?)";
+  return "";
+}
+
+// The variable's staging allocation on device (made on first use); PX_OK with *staging set.
+// Caller holds neither lock.
+px_status staging_for(Client* c, Var* var, const std::string& who, int device, void* stream,
+                      void** staging) {
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    // A step's copy back leaves the staging allocation only when its stream gets there: a
+    // step on another stream could overwrite it first (no event orders the two streams).
+    if (var->device_staging && var->device_staging_stream != stream)
+      return fail(c, PX_ERR_INVALID,
+                  who +
+                      ": device memory outside px_alloc_ex on another CUDA stream than the "
+                      "variable's earlier such steps (one stream per variable: they share its "
+                      "staging allocation)");
+    if (var->device_staging && var->device_staging_device != device)
+      return fail(c, PX_ERR_INVALID,
+                  who + ": device memory outside px_alloc_ex on device " + std::to_string(device) +
+                      ", where the variable's earlier such steps used device " +
+                      std::to_string(var->device_staging_device) + " (one device per variable)");
+    if ((*staging = var->device_staging)) return PX_OK;
+  }
+  void* fresh = nullptr;
+  px_status status = alloc_device_memory(c, var->bytes, device, &fresh);
+  if (status != PX_OK)
+    return fail(
+        c, status,
+        who + ": the staging allocation for memory outside px_alloc_ex: " + px_last_error());
+  bool raced;
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    raced = var->device_staging != nullptr;  // another thread's step of the variable won
+    if (!raced) {
+      var->device_staging = fresh;
+      var->device_staging_device = device;
+      var->device_staging_stream = stream;
+    }
+    *staging = var->device_staging;
+  }
+  if (raced) free_device_memory(c, fresh, &status);
+  return PX_OK;
+}
+
 }  // namespace
 
 px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
@@ -113,6 +179,30 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
                     ": the stream is being captured into a CUDA graph (or cannot be asked): "
                     "device operations cannot be captured");
   }
+  // Memory outside px_alloc_ex allocations is copied through the variable's staging one.
+  int in_device = -1, out_device = -1;
+  {
+    std::lock_guard<std::mutex> guard(c->mutex);
+    for (auto [p, device, name] : {std::tuple{in, &in_device, "in"},
+                                   std::tuple{static_cast<const void*>(out), &out_device, "out"}}) {
+      std::string wrong = outside_allocation(c, p, var->bytes, device);
+      if (!wrong.empty())
+        return fail(c, PX_ERR_INVALID,
+                    who + ": " + name + " (" + std::to_string(var->bytes) + " bytes) " + wrong);
+    }
+  }
+  if (in_device >= 0 && out_device >= 0 && in_device != out_device)
+    return fail(c, PX_ERR_INVALID,
+                who + ": in is on device " + std::to_string(in_device) + ", out on " +
+                    std::to_string(out_device));
+  void* staging = nullptr;
+  if (in_device >= 0 || out_device >= 0) {
+    px_status status =
+        staging_for(c, var, who, in_device >= 0 ? in_device : out_device, stream, &staging);
+    if (status != PX_OK) return status;
+  }
+  const void* step_in = in_device >= 0 ? staging : in;
+  void* step_out = out_device >= 0 ? staging : out;
   // One device operation at a time is numbered and queued (launch_mutex); mutex is taken to
   // reserve and to commit, never across cudaLaunchHostFunc.
   std::lock_guard<std::mutex> launching(c->launch_mutex);
@@ -122,13 +212,12 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     uintptr_t in_base = 0, out_base = 0;
     DeviceRegion in_region, out_region;
     for (auto [p, base, region, name] :
-         {std::tuple{in, &in_base, &in_region, "in"},
-          std::tuple{static_cast<const void*>(out), &out_base, &out_region, "out"}})
+         {std::tuple{step_in, &in_base, &in_region, "in"},
+          std::tuple{static_cast<const void*>(step_out), &out_base, &out_region, "out"}})
       if (!find_region(c, p, var->bytes, base, region))
-        return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                    who + ": " + name + " (" + std::to_string(var->bytes) +
-                        " bytes) is not inside a px_alloc_ex device allocation: other device "
-                        "memory (one copy into such an allocation) is not built yet");
+        return fail(
+            c, PX_ERR_INVALID,
+            who + ": " + name + ": its staging allocation was freed meanwhile (px_disconnect?)");
     if (in_region.device != out_region.device)
       return fail(c, PX_ERR_INVALID,
                   who + ": in is on device " + std::to_string(in_region.device) + ", out on " +
@@ -170,9 +259,9 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     e.var_id = var->id;
     e.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
     e.priority = priority;
-    e.in = BufferRef{reinterpret_cast<uintptr_t>(in) - in_base, var->bytes,
+    e.in = BufferRef{reinterpret_cast<uintptr_t>(step_in) - in_base, var->bytes,
                      static_cast<uint32_t>(MemoryKind::kCudaDevice), in_region.id};
-    e.out = BufferRef{reinterpret_cast<uintptr_t>(out) - out_base, var->bytes,
+    e.out = BufferRef{reinterpret_cast<uintptr_t>(step_out) - out_base, var->bytes,
                       static_cast<uint32_t>(MemoryKind::kCudaDevice), out_region.id};
     // Reserved: counted against the ring, and the variable held to this stream.
     ++c->deferred_submits;
@@ -181,8 +270,33 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     c->requests[r] = d->request;
   }
   std::shared_ptr<Request> request = d->request;
-  int err = cuda->launch_host_func(stream, submit_when_stream_reaches, d.get());
+  const char* failed = "cudaMemcpyAsync (copy in)";
+  int err = 0;
+  if (in_device >= 0)
+    err = cuda->memcpy_async(staging, in, var->bytes, kCudaMemcpyDeviceToDevice, stream);
+  if (err == 0) {
+    failed = "cudaLaunchHostFunc";
+    err = cuda->launch_host_func(stream, submit_when_stream_reaches, d.get());
+  }
+  if (err == 0) d.release();  // the host function owns it now (it may already have run)
+  std::string copy_back_error;
+  // Queued after the host function, which returns once the step is complete: the result
+  // reaches out before any work queued after this call.
+  int back = err == 0 && out_device >= 0
+                 ? cuda->memcpy_async(out, staging, var->bytes, kCudaMemcpyDeviceToDevice, stream)
+                 : 0;
+  if (back != 0) copy_back_error = cuda_error_text(*cuda, "cudaMemcpyAsync (copy back)", back);
   std::lock_guard<std::mutex> guard(c->mutex);
+  if (!copy_back_error.empty()) {
+    // The step is queued and runs; its result does not reach out: the request says so.
+    Request* r = request.get();
+    r->copy_back_error =
+        who + ": the step ran but its result was not copied back: " + copy_back_error;
+    if (r->done && r->status == PX_OK) {
+      r->status = PX_ERR_INTERNAL;
+      r->message = r->copy_back_error;
+    }
+  }
   if (err != 0) {
     // Nothing else numbered a step of the variable meanwhile: device steps wait for
     // launch_mutex, host steps are refused while this one is reserved.
@@ -190,9 +304,8 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     --var->deferred_device_steps;
     --var->next_step;
     destroy_request(c, request.get());
-    return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, "cudaLaunchHostFunc", err));
+    return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, failed, err));
   }
-  d.release();  // the host function owns it now (it may already have run)
   *out_request = add_request_handle(ref.client, std::move(request));
   return PX_OK;
 }

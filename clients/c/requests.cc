@@ -37,6 +37,10 @@ void finish_request(Client* c, Request* r, px_status status, std::string message
                     bool message_on_daemon) {
   r->done = true;
   c->in_flight.erase(r->id);
+  if (!r->copy_back_error.empty() && status == PX_OK) {
+    status = PX_ERR_INTERNAL;
+    message = r->copy_back_error;
+  }
   if (!r->cancelled) {  // a cancelled request keeps the status px_request_cancel gave it
     r->status = status;
     r->message = std::move(message);

@@ -10,7 +10,9 @@
 //                         default; on one node or across nodes) for every dtype x op, against
 //                         px_allreduce on host memory of the same data, bit for bit; the
 //                         result read by a copy queued on the stream right after the call,
-//                         with no host wait in between (stream ordering)
+//                         with no host wait in between (stream ordering); device
+//                         memory outside px_alloc_ex (cudaMalloc), copied through the
+//                         variable's staging allocation
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -206,9 +208,44 @@ int allreduce(px_client* c, size_t count) {
   check(px_wait(r, 60000), "px_wait host");
   check(px_request_free(r), "px_request_free");
   if (device_result != host_result) die("in place: device and host results differ");
-  // A host pointer as device memory, and device memory outside px_alloc_ex, are refused.
+  // Device memory outside px_alloc_ex (cudaMalloc'd, as a framework's allocator holds it):
+  // copied through the variable's staging allocation, on the stream, both ways; then in
+  // outside and out inside; against the host path, read by a copy queued right after.
+  void* plain_in = nullptr;
+  void* plain_out = nullptr;
+  check_cuda(cudaMalloc(&plain_in, in.size()), "cudaMalloc in");
+  check_cuda(cudaMalloc(&plain_out, in.size()), "cudaMalloc out");
+  px_var* sv = nullptr;
+  check(px_register_dense(c, "staged", PX_F32, count, PX_SUM, &sv), "register staged");
+  for (int round = 0; round < 3; ++round) {
+    std::string label = "outside px_alloc_ex, round " + std::to_string(round);
+    check_cuda(cudaMemcpy(plain_in, in.data(), in.size(), cudaMemcpyHostToDevice), "upload");
+    check_cuda(cudaMemset(plain_out, 0xff, in.size()), "memset");
+    check_cuda(cudaMemset(dev_out, 0xff, in.size()), "memset");
+    check_cuda(cudaDeviceSynchronize(), "sync");
+    void* out = round == 2 ? dev_out : round == 1 ? plain_in : plain_out;  // 1: in place
+    check(px_allreduce_ex(sv, plain_in, out, &o, &r), "px_allreduce_ex " + label);
+    check_cuda(cudaMemcpyAsync(pinned, out, in.size(), cudaMemcpyDeviceToHost, stream),
+               "copy back");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(px_wait(r, 60000), "px_wait " + label);
+    check(px_request_free(r), "px_request_free");
+    if (std::memcmp(pinned, host_result.data(), in.size()) != 0)
+      die(label + ": device and host results differ");
+  }
+  // The staged variable keeps to its stream: its staging allocation is shared by its steps.
+  cudaStream_t other_stream;
+  check_cuda(cudaStreamCreateWithFlags(&other_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  px_op_options other_o = o;
+  other_o.stream = other_stream;
+  if (px_allreduce_ex(sv, plain_in, plain_out, &other_o, &r) != PX_ERR_INVALID)
+    die("a staged step on a second stream was not refused");
+  check_cuda(cudaStreamDestroy(other_stream), "cudaStreamDestroy");
+  check_cuda(cudaFree(plain_in), "cudaFree");
+  check_cuda(cudaFree(plain_out), "cudaFree");
+  // A host pointer as device memory is refused, and device memory as host memory.
   std::vector<float> host(count);
-  if (px_allreduce_ex(v, host.data(), host.data(), &o, &r) != PX_ERR_NOT_IMPLEMENTED)
+  if (px_allreduce_ex(v, host.data(), host.data(), &o, &r) != PX_ERR_INVALID)
     die("a host buffer passed as PX_MEMORY_CUDA was not refused");
   void* other = nullptr;
   check_cuda(cudaMalloc(&other, count * 4), "cudaMalloc");
