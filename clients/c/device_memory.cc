@@ -18,8 +18,6 @@ using px::succeed;
 namespace px {
 namespace {
 
-constexpr size_t kIpcHandleBytes = 64;  // cudaIpcMemHandle_t
-
 // A device memory request the daemon did not answer in time: its late reply would be taken
 // for the next control call's, and whether it mapped the memory is unknown. The connection
 // is given up (every request fails with why) and the memory is left allocated.

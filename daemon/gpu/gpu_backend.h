@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/ipc/shm_layout.h"
 #include "transport/kernels/dtype.h"
 
 namespace px::gpu {
@@ -45,8 +46,8 @@ struct GpuInventory {
   std::string why_none;      // set when devices is empty: the CUDA runtime's reason
 };
 
-// cudaIpcMemHandle_t's size (CUDA_IPC_HANDLE_SIZE), what a worker sends for its memory.
-constexpr size_t kIpcHandleBytes = 64;
+// What a worker sends for its memory (cudaIpcMemHandle_t's size), as the protocol has it.
+using px::kIpcHandleBytes;
 
 // A worker's device memory mapped into the daemon (cudaIpcOpenMemHandle); the destructor
 // closes the mapping. The worker must not free the memory before it is closed

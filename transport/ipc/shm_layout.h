@@ -22,6 +22,9 @@ constexpr uint64_t kArenaHeapAlign = 4096;
 // Where a buffer lives. Host memory is an arena offset; device memory an offset in one of
 // the worker's px_alloc_ex regions (registered with RegisterDeviceMemory).
 enum class MemoryKind : uint32_t { kHostArena = 0, kCudaDevice = 1 };
+// A kCudaDevice region's IPC handle as the worker registers it (control
+// RegisterDeviceMemory): cudaIpcMemHandle_t, CUDA_IPC_HANDLE_SIZE bytes.
+constexpr size_t kIpcHandleBytes = 64;
 
 struct BufferRef {
   uint64_t offset;  // from the arena's start (kHostArena), or the region's (kCudaDevice)
