@@ -2,8 +2,9 @@
 
 Buffers are passed by address, never copied here: they must be C-contiguous (a
 non-contiguous array is refused, not silently copied, because an out buffer that is a
-copy would never receive the result) and in host memory (a CUDA tensor is refused with a
-clear error until the GPU work lands). torch is imported only if the caller passes a tensor.
+copy would never receive the result) and in host memory, except where the operation takes
+CUDA memory (allreduce: a CUDA tensor's Buffer carries its device; other operations refuse
+it clearly). torch is imported only if the caller passes a tensor.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Buffer:
     dtype: int
     count: int   # elements
     owner: Any   # kept alive until the operation completes
+    device: int = -1  # a CUDA tensor's device index; -1: host memory
 
 
 def is_tensor(x: Any) -> bool:
@@ -73,14 +75,18 @@ def is_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def as_buffer(x: Any, what: str, writable: bool) -> Buffer:
-    """The buffer behind x (np.ndarray or torch.Tensor). what names it in errors."""
+def as_buffer(x: Any, what: str, writable: bool, cuda_ok: bool = False) -> Buffer:
+    """The buffer behind x (np.ndarray or torch.Tensor). what names it in errors; cuda_ok:
+    the operation takes CUDA tensors."""
     if is_tensor(x):
-        if x.device.type != "cpu":
+        cuda = x.device.type == "cuda" and cuda_ok
+        if x.device.type != "cpu" and not cuda:
+            takes = "host memory" + (" or CUDA memory" if cuda_ok else
+                                     " here (CUDA tensors: allreduce only so far)")
             raise error(_lib.ERR_INVALID,
                         f"{what} is a {x.device.type} tensor ({x.device}); Parallax needs "
-                        "host memory until GPU support lands (README, Limits): move it with "
-                        ".cpu() or allocate it with Client.empty()")
+                        f"{takes} (README, Limits): move it with .cpu() or allocate it "
+                        "with Client.empty()")
         if not x.is_contiguous():
             raise invalid(f"{what} is not contiguous (strides {tuple(x.stride())}); pass "
                           ".contiguous() and copy the result back")
@@ -91,7 +97,7 @@ def as_buffer(x: Any, what: str, writable: bool) -> Buffer:
             # Writing into a leaf that autograd tracks would bypass it; Horovod and DDP
             # write under torch.no_grad() too. The caller's x.data is the way.
             raise invalid(f"{what} requires grad; pass tensor.data or use torch.no_grad()")
-        return Buffer(x.data_ptr(), code, x.numel(), x)
+        return Buffer(x.data_ptr(), code, x.numel(), x, x.device.index if cuda else -1)
     if isinstance(x, np.ndarray):
         if not x.flags["C_CONTIGUOUS"]:
             raise invalid(f"{what} is not C-contiguous (strides {x.strides}); pass "

@@ -129,9 +129,33 @@ class DenseVariable(_Variable):
                                     (bin_.owner, bout.owner))
 
     def allreduce(self, x: Any, out: Any = None, *, priority: int = 0) -> Request:
-        """Reduces x across every worker into out (None: into x, in place)."""
-        return self._same_size_op(_lib.lib.px_allreduce_ex, "allreduce", x, out,
-                                  _op_options(priority))
+        """Reduces x across every worker into out (None: into x, in place).
+
+        CUDA tensors (x and out on one device) are ordered on the device's current torch
+        stream, as NCCL's collectives are: work queued on it after the call sees the
+        result. The request's wait() means the daemon's step is done; for tensors outside
+        Client device memory the copy back is on the stream, so read out on the stream (or
+        after torch.cuda.current_stream().synchronize())."""
+        out = x if out is None else out
+        what = f"allreduce of '{self.name}'"
+        bin_ = _buffers.as_buffer(x, f"allreduce input of '{self.name}'", False, cuda_ok=True)
+        bout = _buffers.as_buffer(out, f"allreduce output of '{self.name}'", True, cuda_ok=True)
+        opts = _op_options(priority)
+        if bin_.device >= 0 or bout.device >= 0:
+            if bin_.device != bout.device:
+                raise invalid(f"{what}: input on {x.device}, output on {out.device} (one "
+                              "CUDA device, or host memory for both)")
+            import torch
+            opts.memory_kind = _lib.MEMORY_CUDA
+            opts.device = bin_.device
+            opts.stream = torch.cuda.current_stream(x.device).cuda_stream
+        self._check(bin_, "allreduce input", self.count)
+        self._check(bout, "allreduce output", self.count)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_allreduce_ex(self._h(), bin_.address, bout.address,
+                                          ctypes.byref(opts), ctypes.byref(req))
+        return self.client._request(status, req, self._describe("allreduce"), out,
+                                    (bin_.owner, bout.owner))
 
     def broadcast(self, x: Any, out: Any = None, *, root: int = 0) -> Request:
         """The root worker's x into out (None: into x) on every worker."""
