@@ -39,12 +39,22 @@ struct Fingerprint {
   std::string describe_difference(const Fingerprint& other) const;
 };
 
+// A sparse step's buffers staged by the daemon in host memory (the worker gave device
+// memory: daemon/sparse/device_rows_step), read and written instead of in and out.
+struct StagedRows {
+  std::vector<int64_t> indices;
+  std::vector<float> rows;   // indices.size() x dim
+  px_status status = PX_OK;  // refused while staging (a bad index): the worker learns it
+  std::string message;
+};
+
 struct Contribution {
   std::shared_ptr<Completer> worker;
   uint64_t request_id = 0;
   BufferRef in{};
   BufferRef out{};
-  uint32_t root = 0;  // broadcast: the root this worker named
+  uint32_t root = 0;                   // broadcast: the root this worker named
+  std::shared_ptr<StagedRows> staged;  // see StagedRows
 };
 
 // One step of one variable, collecting the local workers' submissions.

@@ -27,16 +27,45 @@ bool device_ref(const BufferRef& ref) {
   return ref.memory_kind == static_cast<uint32_t>(MemoryKind::kCudaDevice);
 }
 
+// A sparse pull's or push's indices (in) and rows (out) in device memory: n indices, n x dim
+// f32 rows, each inside a region, on one device. Empty if so; else what is wrong.
+std::string check_device_rows(const Variable& var, const gpu::DeviceRegions& regions,
+                              const SubmitEntry& entry) {
+  uint64_t n = entry.in.bytes / sizeof(int64_t);
+  uint64_t want = n * var.fingerprint.dim * sizeof(float);
+  if (entry.in.bytes % sizeof(int64_t) != 0 || entry.out.bytes != want)
+    return "index buffer of " + std::to_string(entry.in.bytes) + " bytes and row buffer of " +
+           std::to_string(entry.out.bytes) + " bytes do not match (" + std::to_string(n) +
+           " rows of " + std::to_string(var.fingerprint.dim) + " f32 need " + std::to_string(want) +
+           ")";
+  if (n == 0) return "";
+  if (entry.in.offset % alignof(int64_t) != 0 || entry.out.offset % alignof(float) != 0)
+    return "misaligned buffers";
+  std::string why;
+  auto in = regions.find(entry.in.region, entry.in.offset, entry.in.bytes, &why);
+  if (!in) return "indices: " + why;
+  auto out = regions.find(entry.out.region, entry.out.offset, entry.out.bytes, &why);
+  if (!out) return "rows: " + why;
+  if (in->device() != out->device()) return "indices and rows are on different devices";
+  if (entry.in.region == entry.out.region && overlaps(entry.in, entry.out))
+    return "indices and rows overlap";
+  return "";
+}
+
 // Device memory (px_alloc_ex regions): an allreduce's in and out, each inside a region the
 // worker registered, on one device. Empty if so; else what is wrong.
 std::string check_device_buffers(const Variable& var, const Completer& worker,
                                  const SubmitEntry& entry) {
-  if (var.sparse || static_cast<Opcode>(entry.opcode) != Opcode::kAllreduce)
-    return "device memory is taken by allreduce only so far (README, Limits)";
+  auto opcode = static_cast<Opcode>(entry.opcode);
+  bool sparse_step = var.sparse && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows);
+  if (!sparse_step && (var.sparse || opcode != Opcode::kAllreduce))
+    return "device memory is taken by allreduce and sparse pull and push steps only so far "
+           "(README, Limits)";
   if (!device_ref(entry.in) || !device_ref(entry.out))
     return "in and out must both be device memory, or both host memory";
   const gpu::DeviceRegions* regions = worker.device_regions();
   if (!regions) return "device memory from a worker that registered none";
+  if (sparse_step) return check_device_rows(var, *regions, entry);
   uint64_t bytes = var.fingerprint.bytes();
   if (entry.in.bytes != bytes || entry.out.bytes != bytes)
     return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +

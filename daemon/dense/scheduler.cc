@@ -9,6 +9,7 @@
 #include "daemon/dense/allreduce_step.h"
 #include "daemon/dense/copy_step.h"
 #include "daemon/dense/step_matcher.h"
+#include "daemon/sparse/device_rows_step.h"
 
 namespace px {
 
@@ -25,6 +26,9 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
       match_step(*job, var, rank, worker, entry, admission.invalid);
   if (!complete) return;  // waits for the other local workers, or failed
   auto opcode = static_cast<Opcode>(entry.opcode);
+  if (var.sparse && has_device_rows(*complete))
+    return run_device_rows_step(offload_, gpu_, sparse_, job, var, opcode, entry.step,
+                                std::move(*complete));
   if (var.sparse) return sparse_.run_step(job, var, opcode, entry.step, std::move(*complete));
   StepContext context{offload_, fabric_, chunk_bytes_, gpu_};
   if (opcode == Opcode::kAllreduce || opcode == Opcode::kBarrier)

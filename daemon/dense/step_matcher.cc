@@ -56,7 +56,7 @@ std::optional<PendingStep> match_step(Job& job, Variable& var, int rank,
     return std::nullopt;
   }
   pending.by_rank[static_cast<size_t>(rank)] =
-      Contribution{worker, entry.request_id, entry.in, entry.out, entry.root};
+      Contribution{worker, entry.request_id, entry.in, entry.out, entry.root, nullptr};
   if (!everyone_arrived) return std::nullopt;
   std::optional<PendingStep> complete(std::move(pending));
   var.pending.erase(key);

@@ -7,6 +7,7 @@
 
 #include "daemon/gpu/gpu_backend.h"
 #include "transport/kernels/cuda/cuda_error.h"
+#include "transport/kernels/cuda/device_coalesce.h"
 #include "transport/kernels/cuda/device_probe.h"
 #include "transport/kernels/cuda/device_reduce.h"
 
@@ -195,6 +196,88 @@ class CudaBackend final : public GpuBackend {
           cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream),
           "gpu copy from host: copy to a worker", why);
     return finished(stream, ok, "gpu copy from host", why);
+  }
+
+  bool copy_to_host(int device, void* host, const void* src, size_t bytes,
+                    std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!stream_on(device, "gpu copy to host", &stream, why)) return false;
+    bool ok = copied(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream),
+                     "gpu copy to host", why);
+    return finished(stream, ok, "gpu copy to host", why);
+  }
+
+  bool copy_to_device(int device, void* dst, const void* host, size_t bytes,
+                      std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!stream_on(device, "gpu copy to device", &stream, why)) return false;
+    bool ok = copied(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream),
+                     "gpu copy to device", why);
+    return finished(stream, ok, "gpu copy to device", why);
+  }
+
+  bool coalesce_push(int device, const int64_t* indices, const float* grads, size_t n, size_t dim,
+                     uint64_t row_limit, CoalescedPush* out, std::string* why) override {
+    out->indices.clear();
+    out->rows.clear();
+    out->first_bad = -1;
+    if (n == 0) return true;
+    cudaStream_t stream = nullptr;
+    if (!stream_on(device, "gpu coalescing", &stream, why)) return false;
+    DeviceCoalesceArgs a;
+    a.indices = indices;
+    a.grads = grads;
+    a.n = n;
+    a.dim = dim;
+    a.row_limit = row_limit;
+    a.stream = stream;
+    if (!device_coalesce_scratch_bytes(n, row_limit, &a.scratch_bytes, why)) return false;
+    // One allocation: the unique indices, their rows, the two counters, CUB's scratch.
+    size_t index_bytes = (n * sizeof(int64_t) + 255) / 256 * 256;
+    size_t row_bytes = (n * dim * sizeof(float) + 255) / 256 * 256;
+    void* block = nullptr;
+    cudaError_t err =
+        cudaMallocAsync(&block, index_bytes + row_bytes + 256 + a.scratch_bytes, stream);
+    if (err != cudaSuccess) return cuda_failed(why, "gpu coalescing: device memory", err);
+    char* at = static_cast<char*>(block);
+    a.out_indices = reinterpret_cast<int64_t*>(at);
+    a.out_grads = reinterpret_cast<float*>(at + index_bytes);
+    a.out_unique = reinterpret_cast<int64_t*>(at + index_bytes + row_bytes);
+    a.out_first_bad = a.out_unique + 1;
+    a.scratch = at + index_bytes + row_bytes + 256;
+    int64_t counts[2] = {0, -1};
+    bool ok =
+        device_coalesce(a, why) &&
+        copied(cudaMemcpyAsync(counts, a.out_unique, sizeof counts, cudaMemcpyDeviceToHost, stream),
+               "gpu coalescing: copy the counts", why) &&
+        finished(stream, true, "gpu coalescing", why);
+    if (ok && counts[1] >= 0) {
+      out->first_bad = counts[1];
+      ok = copied(cudaMemcpyAsync(&out->bad_index, indices + counts[1], sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, stream),
+                  "gpu coalescing: copy the bad index", why);
+    } else if (ok) {
+      auto unique = static_cast<size_t>(counts[0]);
+      out->indices.resize(unique);
+      out->rows.resize(unique * dim);
+      ok = copied(cudaMemcpyAsync(out->indices.data(), a.out_indices, unique * sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, stream),
+                  "gpu coalescing: copy the indices", why) &&
+           copied(cudaMemcpyAsync(out->rows.data(), a.out_grads, unique * dim * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream),
+                  "gpu coalescing: copy the rows", why);
+    }
+    cudaFreeAsync(block, stream);
+    return finished(stream, ok, "gpu coalescing", why);
+  }
+
+  // The calling pool thread's stream on device, made current.
+  static bool stream_on(int device, const char* what, cudaStream_t* stream, std::string* why) {
+    DeviceAllreduce a;
+    a.device = device;
+    a.inputs.push_back(nullptr);
+    a.outputs.push_back(nullptr);
+    return begin(a, what, stream, why);
   }
 
   // Checks a's shape and sets up the calling pool thread: a's device current, and its own

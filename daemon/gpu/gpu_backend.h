@@ -20,7 +20,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 4;
+constexpr uint32_t kGpuBackendInterface = 5;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -83,6 +83,15 @@ class HostStaging {
   virtual size_t bytes() const = 0;
 };
 
+// One worker's sparse push coalesced on its GPU and copied to host: only unique rows cross
+// PCIe (transport/kernels/cuda/device_coalesce.h).
+struct CoalescedPush {
+  std::vector<int64_t> indices;  // unique, ascending
+  std::vector<float> rows;       // indices.size() x dim: each index's summed gradients
+  int64_t first_bad = -1;        // >= 0: the position of an index outside the table (then
+  int64_t bad_index = 0;         // empty), and that index
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -107,6 +116,18 @@ class GpuBackend {
   virtual bool reduce_local_to_host(const DeviceAllreduce& args, void* host, std::string* why) = 0;
   // host (count elements, the final result) copied to every output.
   virtual bool copy_from_host(const DeviceAllreduce& args, const void* host, std::string* why) = 0;
+
+  // Sparse steps on device memory (daemon/sparse/device_rows_step); each blocks, so call
+  // them on the pool. False with why.
+  virtual bool copy_to_host(int device, void* host, const void* src, size_t bytes,
+                            std::string* why) = 0;
+  virtual bool copy_to_device(int device, void* dst, const void* host, size_t bytes,
+                              std::string* why) = 0;
+  // n indices and n x dim gradients (device memory) coalesced on the device, the result
+  // copied to out; an index outside [0, row_limit) sets out->first_bad instead.
+  virtual bool coalesce_push(int device, const int64_t* indices, const float* grads, size_t n,
+                             size_t dim, uint64_t row_limit, CoalescedPush* out,
+                             std::string* why) = 0;
 };
 
 }  // namespace px::gpu

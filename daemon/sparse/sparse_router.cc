@@ -100,10 +100,18 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
     Run::Worker w;
     w.worker = c->worker;
     w.request_id = c->request_id;
-    char* base = c->worker->arena().base();
-    w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
-    w.n = c->in.bytes / sizeof(int64_t);
-    w.rows = base + c->out.offset;
+    if (StagedRows* staged = c->staged.get()) {  // from device memory; kept by w.worker
+      w.indices = staged->indices.data();
+      w.n = staged->status == PX_OK ? staged->indices.size() : 0;
+      w.rows = reinterpret_cast<char*>(staged->rows.data());
+      w.status = staged->status;
+      w.message = staged->message;
+    } else {
+      char* base = c->worker->arena().base();
+      w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
+      w.n = c->in.bytes / sizeof(int64_t);
+      w.rows = base + c->out.offset;
+    }
     run->workers.push_back(std::move(w));
   }
   start(run);

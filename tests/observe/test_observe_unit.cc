@@ -194,7 +194,7 @@ TEST_CASE("observe: a step waiting on a local worker names it; failed steps do n
   Variable& var = job.add("grad", f, "test");
   PendingStep& waiting = var.pending[{static_cast<uint16_t>(Opcode::kAllreduce), 5}];
   waiting.by_rank.resize(3);
-  waiting.by_rank[0] = Contribution{w0, 1, {}, {}, 0};
+  waiting.by_rank[0] = Contribution{w0, 1, {}, {}, 0, nullptr};
   waiting.first_ns = 1000;
   PendingStep& failed = var.pending[{static_cast<uint16_t>(Opcode::kAllreduce), 6}];
   failed.by_rank.resize(3);

@@ -22,110 +22,18 @@
 #include "daemon/common/thread_pool.h"
 #include "daemon/dense/scheduler.h"
 #include "tests/unit/collective_test_util.h"
-#include "tests/unit/host_device_mapping.h"
+#include "tests/unit/device_fakes.h"
 #include "tests/unit/manual_loop.h"
 #include "tests/unit/scheduler_entries.h"
 #include "transport/kernels/reduce.h"
 
 using namespace px;
 using pxtest::Completion;
+using pxtest::DeviceWorker;
 using pxtest::entry;
+using pxtest::HostBackend;
 
 namespace {
-
-constexpr uint32_t kRegion = 1;
-
-class DeviceWorker : public Completer {
- public:
-  DeviceWorker(int rank, uint64_t region_bytes, int device) : rank_(rank) {
-    std::string error;
-    REQUIRE(SharedArena::create(1 << 20, 16, &arena_, &error));
-    regions_.begin(kRegion);
-    mapping_ = std::make_shared<pxtest::HostDeviceMapping>(region_bytes, nullptr, device);
-    regions_.finish(kRegion, mapping_);
-  }
-  void complete(uint64_t request_id, px_status status, const std::string& message) override {
-    done.push_back({request_id, status, message});
-  }
-  std::string label() const override { return "device rank " + std::to_string(rank_); }
-  const SharedArena& arena() const override { return arena_; }
-  const gpu::DeviceRegions* device_regions() const override { return &regions_; }
-
-  BufferRef device(uint64_t offset, uint64_t bytes) const {
-    return BufferRef{offset, bytes, static_cast<uint32_t>(MemoryKind::kCudaDevice), kRegion};
-  }
-  BufferRef host(uint64_t at, uint64_t bytes) const {
-    return BufferRef{arena_.header().heap_offset + at, bytes,
-                     static_cast<uint32_t>(MemoryKind::kHostArena), 0};
-  }
-  float* floats(uint64_t offset) const {
-    return reinterpret_cast<float*>(static_cast<char*>(mapping_->pointer()) + offset);
-  }
-  float* host_floats(uint64_t at) const {
-    return reinterpret_cast<float*>(arena_.base() + arena_.header().heap_offset + at);
-  }
-
-  std::vector<Completion> done;
-
- private:
-  int rank_;
-  SharedArena arena_;
-  gpu::DeviceRegions regions_;
-  std::shared_ptr<pxtest::HostDeviceMapping> mapping_;
-};
-
-class VectorStaging final : public gpu::HostStaging {
- public:
-  explicit VectorStaging(size_t bytes) : memory_(bytes) {}
-  void* data() const override { return const_cast<char*>(memory_.data()); }
-  size_t bytes() const override { return memory_.size(); }
-
- private:
-  std::vector<char> memory_;
-};
-
-// The GPU backend on the host: what the plugin does with device_reduce and its copies.
-class HostBackend final : public gpu::GpuBackend {
- public:
-  const gpu::GpuInventory& inventory() const override { return inventory_; }
-  bool open_ipc_memory(const std::string&, const void*, size_t, uint64_t,
-                       std::unique_ptr<gpu::DeviceMapping>*, std::string* why) override {
-    *why = "not in this test";
-    return false;
-  }
-  bool allreduce_local(const gpu::DeviceAllreduce& a, std::string* why) override {
-    seen = a;
-    if (!fail_with.empty()) {
-      *why = fail_with;
-      return false;
-    }
-    reduce_buffers(a.dtype, a.op, a.outputs[0], a.inputs.data(), a.inputs.size(), a.count,
-                   a.mean_divisor);
-    for (size_t w = 1; w < a.outputs.size(); ++w)
-      std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
-    return true;
-  }
-  bool alloc_host(size_t bytes, std::unique_ptr<gpu::HostStaging>* out, std::string*) override {
-    ++allocations;
-    *out = std::make_unique<VectorStaging>(bytes);
-    return true;
-  }
-  bool reduce_local_to_host(const gpu::DeviceAllreduce& a, void* host, std::string* why) override {
-    if (!allreduce_local(a, why)) return false;
-    std::memcpy(host, a.outputs[0], a.count * dtype_size(a.dtype));
-    return true;
-  }
-  bool copy_from_host(const gpu::DeviceAllreduce& a, const void* host, std::string*) override {
-    for (void* out : a.outputs) std::memcpy(out, host, a.count * dtype_size(a.dtype));
-    return true;
-  }
-  gpu::DeviceAllreduce seen;
-  std::string fail_with;
-  std::atomic<int> allocations{0};
-
- private:
-  gpu::GpuInventory inventory_;
-};
 
 // One node of a two-node job: its place in the job and its endpoint.
 struct ClusterNode {
@@ -253,11 +161,12 @@ TEST_CASE("device allreduce: bad device buffers are refused naming the worker an
   fx.submit(1, entry(4, fx.var_id, Opcode::kAllreduce, 1, w1.device(0, 32), w1.host(0, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
   CHECK(w0.done[1].message.find("device memory region 9 is not registered") != std::string::npos);
-  // Device memory for a broadcast: allreduce only so far.
+  // Device memory for a broadcast: allreduce and sparse steps only so far.
   fx.submit(0, entry(5, fx.var_id, Opcode::kBroadcast, 0, w0.device(0, 32), w0.device(32, 32)));
   fx.submit(1, entry(6, fx.var_id, Opcode::kBroadcast, 0, w1.device(0, 32), w1.device(32, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(3); }));
-  CHECK(w0.done[2].message.find("allreduce only so far") != std::string::npos);
+  CHECK(w0.done[2].message.find("allreduce and sparse pull and push steps only so far") !=
+        std::string::npos);
 }
 
 TEST_CASE("device allreduce: without a backend, or when it fails, the step fails clearly") {
