@@ -209,11 +209,16 @@ px_status alloc_device_memory(Client* client, uint64_t bytes, int device, void**
 
 // --- operations on device memory (device_operations.cc) ------------------------------
 struct VarRef;
-// px_allreduce_ex with PX_MEMORY_CUDA: in and out inside px_alloc_ex allocations, ordered
-// on stream (a cudaStream_t; null: the legacy default stream). device: options' (-1: any).
+// px_allreduce_ex with PX_MEMORY_CUDA: in and out device memory (outside px_alloc_ex: staged),
+// ordered on stream (a cudaStream_t; null: the legacy default stream). device: options' (-1: any).
 px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
                                   void* out, int device, void* stream, uint8_t priority,
                                   px_request** out_request);
+// px_pull_rows_ex / px_push_rows_ex with PX_MEMORY_CUDA: n indices and n rows (a pull's out,
+// a push's gradients) inside px_alloc_ex allocations, ordered on stream as above.
+px_status submit_device_rows(const VarRef& ref, const std::string& who, Opcode opcode,
+                             const int64_t* indices, uint64_t n, void* rows, int device,
+                             void* stream, uint8_t priority, px_request** out_request);
 
 // --- requests (requests.cc) ----------------------------------------------------------
 // Drains the completion ring into the in-flight requests. Caller holds client->mutex.

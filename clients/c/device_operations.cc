@@ -1,5 +1,5 @@
-// libparallax: operations on device memory (px_allreduce_ex with PX_MEMORY_CUDA), ordered
-// on the caller's CUDA stream as NCCL's are.
+// libparallax: operations on device memory (px_allreduce_ex, and px_pull_rows_ex and
+// px_push_rows_ex, with PX_MEMORY_CUDA), ordered on the caller's CUDA stream as NCCL's are.
 //
 // The call numbers the step and returns a request at once; the entry is handed to the
 // daemon by a host function queued on the stream (cudaLaunchHostFunc), so the daemon reads
@@ -149,9 +149,24 @@ px_status staging_for(Client* c, Var* var, const std::string& who, int device, v
 
 }  // namespace
 
-px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
-                                  void* out, int device, void* stream, uint8_t priority,
-                                  px_request** out_request) {
+namespace {
+
+// One operation on device memory: allreduce (in and out of the variable's size, equal or
+// disjoint) or a sparse pull or push step (in: n indices, out: n rows; a push reads out).
+struct DeviceOp {
+  Opcode opcode = Opcode::kAllreduce;
+  const char* what = "allreduce";
+  const void* in = nullptr;
+  uint64_t in_bytes = 0;
+  void* out = nullptr;
+  uint64_t out_bytes = 0;
+  uint64_t* next_step = nullptr;  // the variable's step counter for opcode
+  bool stage_outside = false;     // memory outside px_alloc_ex goes through staging (allreduce)
+  bool daemon_writes_out = true;
+};
+
+px_status submit_device_op(const VarRef& ref, const std::string& who, const DeviceOp& op,
+                           int device, void* stream, uint8_t priority, px_request** out_request) {
   Client* c = ref.client.get();
   Var* var = ref.var;
   if (c->daemon_gpus.empty())
@@ -162,7 +177,8 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
   if (!cuda)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who + ": PX_MEMORY_CUDA: this process has not loaded the CUDA runtime");
-  if (!in || !out) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  bool empty = op.in_bytes == 0;  // a sparse step of no rows: no buffer at all
+  if (!empty && (!op.in || !op.out)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   int stream_device = -1;
   if (cuda->stream_get_device) {
     int err = cuda->stream_get_device(stream, &stream_device);
@@ -181,14 +197,20 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
   }
   // Memory outside px_alloc_ex allocations is copied through the variable's staging one.
   int in_device = -1, out_device = -1;
-  {
+  if (!empty) {
     std::lock_guard<std::mutex> guard(c->mutex);
-    for (auto [p, device, name] : {std::tuple{in, &in_device, "in"},
-                                   std::tuple{static_cast<const void*>(out), &out_device, "out"}}) {
-      std::string wrong = outside_allocation(c, p, var->bytes, device);
+    for (auto [p, bytes, outside, name] :
+         {std::tuple{op.in, op.in_bytes, &in_device, "in"},
+          std::tuple{static_cast<const void*>(op.out), op.out_bytes, &out_device, "out"}}) {
+      std::string wrong = outside_allocation(c, p, bytes, outside);
       if (!wrong.empty())
         return fail(c, PX_ERR_INVALID,
-                    who + ": " + name + " (" + std::to_string(var->bytes) + " bytes) " + wrong);
+                    who + ": " + name + " (" + std::to_string(bytes) + " bytes) " + wrong);
+      if (*outside >= 0 && !op.stage_outside)
+        return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                    who + ": " + name +
+                        " is device memory outside px_alloc_ex allocations: sparse rows on "
+                        "the device must lie in them (the staging copy is allreduce's only)");
     }
   }
   if (in_device >= 0 && out_device >= 0 && in_device != out_device)
@@ -201,8 +223,8 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
         staging_for(c, var, who, in_device >= 0 ? in_device : out_device, stream, &staging);
     if (status != PX_OK) return status;
   }
-  const void* step_in = in_device >= 0 ? staging : in;
-  void* step_out = out_device >= 0 ? staging : out;
+  const void* step_in = in_device >= 0 ? staging : op.in;
+  void* step_out = out_device >= 0 ? staging : op.out;
   // One device operation at a time is numbered and queued (launch_mutex); mutex is taken to
   // reserve and to commit, never across cudaLaunchHostFunc.
   std::lock_guard<std::mutex> launching(c->launch_mutex);
@@ -211,29 +233,36 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     std::lock_guard<std::mutex> guard(c->mutex);
     uintptr_t in_base = 0, out_base = 0;
     DeviceRegion in_region, out_region;
-    for (auto [p, base, region, name] :
-         {std::tuple{step_in, &in_base, &in_region, "in"},
-          std::tuple{static_cast<const void*>(step_out), &out_base, &out_region, "out"}})
-      if (!find_region(c, p, var->bytes, base, region))
+    if (!empty) {
+      for (auto [p, bytes, base, region, name] :
+           {std::tuple{step_in, op.in_bytes, &in_base, &in_region, "in"},
+            std::tuple{static_cast<const void*>(step_out), op.out_bytes, &out_base, &out_region,
+                       "out"}})
+        if (!find_region(c, p, bytes, base, region))
+          return fail(
+              c, PX_ERR_INVALID,
+              who + ": " + name + ": its staging allocation was freed meanwhile (px_disconnect?)");
+      if (in_region.device != out_region.device)
+        return fail(c, PX_ERR_INVALID,
+                    who + ": in is on device " + std::to_string(in_region.device) + ", out on " +
+                        std::to_string(out_region.device));
+      if (device >= 0 && device != in_region.device)
+        return fail(c, PX_ERR_INVALID,
+                    who + ": the buffers are on device " + std::to_string(in_region.device) +
+                        ", options->device is " + std::to_string(device));
+      if (stream_device >= 0 && stream_device != in_region.device)
+        return fail(c, PX_ERR_INVALID,
+                    who + ": the buffers are on device " + std::to_string(in_region.device) +
+                        ", the stream on device " + std::to_string(stream_device));
+      const auto* ip = static_cast<const char*>(op.in);
+      const auto* outp = static_cast<const char*>(op.out);
+      bool overlap = ip < outp + op.out_bytes && outp < ip + op.in_bytes;
+      if (overlap && (ip != outp || op.opcode != Opcode::kAllreduce))
         return fail(
             c, PX_ERR_INVALID,
-            who + ": " + name + ": its staging allocation was freed meanwhile (px_disconnect?)");
-    if (in_region.device != out_region.device)
-      return fail(c, PX_ERR_INVALID,
-                  who + ": in is on device " + std::to_string(in_region.device) + ", out on " +
-                      std::to_string(out_region.device));
-    if (device >= 0 && device != in_region.device)
-      return fail(c, PX_ERR_INVALID,
-                  who + ": the buffers are on device " + std::to_string(in_region.device) +
-                      ", options->device is " + std::to_string(device));
-    if (stream_device >= 0 && stream_device != in_region.device)
-      return fail(c, PX_ERR_INVALID,
-                  who + ": the buffers are on device " + std::to_string(in_region.device) +
-                      ", the stream on device " + std::to_string(stream_device));
-    const auto* ip = static_cast<const char*>(in);
-    const auto* op = static_cast<const char*>(out);
-    if (ip != op && ip < op + var->bytes && op < ip + var->bytes)
-      return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
+            who + (op.opcode == Opcode::kAllreduce ? ": in and out overlap without being equal"
+                                                   : ": the indices and the rows overlap"));
+    }
     if (var->deferred_device_steps > 0 && var->device_stream != stream)
       return fail(c, PX_ERR_INVALID,
                   who +
@@ -244,12 +273,12 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     std::shared_ptr<Request> request;
     if ((status = new_request(c, who, 0, &request)) != PX_OK) return status;
     Request* r = request.get();
-    r->bytes = var->bytes;
-    r->daemon_writes_caller = true;
+    r->bytes = op.out_bytes;
+    r->daemon_writes_caller = op.daemon_writes_out && !empty;
     r->device = true;
     r->var = var;
-    r->what = "allreduce";
-    r->step = var->next_step++;
+    r->what = op.what;
+    r->step = (*op.next_step)++;
     d->client = ref.client;
     d->request = std::move(request);
     d->var = var;
@@ -257,12 +286,15 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     e.request_id = r->id;
     e.step = r->step;
     e.var_id = var->id;
-    e.opcode = static_cast<uint16_t>(Opcode::kAllreduce);
+    e.opcode = static_cast<uint16_t>(op.opcode);
     e.priority = priority;
-    e.in = BufferRef{reinterpret_cast<uintptr_t>(step_in) - in_base, var->bytes,
-                     static_cast<uint32_t>(MemoryKind::kCudaDevice), in_region.id};
-    e.out = BufferRef{reinterpret_cast<uintptr_t>(step_out) - out_base, var->bytes,
-                      static_cast<uint32_t>(MemoryKind::kCudaDevice), out_region.id};
+    auto kind = static_cast<uint32_t>(MemoryKind::kCudaDevice);
+    e.in = empty ? BufferRef{0, 0, kind, 0}
+                 : BufferRef{reinterpret_cast<uintptr_t>(step_in) - in_base, op.in_bytes, kind,
+                             in_region.id};
+    e.out = empty ? BufferRef{0, 0, kind, 0}
+                  : BufferRef{reinterpret_cast<uintptr_t>(step_out) - out_base, op.out_bytes, kind,
+                              out_region.id};
     // Reserved: counted against the ring, and the variable held to this stream.
     ++c->deferred_submits;
     ++var->deferred_device_steps;
@@ -273,7 +305,7 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
   const char* failed = "cudaMemcpyAsync (copy in)";
   int err = 0;
   if (in_device >= 0)
-    err = cuda->memcpy_async(staging, in, var->bytes, kCudaMemcpyDeviceToDevice, stream);
+    err = cuda->memcpy_async(staging, op.in, op.in_bytes, kCudaMemcpyDeviceToDevice, stream);
   if (err == 0) {
     failed = "cudaLaunchHostFunc";
     err = cuda->launch_host_func(stream, submit_when_stream_reaches, d.get());
@@ -282,9 +314,9 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
   std::string copy_back_error;
   // Queued after the host function, which returns once the step is complete: the result
   // reaches out before any work queued after this call.
-  int back = err == 0 && out_device >= 0
-                 ? cuda->memcpy_async(out, staging, var->bytes, kCudaMemcpyDeviceToDevice, stream)
-                 : 0;
+  int back = err == 0 && out_device >= 0 ? cuda->memcpy_async(op.out, staging, op.out_bytes,
+                                                              kCudaMemcpyDeviceToDevice, stream)
+                                         : 0;
   if (back != 0) copy_back_error = cuda_error_text(*cuda, "cudaMemcpyAsync (copy back)", back);
   std::lock_guard<std::mutex> guard(c->mutex);
   if (!copy_back_error.empty()) {
@@ -302,12 +334,48 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
     // launch_mutex, host steps are refused while this one is reserved.
     --c->deferred_submits;
     --var->deferred_device_steps;
-    --var->next_step;
+    --*op.next_step;
     destroy_request(c, request.get());
     return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, failed, err));
   }
   *out_request = add_request_handle(ref.client, std::move(request));
   return PX_OK;
+}
+
+}  // namespace
+
+px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
+                                  void* out, int device, void* stream, uint8_t priority,
+                                  px_request** out_request) {
+  DeviceOp op;
+  op.in = in;
+  op.out = out;
+  op.in_bytes = op.out_bytes = ref.var->bytes;
+  op.next_step = &ref.var->next_step;
+  op.stage_outside = true;
+  return submit_device_op(ref, who, op, device, stream, priority, out_request);
+}
+
+px_status submit_device_rows(const VarRef& ref, const std::string& who, Opcode opcode,
+                             const int64_t* indices, uint64_t n, void* rows, int device,
+                             void* stream, uint8_t priority, px_request** out_request) {
+  Var* var = ref.var;
+  if (var->prefetch)
+    return fail(ref.client.get(), PX_ERR_NOT_IMPLEMENTED,
+                who +
+                    ": PX_MEMORY_CUDA on a prefetch variable: its pulled rows are kept on the "
+                    "host to check the next push (README, Limits)");
+  DeviceOp op;
+  op.opcode = opcode;
+  bool push = opcode == Opcode::kPushRows;
+  op.what = push ? "push" : "pull";
+  op.in = indices;
+  op.in_bytes = n * sizeof(int64_t);
+  op.out = rows;
+  op.out_bytes = n * var->dim * sizeof(float);
+  op.next_step = push ? &var->next_push_step : &var->next_pull_step;
+  op.daemon_writes_out = !push;
+  return submit_device_op(ref, who, op, device, stream, priority, out_request);
 }
 
 }  // namespace px

@@ -225,11 +225,17 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   OpOptions op;
   status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
-  if (op.cuda)
+  if (op.cuda && opcode != Opcode::kPullRows && opcode != Opcode::kPushRows)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who +
-                    ": sparse rows in device memory (PX_MEMORY_CUDA) are not built yet "
-                    "(README, Limits): pass host memory");
+                    ": PX_MEMORY_CUDA is taken by pull and push steps only so far (README, "
+                    "Limits): pass host memory");
+  if (op.cuda && n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
+    return fail(c, PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
+  if (op.cuda)
+    return submit_device_rows(ref, who, opcode, indices, n,
+                              rows_out ? rows_out : const_cast<void*>(rows_in), op.device,
+                              op.stream, op.priority, out_request);
   const void* rows = rows_out ? rows_out : rows_in;
   if (n > 0 && (!indices || !rows)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   if (n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
@@ -241,6 +247,11 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   uint64_t row_bytes = n * var->dim * sizeof(float);
   std::lock_guard<std::mutex> guard(c->mutex);
   if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+  if (var->deferred_device_steps > 0)
+    return fail(c, PX_ERR_INVALID,
+                who + ": " + std::to_string(var->deferred_device_steps) +
+                    " device steps of the variable are still queued on a CUDA stream; wait for "
+                    "them before a step on host memory");
   std::vector<int64_t> pulled;  // prefetch: this pull's rows
   if (var->prefetch &&
       (status = check_prefetch_promise(c, var, who, opcode, indices, n, &pulled)) != PX_OK)
@@ -328,7 +339,9 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
     if (opcode != Opcode::kAllreduce)
       return fail(
           c, PX_ERR_NOT_IMPLEMENTED,
-          who + ": PX_MEMORY_CUDA is taken by px_allreduce_ex only so far (README, Limits)");
+          who +
+              ": PX_MEMORY_CUDA is taken by px_allreduce_ex and sparse pull and push steps only "
+              "so far (README, Limits)");
     return submit_device_allreduce(ref, who, in, out, op.device, op.stream, op.priority,
                                    out_request);
   }

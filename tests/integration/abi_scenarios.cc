@@ -321,7 +321,20 @@ int options(px_client* c) {
     expect_contains(error, "PX_MEMORY_CUDA: this process has not loaded the CUDA runtime");
   expect_status(px_broadcast_ex(v, x.data(), y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
                 "PX_MEMORY_CUDA broadcast");
-  expect_contains(px_last_error(), "taken by px_allreduce_ex only so far");
+  expect_contains(px_last_error(), "taken by px_allreduce_ex and sparse pull and push steps");
+  // Sparse steps on device memory: refused here as the allreduce is (no GPU, or no CUDA
+  // runtime in this process); loads and reads are not taken on device memory at all.
+  px_sparse_options so;
+  px_sparse_options_init(&so);
+  px_var* table = nullptr;
+  check(px_register_sparse(c, "options-table", PX_F32, 10, 2, &so, &table), "px_register_sparse");
+  int64_t index = 1;
+  expect_status(px_pull_rows_ex(table, &index, 1, y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
+                "PX_MEMORY_CUDA pull");
+  expect_contains(px_last_error(), "PX_MEMORY_CUDA: ");
+  expect_status(px_load_rows_ex(table, &index, 1, y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
+                "PX_MEMORY_CUDA load");
+  expect_contains(px_last_error(), "taken by pull and push steps only so far");
   px_op_options_init(&o);
   o.priority = 300;
   expect_status(px_allreduce_ex(v, x.data(), y.data(), &o, &r), PX_ERR_INVALID, "priority 300");

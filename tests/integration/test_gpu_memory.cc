@@ -55,6 +55,17 @@ TEST_CASE("device: px_allreduce_ex on device memory across 2 daemons on one GPU 
   }
 }
 
+TEST_CASE("device: sparse pull and push steps on device memory, 2 workers and 2 daemons x 2") {
+  {
+    DaemonProcess daemon("gpu-rows");
+    auto results = run_workers(daemon, "rows", 2, {"rows"}, 240000, kGpuWorker);
+    if (skipped(results)) return;
+    CHECK(all_ok(results));
+  }
+  ClusterProcesses cluster("gpu-rows-c2", 2);
+  CHECK(all_ok(run_cluster_workers(cluster, "rows2", 2, {"rows"}, 240000, kGpuWorker)));
+}
+
 TEST_CASE("device: px_alloc_ex device memory, mapped by the daemon, from 2 workers on one GPU") {
   DaemonProcess daemon("gpu-alloc");
   auto results = run_workers(daemon, "alloc", 2, {"alloc"}, 120000, kGpuWorker);
