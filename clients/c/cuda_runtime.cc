@@ -78,9 +78,21 @@ const CudaApi* cuda_api() {
              bind(lib, "cudaGetErrorString", &a.get_error_string) &&
              bind(lib, "cudaLaunchHostFunc", &a.launch_host_func) &&
              bind(lib, "cudaStreamIsCapturing", &a.stream_is_capturing) &&
-             bind(lib, "cudaMemcpyAsync", &a.memcpy_async);
+             bind(lib, "cudaMemcpyAsync", &a.memcpy_async) &&
+             bind(lib, "cudaRuntimeGetVersion", &a.runtime_get_version);
   if (!all) return nullptr;
   bind(lib, "cudaStreamGetDevice", &a.stream_get_device);  // optional
+  // Optional too: cudaGetDriverEntryPointByVersion(symbol, &fn, version, flags, &result).
+  int (*entry_point)(const char*, void**, unsigned, unsigned long long, int*) = nullptr;
+  if (bind(lib, "cudaGetDriverEntryPointByVersion", &entry_point)) {
+    void* fn = nullptr;
+    int found = 0;  // cudaDriverEntryPointSuccess
+    if (entry_point("cuMemGetAddressRange", &fn, 12000, 0, &found) == 0 && found == 0 && fn)
+      a.mem_get_address_range =
+          reinterpret_cast<int (*)(unsigned long long*, size_t*, unsigned long long)>(fn);
+    else
+      a.get_last_error();
+  }
   l.found.store(&a, std::memory_order_release);
   return &a;
 }
@@ -94,7 +106,8 @@ std::string cuda_error_text(const CudaApi& api, const char* what, int error) {
 
 int cuda_pointer_device(const void* p) {
   const CudaApi* api = cuda_api();
-  if (!api) return -1;
+  int version = 0;
+  if (!api || api->runtime_get_version(&version) != 0 || version < 11000) return -1;
   // struct cudaPointerAttributes starts with `enum cudaMemoryType type; int device;` (CUDA
   // >= 11); the buffer is larger than any version of the struct.
   alignas(16) unsigned char buffer[256] = {};
@@ -110,6 +123,16 @@ int cuda_pointer_device(const void* p) {
 
 bool is_cuda_device_pointer(const void* p) {
   return cuda_pointer_device(p) >= 0;
+}
+
+bool cuda_range_in_one_allocation(const void* p, size_t bytes) {
+  const CudaApi* api = cuda_api();
+  if (!api || !api->mem_get_address_range) return true;
+  unsigned long long base = 0;
+  size_t size = 0;
+  auto at = reinterpret_cast<unsigned long long>(p);
+  if (api->mem_get_address_range(&base, &size, at) != 0) return false;
+  return at >= base && bytes <= size - (at - base);
 }
 
 }  // namespace px

@@ -27,6 +27,10 @@ struct CudaApi {
   int (*stream_is_capturing)(void* stream, int* status);
   // cudaMemcpyAsync(dst, src, bytes, kind, stream); kind 3 is cudaMemcpyDeviceToDevice.
   int (*memcpy_async)(void* dst, const void* src, size_t bytes, int kind, void* stream);
+  int (*runtime_get_version)(int* version);
+  // The driver's cuMemGetAddressRange (v2), fetched through the runtime's
+  // cudaGetDriverEntryPointByVersion (CUDA 12.5 and later); null where it cannot be.
+  int (*mem_get_address_range)(unsigned long long* base, size_t* size, unsigned long long ptr);
 };
 constexpr int kCudaMemcpyDeviceToDevice = 3;
 
@@ -40,7 +44,11 @@ std::string cuda_error_text(const CudaApi& api, const char* what, int error);
 
 // Whether p is CUDA device memory (false when the process has no CUDA runtime).
 bool is_cuda_device_pointer(const void* p);
-// The device holding p if it is CUDA device memory; -1 otherwise.
+// The device holding p if it is CUDA device memory; -1 otherwise (and with a runtime older
+// than CUDA 11, whose cudaPointerAttributes is laid out differently).
 int cuda_pointer_device(const void* p);
+// Whether [p, p + bytes) lies in one device allocation; true where the driver cannot be
+// asked (no cuMemGetAddressRange: the check is skipped).
+bool cuda_range_in_one_allocation(const void* p, size_t bytes);
 
 }  // namespace px

@@ -16,7 +16,9 @@
 // through a px_alloc_ex allocation of the variable's: copied in on the stream before the
 // host function, copied back after it, as ordinary host memory is staged in the arena.
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <tuple>
 
 #include "clients/c/client_internal.h"
 #include "clients/c/cuda_runtime.h"
@@ -102,6 +104,8 @@ std::string outside_allocation(const Client* c, const void* p, uint64_t bytes, i
   }
   *device = cuda_pointer_device(p);
   if (*device < 0) return "is not CUDA device memory (host or managed memory as PX_MEMORY_CUDA?)";
+  if (!cuda_range_in_one_allocation(p, bytes))
+    return "runs past the end of its device allocation (cuMemGetAddressRange)";
   return "";
 }
 
@@ -133,6 +137,7 @@ px_status staging_for(Client* c, Var* var, const std::string& who, int device, v
         c, status,
         who + ": the staging allocation for memory outside px_alloc_ex: " + px_last_error());
   bool raced;
+  bool fits = true;
   {
     std::lock_guard<std::mutex> lock(c->mutex);
     raced = var->device_staging != nullptr;  // another thread's step of the variable won
@@ -141,9 +146,16 @@ px_status staging_for(Client* c, Var* var, const std::string& who, int device, v
       var->device_staging_device = device;
       var->device_staging_stream = stream;
     }
+    // The winner's allocation serves only its device and stream (see above).
+    fits = var->device_staging_device == device && var->device_staging_stream == stream;
     *staging = var->device_staging;
   }
   if (raced) free_device_memory(c, fresh, &status);
+  if (!fits)
+    return fail(c, PX_ERR_INVALID,
+                who +
+                    ": device memory outside px_alloc_ex on another device or CUDA stream than "
+                    "a concurrent step of the variable (one device and stream per variable)");
   return PX_OK;
 }
 

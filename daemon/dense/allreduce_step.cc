@@ -98,6 +98,7 @@ void finish(Run& run, px_status status, const std::string& message) {
     var.stats.ops += 1;
     var.stats.bytes += bytes;
   }
+  var.stats.route = "";  // the plain host allreduce (device steps name theirs)
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   trace_finished(run.trace, var.id == 0 ? "barrier" : "allreduce", status,
                  status == PX_OK ? bytes : 0);

@@ -58,6 +58,16 @@ void finish(DeviceRun& run, px_status status, const std::string& message) {
     run.workers[r]->complete(run.request_ids[r], status, message);
 }
 
+// A cluster step that failed here before its cross-node stage: the other nodes would wait
+// in it for this node's share, so the job ends everywhere (as a withdrawn step ends it).
+void fail_before_cross_node(DeviceRun& run, px_status status, const std::string& message) {
+  finish(run, status, message);
+  if (run.context.fabric && run.context.abort_job)
+    run.context.abort_job(*run.job, message +
+                                        "; the other nodes cannot complete the step without "
+                                        "this node's share, so the job ends");
+}
+
 // The device pointer of ref in worker's regions, held in run; null with why.
 void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, std::string* why) {
   const gpu::DeviceRegions* regions = worker.device_regions();
@@ -89,13 +99,13 @@ void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix
       true,
       [run, backend, bytes] {
         std::unique_ptr<gpu::HostStaging> fresh;
-        run->ok = run->staging || backend->alloc_host(bytes, &fresh, &run->why);
+        run->ok = run->staging || backend->alloc_host(run->args.device, bytes, &fresh, &run->why);
         if (fresh) run->staging = std::move(fresh);
         run->ok =
             run->ok && backend->reduce_local_to_host(run->args, run->staging->data(), &run->why);
       },
       [run, suffix] {
-        if (!run->ok) return finish(*run, PX_ERR_INTERNAL, "gpu reduce: " + run->why + suffix);
+        if (!run->ok) return fail_before_cross_node(*run, PX_ERR_INTERNAL, run->why + suffix);
         trace_stage(run->trace, "cross_node");
         CrossNodeAllreduce spec;
         spec.buffer = run->staging->data();
@@ -121,8 +131,7 @@ void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix
                     run->ok = backend->copy_from_host(run->args, result, &run->why);
                   },
                   [run, suffix] {
-                    if (!run->ok)
-                      return finish(*run, PX_ERR_INTERNAL, "gpu copy: " + run->why + suffix);
+                    if (!run->ok) return finish(*run, PX_ERR_INTERNAL, run->why + suffix);
                     finish(*run, PX_OK, "");
                   });
             });
@@ -170,7 +179,7 @@ void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> 
     status = PX_ERR_NOT_IMPLEMENTED;
     problem = "this parallaxd has no usable GPU";
   }
-  if (!problem.empty()) return finish(*run, status, problem + suffix);
+  if (!problem.empty()) return fail_before_cross_node(*run, status, problem + suffix);
   run->op = var.fingerprint.op;
   run->args.dtype = var.fingerprint.dtype;
   run->args.count = var.fingerprint.count;
@@ -186,7 +195,7 @@ void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> 
   context.offload.run(
       true, [run, backend] { run->ok = backend->allreduce_local(run->args, &run->why); },
       [run, suffix] {
-        if (!run->ok) return finish(*run, PX_ERR_INTERNAL, "gpu allreduce: " + run->why + suffix);
+        if (!run->ok) return finish(*run, PX_ERR_INTERNAL, run->why + suffix);
         finish(*run, PX_OK, "");
       });
 }

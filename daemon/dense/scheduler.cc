@@ -30,7 +30,7 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
     return run_device_rows_step(offload_, gpu_, sparse_, job, var, opcode, entry.step,
                                 std::move(*complete));
   if (var.sparse) return sparse_.run_step(job, var, opcode, entry.step, std::move(*complete));
-  StepContext context{offload_, fabric_, chunk_bytes_, gpu_};
+  StepContext context{offload_, fabric_, chunk_bytes_, gpu_, abort_job_};
   if (opcode == Opcode::kAllreduce || opcode == Opcode::kBarrier)
     return run_allreduce_step(context, job, var, entry.step, std::move(*complete));
   run_copy_step(context, job, var, entry.opcode, entry.step, std::move(*complete));

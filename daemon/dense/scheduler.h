@@ -35,6 +35,10 @@ class Scheduler {
   // The GPU backend device steps run on (null: none; admission refuses device memory then,
   // since no worker could register any).
   void set_gpu(gpu::GpuBackend* backend) { gpu_ = backend; }
+  // How a step that failed on this node ends the job on the others (StepContext::abort_job).
+  void set_abort_job(std::function<void(Job&, const std::string&)> abort_job) {
+    abort_job_ = std::move(abort_job);
+  }
   // The pool and the way back to the loop, for the front's blocking work (device mappings).
   const Offload& offload() const { return offload_; }
 
@@ -63,6 +67,7 @@ class Scheduler {
   CollectiveTransport* fabric_ = nullptr;
   size_t chunk_bytes_ = 1 << 20;
   gpu::GpuBackend* gpu_ = nullptr;
+  std::function<void(Job&, const std::string&)> abort_job_;
   SparseRouter sparse_;
 };
 

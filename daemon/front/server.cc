@@ -121,6 +121,7 @@ bool Server::start_cluster(std::string* error) {
   Cluster::Events events;
   events.ready = [this] {
     scheduler_.set_cluster_transport(fabric_.get(), config_.chunk_bytes);
+    scheduler_.set_abort_job([this](Job& job, const std::string& why) { abort_job(job, why); });
     for (auto& name : jobs_waiting_for_cluster_) {
       auto it = jobs_.find(name);
       if (it != jobs_.end())

@@ -165,10 +165,14 @@ class CudaBackend final : public GpuBackend {
     return finished(stream, ok, "gpu allreduce", why);
   }
 
-  bool alloc_host(size_t bytes, std::unique_ptr<HostStaging>* out, std::string* why) override {
+  bool alloc_host(int device, size_t bytes, std::unique_ptr<HostStaging>* out,
+                  std::string* why) override {
     void* p = nullptr;
-    // Portable: any pool thread's copies, whatever its current device, run at full speed.
-    cudaError_t err = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
+    // On the step's device (a context on another would be made otherwise); portable: any
+    // pool thread's copies, whatever its current device, run at full speed.
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return cuda_failed(why, "pinned staging: cudaSetDevice", err);
+    err = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
     if (err != cudaSuccess) return cuda_failed(why, "pinned staging (cudaHostAlloc)", err);
     *out = std::make_unique<PinnedHost>(p, bytes);
     return true;

@@ -109,8 +109,9 @@ class GpuBackend {
 
   // The pieces of a cross-node device allreduce (the host ring through pinned memory);
   // each blocks, so call them on the pool. False with why.
-  // bytes of page-locked host memory.
-  virtual bool alloc_host(size_t bytes, std::unique_ptr<HostStaging>* out, std::string* why) = 0;
+  // Page-locked host memory of bytes, for copies to and from device.
+  virtual bool alloc_host(int device, size_t bytes, std::unique_ptr<HostStaging>* out,
+                          std::string* why) = 0;
   // The node's reduction, inputs into outputs[0] (args.op is never kMean here: a mean is
   // divided after the sum across nodes), then copied to host (count elements).
   virtual bool reduce_local_to_host(const DeviceAllreduce& args, void* host, std::string* why) = 0;

@@ -96,7 +96,8 @@ class HostBackend final : public gpu::GpuBackend {
       std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
     return true;
   }
-  bool alloc_host(size_t bytes, std::unique_ptr<gpu::HostStaging>* out, std::string*) override {
+  bool alloc_host(int, size_t bytes, std::unique_ptr<gpu::HostStaging>* out,
+                  std::string*) override {
     ++allocations;
     *out = std::make_unique<VectorStaging>(bytes);
     return true;
