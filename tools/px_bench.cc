@@ -35,6 +35,10 @@
 //     Randomized faults on a 3-node cluster running sparse and dense training; every fault
 //     must end in a clear error naming the right node and a re-formed cluster.
 //
+//   px-bench gpu [--json] [--daemon PATH] [--iterations N]   (bench_gpu.cc; CUDA builds)
+//     Device memory bandwidth, px_allreduce_ex of 256 MiB bf16 from 2 and 4 workers on one
+//     GPU against it, 4 KiB device allreduce latency, GPU against host coalescing.
+//
 //   px-bench allreduce-worker SIZES ITERATIONS   (one worker, run by px-cluster)
 #include <limits.h>
 #include <poll.h>
@@ -59,6 +63,7 @@
 
 #include "parallax_c.h"
 #include "tools/bench_common.h"
+#include "tools/bench_local.h"
 
 namespace {
 
@@ -109,87 +114,6 @@ std::vector<double> eventfd_ping_pong(int iterations) {
   close(ping);
   close(pong);
   return us;
-}
-
-struct Daemon {
-  pid_t pid = -1;
-  std::string socket;
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-bool can_connect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-void start_daemon(Daemon& d, const std::string& path) {
-  d.socket = "/tmp/px-bench-" + std::to_string(getpid()) + ".sock";
-  d.pid = fork();
-  if (d.pid == 0) {
-    execl(path.c_str(), path.c_str(), "--foreground", "--socket", d.socket.c_str(), "--log-level",
-          "warn", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  double start = now_s();
-  while (!can_connect(d.socket)) {
-    if (now_s() - start > 10) die("parallaxd (" + path + ") did not start");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-px_client* connect_worker(const Daemon& d, const std::string& job, int rank, int size) {
-  px_connect_options o;
-  px_connect_options_init(&o);
-  o.socket_path = d.socket.c_str();
-  o.job_name = job.c_str();
-  o.local_rank = rank;
-  o.local_size = size;
-  o.arena_bytes = 160ull << 20;
-  px_client* c = nullptr;
-  check(px_connect(&o, &c), "px_connect");
-  return c;
-}
-
-// Runs fn(rank) in `workers` forked processes; rank 0's doubles come back through a pipe.
-template <typename Fn>
-std::vector<double> run_workers(int workers, Fn fn) {
-  int fds[2];
-  if (pipe(fds) != 0) die("pipe");
-  std::vector<pid_t> pids;
-  for (int r = 0; r < workers; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      std::vector<double> out = fn(r);
-      if (r == 0) {
-        ssize_t n = write(fds[1], out.data(), out.size() * sizeof(double));
-        (void)n;
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  close(fds[1]);
-  std::vector<double> result;
-  double v;
-  while (read(fds[0], &v, sizeof v) == sizeof v) result.push_back(v);
-  close(fds[0]);
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("a benchmark worker failed");
-  }
-  return result;
 }
 
 // Seconds of each in-place allreduce of buf; the first `warmup` are not counted. aligned:
@@ -659,7 +583,8 @@ int main(int argc, char** argv) {
         "                   [--steps N] (tools/bench/lm.py --help)\n"
         "       px-bench soak [--json] [--steps 10000] [--sample-at 1000] [--every 250]\n"
         "                     (tools/bench/soak.py --help)\n"
-        "       px-bench faults [--json] [--faults 200] [--seed S]\n");
+        "       px-bench faults [--json] [--faults 200] [--seed S]\n"
+        "       px-bench gpu [--json] [--daemon PATH] [--iterations N]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
@@ -669,6 +594,12 @@ int main(int argc, char** argv) {
   if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
   if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
   if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
+  if (scenario == "gpu") {  // px-bench-gpu, built with CUDA (bench_gpu.cc)
+    if (!*PX_BENCH_GPU_PATH) die("px-bench gpu: this build has no CUDA (README, Building)");
+    argv[1] = const_cast<char*>(PX_BENCH_GPU_PATH);
+    execv(argv[1], argv + 1);
+    die(std::string("cannot run ") + PX_BENCH_GPU_PATH + ": " + strerror(errno));
+  }
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
     return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
