@@ -64,7 +64,7 @@ struct RowsFixture {
     uint64_t row_bytes = idx.size() * kDim * sizeof(float);
     float* index_at = device ? w.floats(0) : w.host_floats(0);
     float* rows_at = device ? w.floats(kRowsAt) : w.host_floats(kRowsAt);
-    std::memcpy(index_at, idx.data(), index_bytes);
+    if (!idx.empty()) std::memcpy(index_at, idx.data(), index_bytes);
     for (size_t i = 0; i < idx.size() * kDim; ++i) rows_at[i] = rows.empty() ? 99.0f : rows[i];
     BufferRef in = device ? w.device(0, index_bytes) : w.host(0, index_bytes);
     BufferRef out = device ? w.device(kRowsAt, row_bytes) : w.host(kRowsAt, row_bytes);
