@@ -173,8 +173,9 @@ struct DeviceOp {
   void* out = nullptr;
   uint64_t out_bytes = 0;
   uint64_t* next_step = nullptr;  // the variable's step counter for opcode
-  bool stage_outside = false;     // memory outside px_alloc_ex goes through staging (allreduce)
+  bool stage_outside = false;     // memory outside px_alloc_ex goes through staging (dense)
   bool daemon_writes_out = true;
+  uint32_t root = 0;  // broadcast: the root's global rank
 };
 
 px_status submit_device_op(const VarRef& ref, const std::string& who, const DeviceOp& op,
@@ -269,11 +270,10 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
       const auto* ip = static_cast<const char*>(op.in);
       const auto* outp = static_cast<const char*>(op.out);
       bool overlap = ip < outp + op.out_bytes && outp < ip + op.in_bytes;
-      if (overlap && (ip != outp || op.opcode != Opcode::kAllreduce))
-        return fail(
-            c, PX_ERR_INVALID,
-            who + (op.opcode == Opcode::kAllreduce ? ": in and out overlap without being equal"
-                                                   : ": the indices and the rows overlap"));
+      if (overlap && (ip != outp || var->sparse))
+        return fail(c, PX_ERR_INVALID,
+                    who + (var->sparse ? ": the indices and the rows overlap"
+                                       : ": in and out overlap without being equal"));
     }
     if (var->deferred_device_steps > 0 && var->device_stream != stream)
       return fail(c, PX_ERR_INVALID,
@@ -300,6 +300,7 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
     e.var_id = var->id;
     e.opcode = static_cast<uint16_t>(op.opcode);
     e.priority = priority;
+    e.root = op.root;
     auto kind = static_cast<uint32_t>(MemoryKind::kCudaDevice);
     e.in = empty ? BufferRef{0, 0, kind, 0}
                  : BufferRef{reinterpret_cast<uintptr_t>(step_in) - in_base, op.in_bytes, kind,
@@ -365,6 +366,26 @@ px_status submit_device_allreduce(const VarRef& ref, const std::string& who, con
   op.in_bytes = op.out_bytes = ref.var->bytes;
   op.next_step = &ref.var->next_step;
   op.stage_outside = true;
+  return submit_device_op(ref, who, op, device, stream, priority, out_request);
+}
+
+px_status submit_device_broadcast(const VarRef& ref, const std::string& who, const void* in,
+                                  void* out, int root, int device, void* stream, uint8_t priority,
+                                  px_request** out_request) {
+  Client* c = ref.client.get();
+  if (root < 0 || root >= c->world.world_size)
+    return fail(c, PX_ERR_INVALID,
+                who + ": root " + std::to_string(root) + " is not a rank of the job (" +
+                    std::to_string(c->world.world_size) + " workers)");
+  DeviceOp op;
+  op.opcode = Opcode::kBroadcast;
+  op.what = "broadcast";
+  op.in = root == c->world.rank ? in : out;  // only the root's input is read
+  op.out = out;
+  op.in_bytes = op.out_bytes = ref.var->bytes;
+  op.next_step = &ref.var->next_steps[Opcode::kBroadcast];
+  op.stage_outside = true;
+  op.root = static_cast<uint32_t>(root);
   return submit_device_op(ref, who, op, device, stream, priority, out_request);
 }
 

@@ -336,12 +336,14 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
   if (op.cuda) {
+    if (opcode == Opcode::kBroadcast)
+      return submit_device_broadcast(ref, who, in, out, op.root, op.device, op.stream, op.priority,
+                                     out_request);
     if (opcode != Opcode::kAllreduce)
-      return fail(
-          c, PX_ERR_NOT_IMPLEMENTED,
-          who +
-              ": PX_MEMORY_CUDA is taken by px_allreduce_ex and sparse pull and push steps only "
-              "so far (README, Limits)");
+      return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                  who +
+                      ": PX_MEMORY_CUDA is taken by px_allreduce_ex, px_broadcast_ex and sparse "
+                      "pull and push steps only so far (README, Limits)");
     return submit_device_allreduce(ref, who, in, out, op.device, op.stream, op.priority,
                                    out_request);
   }

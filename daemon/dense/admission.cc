@@ -54,18 +54,21 @@ std::string check_device_rows(const Variable& var, const gpu::DeviceRegions& reg
 
 // Device memory (px_alloc_ex regions): an allreduce's in and out, each inside a region the
 // worker registered, on one device. Empty if so; else what is wrong.
-std::string check_device_buffers(const Variable& var, const Completer& worker,
-                                 const SubmitEntry& entry) {
+std::string check_device_buffers(const Variable& var, const JobWorld& world,
+                                 const Completer& worker, const SubmitEntry& entry) {
   auto opcode = static_cast<Opcode>(entry.opcode);
   bool sparse_step = var.sparse && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows);
-  if (!sparse_step && (var.sparse || opcode != Opcode::kAllreduce))
-    return "device memory is taken by allreduce and sparse pull and push steps only so far "
-           "(README, Limits)";
+  if (!sparse_step &&
+      (var.sparse || (opcode != Opcode::kAllreduce && opcode != Opcode::kBroadcast)))
+    return "device memory is taken by allreduce, broadcast and sparse pull and push steps only "
+           "so far (README, Limits)";
   if (!device_ref(entry.in) || !device_ref(entry.out))
     return "in and out must both be device memory, or both host memory";
   const gpu::DeviceRegions* regions = worker.device_regions();
   if (!regions) return "device memory from a worker that registered none";
   if (sparse_step) return check_device_rows(var, *regions, entry);
+  if (opcode == Opcode::kBroadcast && entry.root >= static_cast<uint32_t>(world.world_size))
+    return "root " + std::to_string(entry.root) + " is not a rank of the job";
   uint64_t bytes = var.fingerprint.bytes();
   if (entry.in.bytes != bytes || entry.out.bytes != bytes)
     return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
@@ -87,7 +90,7 @@ std::string check_buffers(const Variable& var, const JobWorld& world, const Comp
                           const SubmitEntry& entry) {
   if (var.id == 0) return "";
   if (device_ref(entry.in) || device_ref(entry.out))
-    return check_device_buffers(var, worker, entry);
+    return check_device_buffers(var, world, worker, entry);
   if (!host_arena_refs(entry)) return "an unknown memory kind";
   const SharedArena& arena = worker.arena();
   if (var.sparse) {

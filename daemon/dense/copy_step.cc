@@ -40,6 +40,17 @@ struct CopyRun {
   int root = 0;                      // broadcast: global rank
   std::vector<uint64_t> rank_bytes;  // allgather(v): each global rank's block
   StepTrace trace;                   // metrics, timeline, stall report (observe/)
+  // Where the whole result is assembled before the fan-out: outputs[0], or (device memory
+  // across nodes) the pinned staging the chain broadcast runs on.
+  char* result = nullptr;
+  // A broadcast on device memory (px_alloc_ex regions the daemon mapped): inputs and
+  // outputs are device pointers on `device`, copied by the GPU backend; the workers'
+  // mappings are held until the step ends.
+  bool on_device = false;
+  int device = 0;
+  std::vector<std::shared_ptr<gpu::DeviceMapping>> held;
+  std::shared_ptr<gpu::HostStaging> staging;
+  bool crossed = false;  // the cross-node stage ran (a failure after it leaves no node waiting)
 
   std::string what() const {
     return std::string(operation_info(opcode).name) + " of '" + var->name + "' step " +
@@ -55,13 +66,44 @@ void finish(CopyRun& run, px_status status, const std::string& message) {
   }
   const char* name = operation_info(run.opcode).name;  // the route is the collective
   trace_finished(run.trace, name, status, status == PX_OK ? bytes : 0);
+  if (run.staging && !run.var->device_staging) run.var->device_staging = std::move(run.staging);
+  run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
+}
+
+// A device step that failed here: on a cluster, before the cross-node stage, the other
+// nodes would wait for this node's part, so the job ends everywhere.
+void fail_on_device(CopyRun& run, const std::string& why) {
+  std::string message = why + " (" + run.what() + ")";
+  finish(run, PX_ERR_INTERNAL, message);
+  if (run.context.fabric && !run.crossed && run.context.abort_job)
+    run.context.abort_job(*run.job, message +
+                                        "; the other nodes cannot complete the step without "
+                                        "this node's part, so the job ends");
 }
 
 // Runs the copies inline when small, else as one pool task, then `then` on the loop.
 void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
                 std::function<void()> then) {
+  if (run->on_device) {  // through the GPU backend, on the pool
+    auto why = std::make_shared<std::string>();
+    gpu::GpuBackend* gpu = run->context.gpu;
+    run->context.offload.run(
+        true,
+        [run, gpu, why, copies = std::move(copies)] {
+          for (const Copy& c : copies)
+            if (c.to != c.from && c.bytes > 0 &&
+                !gpu->copy(run->device, c.to, c.from, c.bytes, why.get()))
+              return;
+          why->clear();
+        },
+        [run, why, then = std::move(then)] {
+          if (!why->empty()) return fail_on_device(*run, *why);
+          then();
+        });
+    return;
+  }
   uint64_t total = 0;
   for (const Copy& c : copies) total += c.bytes;
   auto work = [copies = std::move(copies)] {
@@ -78,12 +120,15 @@ uint64_t block_offset(const CopyRun& run, int rank) {
   return at;
 }
 
-// Every local worker's output gets the first's (which holds the whole result).
+// Every local worker's output gets the whole result (the first's holds it already, unless
+// it was assembled in staging).
 void fan_out(const std::shared_ptr<CopyRun>& run) {
+  run->crossed = true;
   trace_stage(run->trace, "fan_out");
   std::vector<Copy> copies;
-  for (size_t r = 1; r < run->outputs.size(); ++r)
-    copies.push_back({run->outputs[r], run->outputs[0], run->out_bytes});
+  for (size_t r = 0; r < run->outputs.size(); ++r)
+    if (run->outputs[r] != run->result)
+      copies.push_back({run->outputs[r], run->result, run->out_bytes});
   run_copies(run, std::move(copies), [run] { finish(*run, PX_OK, ""); });
 }
 
@@ -108,7 +153,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
   const JobWorld& world = job.world();
   if (run->opcode == Opcode::kBroadcast) {
     BroadcastSpec spec;
-    spec.buffer = run->outputs[0];
+    spec.buffer = run->result;
     spec.bytes = run->out_bytes;
     spec.root = world.node_of_rank(run->root);
     spec.tag_base = make_tag(operation_info(run->opcode).tag, var.global_id, run->step);
@@ -117,7 +162,7 @@ void across_nodes(const std::shared_ptr<CopyRun>& run) {
     return start_chain_broadcast(*run->context.fabric, spec, done);
   }
   AllgathervSpec spec;
-  spec.buffer = run->outputs[0];
+  spec.buffer = run->result;
   int first = 0;
   for (int size : world.node_sizes) {
     uint64_t bytes = 0;
@@ -172,6 +217,62 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
   return "";
 }
 
+// The local stage into run->result (the root's input, or every local worker's block),
+// then the cross-node stage or the fan-out.
+void start_copies(const std::shared_ptr<CopyRun>& run, bool cluster) {
+  const JobWorld& world = run->job->world();
+  std::vector<Copy> local;
+  if (run->opcode == Opcode::kBroadcast) {
+    int root_local = run->root - world.rank_offset;
+    if (root_local >= 0 && root_local < static_cast<int>(run->inputs.size()))
+      local.push_back({run->result, run->inputs[static_cast<size_t>(root_local)], run->out_bytes});
+  } else {
+    for (size_t r = 0; r < run->inputs.size(); ++r)
+      local.push_back({run->result + block_offset(*run, world.rank_offset + static_cast<int>(r)),
+                       run->inputs[r], run->input_bytes[r]});
+  }
+  trace_stage(run->trace, "local_copy");
+  run_copies(run, std::move(local), [run, cluster] {
+    if (cluster) {
+      trace_stage(run->trace, "cross_node");
+      return across_nodes(run);
+    }
+    fan_out(run);
+  });
+}
+
+// Device memory: every contribution's buffers resolved in its worker's regions (one
+// device), or what is wrong. Empty if none is device memory.
+std::string resolve_device(CopyRun& run, const PendingStep& pending) {
+  auto kind = static_cast<uint32_t>(MemoryKind::kCudaDevice);
+  run.on_device = pending.by_rank[0]->in.memory_kind == kind;
+  if (!run.on_device) {
+    for (const auto& c : pending.by_rank)
+      if (c->in.memory_kind == kind)
+        return c->worker->label() + " gave device memory where local rank 0 gave host memory";
+    return "";
+  }
+  if (!run.context.gpu) return "this parallaxd has no usable GPU";
+  for (size_t r = 0; r < pending.by_rank.size(); ++r) {
+    const Contribution& c = *pending.by_rank[r];
+    if (c.in.memory_kind != kind)
+      return c.worker->label() + " gave host memory where local rank 0 gave device memory";
+    const gpu::DeviceRegions* regions = c.worker->device_regions();
+    std::string why = "no device memory registered";
+    auto in = regions ? regions->find(c.in.region, c.in.offset, c.in.bytes, &why) : nullptr;
+    auto out = in ? regions->find(c.out.region, c.out.offset, c.out.bytes, &why) : nullptr;
+    if (!out) return c.worker->label() + ": " + why;
+    if (r == 0) run.device = in->device();
+    if (in->device() != run.device || out->device() != run.device)
+      return c.worker->label() + "'s buffers are on another GPU than local rank 0's";
+    run.inputs[r] = static_cast<const char*>(in->pointer()) + c.in.offset;
+    run.outputs[r] = static_cast<char*>(out->pointer()) + c.out.offset;
+    run.held.push_back(std::move(in));
+    run.held.push_back(std::move(out));
+  }
+  return "";
+}
+
 }  // namespace
 
 void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variable& var,
@@ -208,29 +309,36 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
   if (invalid.empty() && run->opcode == Opcode::kAllgatherv) invalid = read_counts(*run, elem);
   if (run->opcode == Opcode::kAllgather)
     run->rank_bytes.assign(static_cast<size_t>(world.world_size), var.fingerprint.bytes());
-  if (!invalid.empty()) return finish(*run, PX_ERR_INVALID, invalid + " (" + run->what() + ")");
-
-  std::vector<Copy> local;
-  if (run->opcode == Opcode::kBroadcast) {
-    int root_local = run->root - world.rank_offset;
-    if (root_local >= 0 && root_local < static_cast<int>(run->inputs.size()))
-      local.push_back(
-          {run->outputs[0], run->inputs[static_cast<size_t>(root_local)], run->out_bytes});
-  } else {
-    for (size_t r = 0; r < run->inputs.size(); ++r)
-      local.push_back(
-          {run->outputs[0] + block_offset(*run, world.rank_offset + static_cast<int>(r)),
-           run->inputs[r], run->input_bytes[r]});
+  if (invalid.empty()) invalid = resolve_device(*run, pending);
+  if (!invalid.empty()) {
+    bool before_ring = run->on_device && context.fabric && world.node_count > 1;
+    finish(*run, PX_ERR_INVALID, invalid + " (" + run->what() + ")");
+    if (before_ring && context.abort_job)  // the other nodes would wait for this node's part
+      context.abort_job(*run->job, invalid + " (" + run->what() + "); the job ends");
+    return;
   }
+
   bool cluster = context.fabric && world.node_count > 1;
-  trace_stage(run->trace, "local_copy");
-  run_copies(run, std::move(local), [run, cluster] {
-    if (cluster) {
-      trace_stage(run->trace, "cross_node");
-      return across_nodes(run);
-    }
-    fan_out(run);
-  });
+  run->result = run->outputs[0];
+  if (!run->on_device || !cluster) return start_copies(run, cluster);
+  // Device memory across nodes: the chain broadcast runs on pinned host memory.
+  if (var.device_staging && var.device_staging->bytes() == run->out_bytes)
+    run->staging = std::move(var.device_staging);
+  auto why = std::make_shared<std::string>();
+  context.offload.run(
+      true,
+      [run, why] {
+        std::unique_ptr<gpu::HostStaging> fresh;
+        if (!run->staging &&
+            !run->context.gpu->alloc_host(run->device, run->out_bytes, &fresh, why.get()))
+          return;
+        if (fresh) run->staging = std::move(fresh);
+      },
+      [run, why] {
+        if (!why->empty()) return fail_on_device(*run, *why);
+        run->result = static_cast<char*>(run->staging->data());
+        start_copies(run, true);
+      });
 }
 
 }  // namespace px

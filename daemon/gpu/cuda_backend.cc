@@ -202,6 +202,13 @@ class CudaBackend final : public GpuBackend {
     return finished(stream, ok, "gpu copy from host", why);
   }
 
+  bool copy(int device, void* to, const void* from, size_t bytes, std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!stream_on(device, "gpu copy", &stream, why)) return false;
+    bool ok = copied(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "gpu copy", why);
+    return finished(stream, ok, "gpu copy", why);
+  }
+
   bool copy_to_host(int device, void* host, const void* src, size_t bytes,
                     std::string* why) override {
     cudaStream_t stream = nullptr;

@@ -20,7 +20,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 5;
+constexpr uint32_t kGpuBackendInterface = 6;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -117,6 +117,10 @@ class GpuBackend {
   virtual bool reduce_local_to_host(const DeviceAllreduce& args, void* host, std::string* why) = 0;
   // host (count elements, the final result) copied to every output.
   virtual bool copy_from_host(const DeviceAllreduce& args, const void* host, std::string* why) = 0;
+
+  // bytes from `from` to `to`, either of them device memory of device or host memory (the
+  // runtime tells which: unified addressing); for broadcasts on device memory. Blocks.
+  virtual bool copy(int device, void* to, const void* from, size_t bytes, std::string* why) = 0;
 
   // Sparse steps on device memory (daemon/sparse/device_rows_step); each blocks, so call
   // them on the pool. False with why.

@@ -12,7 +12,7 @@
 //                         result read by a copy queued on the stream right after the call,
 //                         with no host wait in between (stream ordering); device
 //                         memory outside px_alloc_ex (cudaMalloc), copied through the
-//                         variable's staging allocation
+//                         variable's staging allocation; px_broadcast_ex on device memory
 //   px_gpu_worker rows    px_pull_rows_ex and px_push_rows_ex on device memory (indices with
 //                         duplicates, coalesced on the GPU) against the same steps on host
 //                         memory of a twin table, bit for bit
@@ -187,6 +187,29 @@ int allreduce(px_client* c, size_t count) {
       if (device_result != host_result) die("device and host results differ for " + label);
       ++cases;
     }
+  }
+  {  // Broadcast on device memory: the last rank's input reaches every worker's output.
+    px_var* bv = nullptr;
+    check(px_register_dense(c, "bcast", PX_F32, count, PX_SUM, &bv), "register bcast");
+    std::vector<unsigned char> mine = inputs(PX_F32, w.rank, count);
+    std::vector<unsigned char> root_in = inputs(PX_F32, w.world_size - 1, count);
+    check_cuda(cudaMemcpy(dev_in, mine.data(), mine.size(), cudaMemcpyHostToDevice), "upload");
+    check_cuda(cudaMemset(dev_out, 0xff, mine.size()), "memset");
+    check_cuda(cudaDeviceSynchronize(), "sync");
+    px_op_options bo;
+    px_op_options_init(&bo);
+    bo.memory_kind = PX_MEMORY_CUDA;
+    bo.stream = stream;
+    bo.root = w.world_size - 1;
+    px_request* r = nullptr;
+    check(px_broadcast_ex(bv, dev_in, dev_out, &bo, &r), "px_broadcast_ex");
+    check_cuda(cudaMemcpyAsync(pinned, dev_out, mine.size(), cudaMemcpyDeviceToHost, stream),
+               "copy back");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(px_wait(r, 60000), "px_wait broadcast");
+    check(px_request_free(r), "px_request_free");
+    if (std::memcmp(pinned, root_in.data(), root_in.size()) != 0)
+      die("the device broadcast did not deliver the root's input");
   }
   // In place (in == out), against the host path.
   px_var* v = nullptr;

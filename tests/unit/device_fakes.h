@@ -111,6 +111,15 @@ class HostBackend final : public gpu::GpuBackend {
     for (void* out : a.outputs) std::memcpy(out, host, a.count * dtype_size(a.dtype));
     return true;
   }
+  bool copy(int, void* to, const void* from, size_t bytes, std::string* why) override {
+    if (!fail_with.empty()) {
+      *why = fail_with;
+      return false;
+    }
+    ++copies;
+    std::memcpy(to, from, bytes);
+    return true;
+  }
   bool copy_to_host(int, void* host, const void* src, size_t bytes, std::string*) override {
     std::memcpy(host, src, bytes);
     return true;
@@ -141,6 +150,7 @@ class HostBackend final : public gpu::GpuBackend {
   std::string fail_with;
   std::atomic<int> allocations{0};
   std::atomic<int> coalesced{0};
+  std::atomic<int> copies{0};
 
  private:
   gpu::GpuInventory inventory_;

@@ -163,12 +163,13 @@ TEST_CASE("device allreduce: bad device buffers are refused naming the worker an
   fx.submit(1, entry(4, fx.var_id, Opcode::kAllreduce, 1, w1.device(0, 32), w1.host(0, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
   CHECK(w0.done[1].message.find("device memory region 9 is not registered") != std::string::npos);
-  // Device memory for a broadcast: allreduce and sparse steps only so far.
-  fx.submit(0, entry(5, fx.var_id, Opcode::kBroadcast, 0, w0.device(0, 32), w0.device(32, 32)));
-  fx.submit(1, entry(6, fx.var_id, Opcode::kBroadcast, 0, w1.device(0, 32), w1.device(32, 32)));
+  // Device memory for an allgather: allreduce, broadcast and sparse steps only so far.
+  fx.submit(0, entry(5, fx.var_id, Opcode::kAllgather, 0, w0.device(0, 32), w0.device(32, 32)));
+  fx.submit(1, entry(6, fx.var_id, Opcode::kAllgather, 0, w1.device(0, 32), w1.device(32, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(3); }));
-  CHECK(w0.done[2].message.find("allreduce and sparse pull and push steps only so far") !=
-        std::string::npos);
+  CHECK(
+      w0.done[2].message.find("allreduce, broadcast and sparse pull and push steps only so far") !=
+      std::string::npos);
 }
 
 TEST_CASE("device allreduce: without a backend, or when it fails, the step fails clearly") {
@@ -212,7 +213,8 @@ struct NodeResult {
 // its abort_job then fails the variable's traffic on peer, as the cluster's report of the
 // broken job does on the other daemon.
 NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t count, ReduceOp op,
-                    int steps, const std::string& fail_with = "", FabricEndpoint* peer = nullptr) {
+                    int steps, const std::string& fail_with = "", FabricEndpoint* peer = nullptr,
+                    Opcode opcode = Opcode::kAllreduce) {
   ClusterNode node;
   node.world.node_index = index;
   node.world.node_count = 2;
@@ -236,8 +238,10 @@ NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t cou
         in[i] = static_cast<float>(2 * index + static_cast<int>(r) + 1 + static_cast<int>(i % 5));
       BufferRef a = device ? w.device(0, bytes) : w.host(0, bytes);
       BufferRef b = device ? w.device(bytes, bytes) : w.host(bytes, bytes);
-      fx.submit(static_cast<int>(r), entry(1 + static_cast<uint64_t>(step), fx.var_id,
-                                           Opcode::kAllreduce, static_cast<uint64_t>(step), a, b));
+      SubmitEntry e = entry(1 + static_cast<uint64_t>(step), fx.var_id, opcode,
+                            static_cast<uint64_t>(step), a, b);
+      e.root = 3;  // a broadcast's root: global rank 3, on node 1
+      fx.submit(static_cast<int>(r), e);
     }
     if (!fx.loop.run_until([&] { return fx.all_done(static_cast<size_t>(step) + 1); })) {
       // The other node's thread and the endpoints still use this node's pool and loop:
@@ -324,4 +328,44 @@ TEST_CASE("device allreduce across nodes: a failure before the ring ends the job
   // Node 1 was in the ring: it fails instead of waiting for node 0's share.
   CHECK(results[1].status[0] == PX_ERR_PEER_LOST);
   CHECK(results[1].aborted.empty());
+}
+
+TEST_CASE("device broadcast: the root's device buffer reaches every worker's, on one node") {
+  Fixture fx(3, 50);
+  for (size_t r = 0; r < 3; ++r) {
+    DeviceWorker& w = *fx.workers[r];
+    for (int i = 0; i < 50; ++i) w.floats(0)[i] = static_cast<float>(100 * static_cast<int>(r) + i);
+    SubmitEntry e =
+        entry(1, fx.var_id, Opcode::kBroadcast, 0, w.device(0, 200), w.device(200, 200));
+    e.root = 1;
+    fx.submit(static_cast<int>(r), e);
+  }
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  for (auto& w : fx.workers) {
+    INFO(w->done[0].message);
+    CHECK(w->done[0].status == PX_OK);
+    for (int i = 0; i < 50; ++i) CHECK(w->floats(200)[i] == 100 + i);
+  }
+  CHECK(fx.backend.copies == 3);  // the root's input to the first output, then two more
+}
+
+TEST_CASE("device broadcast across nodes: through pinned staging, device meeting host memory") {
+  auto eps = pxt::open_endpoints(2);
+  std::vector<NodeResult> results(2);
+  std::thread other([&] {
+    results[1] =
+        run_node(1, *eps[1], false, 20000, ReduceOp::kSum, 2, "", nullptr, Opcode::kBroadcast);
+  });
+  results[0] =
+      run_node(0, *eps[0], true, 20000, ReduceOp::kSum, 2, "", nullptr, Opcode::kBroadcast);
+  other.join();
+  for (const NodeResult& node : results)
+    for (size_t r = 0; r < 2; ++r) {
+      INFO(node.message[r]);
+      CHECK(node.status[r] == PX_OK);
+      int bad = 0;
+      for (uint64_t i = 0; i < 20000; ++i) bad += node.out[r][i] != static_cast<float>(4 + i % 5);
+      CHECK(bad == 0);  // global rank 3's input: 2 x 1 + 1 + 1 + i % 5
+    }
+  CHECK(results[0].allocations == 1);  // node 0's staging, kept for its second step
 }

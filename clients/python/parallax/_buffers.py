@@ -3,8 +3,8 @@
 Buffers are passed by address, never copied here: they must be C-contiguous (a
 non-contiguous array is refused, not silently copied, because an out buffer that is a
 copy would never receive the result) and in host memory, except where the operation takes
-CUDA memory (allreduce: a CUDA tensor's Buffer carries its device; other operations refuse
-it clearly). torch is imported only if the caller passes a tensor.
+CUDA memory (allreduce, broadcast: a CUDA tensor's Buffer carries its device; other
+operations refuse it clearly). torch is imported only if the caller passes a tensor.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def as_buffer(x: Any, what: str, writable: bool, cuda_ok: bool = False) -> Buffe
         cuda = x.device.type == "cuda" and cuda_ok
         if x.device.type != "cpu" and not cuda:
             takes = "host memory" + (" or CUDA memory" if cuda_ok else
-                                     " here (CUDA tensors: allreduce only so far)")
+                                     " here (CUDA tensors: allreduce and broadcast only so far)")
             raise error(_lib.ERR_INVALID,
                         f"{what} is a {x.device.type} tensor ({x.device}); Parallax needs "
                         f"{takes} (README, Limits): move it with .cpu() or allocate it "

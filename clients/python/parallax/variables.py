@@ -116,10 +116,24 @@ class DenseVariable(_Variable):
                           f"{count} expected")
 
     def _same_size_op(self, fn, op: str, x: Any, out: Any, opts: _lib.OpOptions) -> Request:
-        """An operation whose in and out both hold the variable's count (out None: x)."""
+        """An operation whose in and out both hold the variable's count (out None: x).
+
+        CUDA tensors (x and out on one device) are ordered on the device's current torch
+        stream, as NCCL's collectives are: work queued on it after the call sees the
+        result. The request's wait() means the daemon's step is done; for tensors outside
+        Client device memory the copy back is on the stream, so read out on the stream (or
+        after torch.cuda.current_stream().synchronize())."""
         out = x if out is None else out
-        bin_ = _buffers.as_buffer(x, f"{op} input of '{self.name}'", False)
-        bout = _buffers.as_buffer(out, f"{op} output of '{self.name}'", True)
+        bin_ = _buffers.as_buffer(x, f"{op} input of '{self.name}'", False, cuda_ok=True)
+        bout = _buffers.as_buffer(out, f"{op} output of '{self.name}'", True, cuda_ok=True)
+        if bin_.device >= 0 or bout.device >= 0:
+            if bin_.device != bout.device:
+                raise invalid(f"{op} of '{self.name}': input on {x.device}, output on "
+                              f"{out.device} (one CUDA device, or host memory for both)")
+            import torch
+            opts.memory_kind = _lib.MEMORY_CUDA
+            opts.device = bin_.device
+            opts.stream = torch.cuda.current_stream(x.device).cuda_stream
         self._check(bin_, f"{op} input", self.count)
         self._check(bout, f"{op} output", self.count)
         req = ctypes.c_void_p()
@@ -129,36 +143,13 @@ class DenseVariable(_Variable):
                                     (bin_.owner, bout.owner))
 
     def allreduce(self, x: Any, out: Any = None, *, priority: int = 0) -> Request:
-        """Reduces x across every worker into out (None: into x, in place).
-
-        CUDA tensors (x and out on one device) are ordered on the device's current torch
-        stream, as NCCL's collectives are: work queued on it after the call sees the
-        result. The request's wait() means the daemon's step is done; for tensors outside
-        Client device memory the copy back is on the stream, so read out on the stream (or
-        after torch.cuda.current_stream().synchronize())."""
-        out = x if out is None else out
-        what = f"allreduce of '{self.name}'"
-        bin_ = _buffers.as_buffer(x, f"allreduce input of '{self.name}'", False, cuda_ok=True)
-        bout = _buffers.as_buffer(out, f"allreduce output of '{self.name}'", True, cuda_ok=True)
-        opts = _op_options(priority)
-        if bin_.device >= 0 or bout.device >= 0:
-            if bin_.device != bout.device:
-                raise invalid(f"{what}: input on {x.device}, output on {out.device} (one "
-                              "CUDA device, or host memory for both)")
-            import torch
-            opts.memory_kind = _lib.MEMORY_CUDA
-            opts.device = bin_.device
-            opts.stream = torch.cuda.current_stream(x.device).cuda_stream
-        self._check(bin_, "allreduce input", self.count)
-        self._check(bout, "allreduce output", self.count)
-        req = ctypes.c_void_p()
-        status = _lib.lib.px_allreduce_ex(self._h(), bin_.address, bout.address,
-                                          ctypes.byref(opts), ctypes.byref(req))
-        return self.client._request(status, req, self._describe("allreduce"), out,
-                                    (bin_.owner, bout.owner))
+        """Reduces x across every worker into out (None: into x, in place); CUDA tensors
+        too (see _same_size_op)."""
+        return self._same_size_op(_lib.lib.px_allreduce_ex, "allreduce", x, out,
+                                  _op_options(priority))
 
     def broadcast(self, x: Any, out: Any = None, *, root: int = 0) -> Request:
-        """The root worker's x into out (None: into x) on every worker."""
+        """The root worker's x into out (None: into x) on every worker; CUDA tensors too."""
         return self._same_size_op(_lib.lib.px_broadcast_ex, "broadcast", x, out,
                                   _op_options(root=root))
 

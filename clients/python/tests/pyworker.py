@@ -208,8 +208,8 @@ def errors(px):
            lambda: var.allreduce(torch.zeros(8, 2)[:, 0]))
     expect("device_tensor", parallax.InvalidArgument,
            lambda: var.allreduce(torch.empty(8, device="meta")))
-    expect("device_tensor_broadcast", parallax.InvalidArgument,
-           lambda: var.broadcast(torch.empty(8, device="meta")))
+    expect("device_tensor_allgather", parallax.InvalidArgument,
+           lambda: var.allgather(torch.empty(8, device="meta")))
     expect("object", parallax.InvalidArgument, lambda: var.allreduce([0.0] * 8))
     expect("unknown_dtype", parallax.InvalidArgument, lambda: px.dense("py.u8", 4, np.uint8))
     expect("mismatch", parallax.Mismatch, lambda: px.dense("py.err", 9, np.float32))
