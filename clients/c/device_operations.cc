@@ -222,8 +222,9 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
       if (*outside >= 0 && !op.stage_outside)
         return fail(c, PX_ERR_NOT_IMPLEMENTED,
                     who + ": " + name +
-                        " is device memory outside px_alloc_ex allocations: sparse rows on "
-                        "the device must lie in them (the staging copy is allreduce's only)");
+                        " is device memory outside px_alloc_ex allocations: this operation "
+                        "needs it inside one (the staging copy is for allreduce and broadcast "
+                        "only)");
     }
   }
   if (in_device >= 0 && out_device >= 0 && in_device != out_device)
@@ -386,6 +387,20 @@ px_status submit_device_broadcast(const VarRef& ref, const std::string& who, con
   op.next_step = &ref.var->next_steps[Opcode::kBroadcast];
   op.stage_outside = true;
   op.root = static_cast<uint32_t>(root);
+  return submit_device_op(ref, who, op, device, stream, priority, out_request);
+}
+
+px_status submit_device_allgather(const VarRef& ref, const std::string& who, const void* in,
+                                  void* out, int device, void* stream, uint8_t priority,
+                                  px_request** out_request) {
+  DeviceOp op;
+  op.opcode = Opcode::kAllgather;
+  op.what = "allgather";
+  op.in = in;
+  op.out = out;
+  op.in_bytes = ref.var->bytes;
+  op.out_bytes = ref.var->bytes * static_cast<uint64_t>(ref.client->world.world_size);
+  op.next_step = &ref.var->next_steps[Opcode::kAllgather];
   return submit_device_op(ref, who, op, device, stream, priority, out_request);
 }
 

@@ -339,11 +339,15 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
     if (opcode == Opcode::kBroadcast)
       return submit_device_broadcast(ref, who, in, out, op.root, op.device, op.stream, op.priority,
                                      out_request);
+    if (opcode == Opcode::kAllgather)
+      return submit_device_allgather(ref, who, in, out, op.device, op.stream, op.priority,
+                                     out_request);
     if (opcode != Opcode::kAllreduce)
       return fail(c, PX_ERR_NOT_IMPLEMENTED,
                   who +
-                      ": PX_MEMORY_CUDA is taken by px_allreduce_ex, px_broadcast_ex and sparse "
-                      "pull and push steps only so far (README, Limits)");
+                      ": PX_MEMORY_CUDA is taken by px_allreduce_ex, px_broadcast_ex, "
+                      "px_allgather_ex and sparse pull and push steps only so far (README, "
+                      "Limits)");
     return submit_device_allreduce(ref, who, in, out, op.device, op.stream, op.priority,
                                    out_request);
   }

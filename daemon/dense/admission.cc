@@ -59,9 +59,10 @@ std::string check_device_buffers(const Variable& var, const JobWorld& world,
   auto opcode = static_cast<Opcode>(entry.opcode);
   bool sparse_step = var.sparse && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows);
   if (!sparse_step &&
-      (var.sparse || (opcode != Opcode::kAllreduce && opcode != Opcode::kBroadcast)))
-    return "device memory is taken by allreduce, broadcast and sparse pull and push steps only "
-           "so far (README, Limits)";
+      (var.sparse || (opcode != Opcode::kAllreduce && opcode != Opcode::kBroadcast &&
+                      opcode != Opcode::kAllgather)))
+    return "device memory is taken by allreduce, broadcast, allgather and sparse pull and push "
+           "steps only so far (README, Limits)";
   if (!device_ref(entry.in) || !device_ref(entry.out))
     return "in and out must both be device memory, or both host memory";
   const gpu::DeviceRegions* regions = worker.device_regions();
@@ -70,18 +71,23 @@ std::string check_device_buffers(const Variable& var, const JobWorld& world,
   if (opcode == Opcode::kBroadcast && entry.root >= static_cast<uint32_t>(world.world_size))
     return "root " + std::to_string(entry.root) + " is not a rank of the job";
   uint64_t bytes = var.fingerprint.bytes();
-  if (entry.in.bytes != bytes || entry.out.bytes != bytes)
+  // An allgather's output holds every worker's block; its input must lie apart from it.
+  bool gather = opcode == Opcode::kAllgather;
+  uint64_t out_bytes = gather ? bytes * static_cast<uint64_t>(world.world_size) : bytes;
+  if (entry.in.bytes != bytes || entry.out.bytes != out_bytes)
     return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
-           std::to_string(entry.out.bytes) + " bytes, variable has " + std::to_string(bytes);
+           std::to_string(entry.out.bytes) + " bytes, the step needs " + std::to_string(bytes) +
+           "/" + std::to_string(out_bytes);
   std::string why;
   auto in = regions->find(entry.in.region, entry.in.offset, bytes, &why);
   if (!in) return "in: " + why;
-  auto out = regions->find(entry.out.region, entry.out.offset, bytes, &why);
+  auto out = regions->find(entry.out.region, entry.out.offset, out_bytes, &why);
   if (!out) return "out: " + why;
   if (in->device() != out->device()) return "in and out are on different devices";
-  if (entry.in.region == entry.out.region && entry.in.offset != entry.out.offset &&
+  if (entry.in.region == entry.out.region && (gather || entry.in.offset != entry.out.offset) &&
       overlaps(entry.in, entry.out))
-    return "in and out overlap without being equal";
+    return gather ? "in lies in out (device memory: apart)"
+                  : "in and out overlap without being equal";
   return "";
 }
 

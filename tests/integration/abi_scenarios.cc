@@ -321,10 +321,10 @@ int options(px_client* c) {
     expect_contains(error, "PX_MEMORY_CUDA: this process has not loaded the CUDA runtime");
   expect_status(px_broadcast_ex(v, x.data(), y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
                 "PX_MEMORY_CUDA broadcast");
-  expect_status(px_allgather_ex(v, x.data(), y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
-                "PX_MEMORY_CUDA allgather");
-  expect_contains(px_last_error(),
-                  "taken by px_allreduce_ex, px_broadcast_ex and sparse pull and push steps");
+  uint64_t counts[2] = {4, 4};
+  expect_status(px_allgatherv_ex(v, x.data(), counts, y.data(), &o, &r), PX_ERR_NOT_IMPLEMENTED,
+                "PX_MEMORY_CUDA allgatherv");
+  expect_contains(px_last_error(), "taken by px_allreduce_ex, px_broadcast_ex, px_allgather_ex");
   // Sparse steps on device memory: refused here as the allreduce is (no GPU, or no CUDA
   // runtime in this process); loads and reads are not taken on device memory at all.
   px_sparse_options so;

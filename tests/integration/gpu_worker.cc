@@ -12,7 +12,8 @@
 //                         result read by a copy queued on the stream right after the call,
 //                         with no host wait in between (stream ordering); device
 //                         memory outside px_alloc_ex (cudaMalloc), copied through the
-//                         variable's staging allocation; px_broadcast_ex on device memory
+//                         variable's staging allocation; px_broadcast_ex and
+//                         px_allgather_ex on device memory
 //   px_gpu_worker rows    px_pull_rows_ex and px_push_rows_ex on device memory (indices with
 //                         duplicates, coalesced on the GPU) against the same steps on host
 //                         memory of a twin table, bit for bit
@@ -210,6 +211,23 @@ int allreduce(px_client* c, size_t count) {
     check(px_request_free(r), "px_request_free");
     if (std::memcmp(pinned, root_in.data(), root_in.size()) != 0)
       die("the device broadcast did not deliver the root's input");
+    // Allgather on device memory: every rank's input, in rank order.
+    px_var* gv = nullptr;
+    check(px_register_dense(c, "gather", PX_F32, count, PX_SUM, &gv), "register gather");
+    size_t all = mine.size() * static_cast<size_t>(w.world_size);
+    void* gathered = nullptr;
+    check(px_alloc_ex(c, all, &ao, &gathered), "px_alloc_ex gathered");
+    check(px_allgather_ex(gv, dev_in, gathered, &bo, &r), "px_allgather_ex");
+    check(px_wait(r, 60000), "px_wait allgather");
+    check(px_request_free(r), "px_request_free");
+    std::vector<unsigned char> got(all);
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check_cuda(cudaMemcpy(got.data(), gathered, all, cudaMemcpyDeviceToHost), "download");
+    for (int k = 0; k < w.world_size; ++k)
+      if (std::memcmp(got.data() + k * mine.size(), inputs(PX_F32, k, count).data(), mine.size()) !=
+          0)
+        die("the device allgather's block of rank " + std::to_string(k) + " differs");
+    check(px_free(c, gathered), "px_free gathered");
   }
   // In place (in == out), against the host path.
   px_var* v = nullptr;

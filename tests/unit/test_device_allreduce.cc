@@ -44,8 +44,9 @@ struct ClusterNode {
 };
 
 struct Fixture {
+  // Each worker's device region holds 2 x count floats unless region_bytes says more.
   Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true,
-          const ClusterNode* node = nullptr)
+          const ClusterNode* node = nullptr, uint64_t region_bytes = 0)
       : pool(2), scheduler(pool, loop.poster()), job(std::make_shared<Job>("j", workers)) {
     // Two nodes run on two threads of one process: neither is "the" loop thread then.
     if (!node) loop_thread.emplace();
@@ -63,7 +64,8 @@ struct Fixture {
     if (node) v.global_id = 5;  // as if every node had registered it
     var_id = v.id;
     for (int r = 0; r < workers; ++r) {
-      auto w = std::make_shared<DeviceWorker>(r, 2 * count * sizeof(float), 0);
+      auto w = std::make_shared<DeviceWorker>(
+          r, region_bytes ? region_bytes : 2 * count * sizeof(float), 0);
       job->members()[static_cast<size_t>(r)] = w;
       this->workers.push_back(std::move(w));
     }
@@ -163,13 +165,13 @@ TEST_CASE("device allreduce: bad device buffers are refused naming the worker an
   fx.submit(1, entry(4, fx.var_id, Opcode::kAllreduce, 1, w1.device(0, 32), w1.host(0, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
   CHECK(w0.done[1].message.find("device memory region 9 is not registered") != std::string::npos);
-  // Device memory for an allgather: allreduce, broadcast and sparse steps only so far.
-  fx.submit(0, entry(5, fx.var_id, Opcode::kAllgather, 0, w0.device(0, 32), w0.device(32, 32)));
-  fx.submit(1, entry(6, fx.var_id, Opcode::kAllgather, 0, w1.device(0, 32), w1.device(32, 32)));
+  // Device memory for an allgatherv: not taken so far.
+  fx.submit(0, entry(5, fx.var_id, Opcode::kAllgatherv, 0, w0.device(0, 32), w0.device(32, 32)));
+  fx.submit(1, entry(6, fx.var_id, Opcode::kAllgatherv, 0, w1.device(0, 32), w1.device(32, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(3); }));
-  CHECK(
-      w0.done[2].message.find("allreduce, broadcast and sparse pull and push steps only so far") !=
-      std::string::npos);
+  CHECK(w0.done[2].message.find(
+            "allreduce, broadcast, allgather and sparse pull and push steps only so far") !=
+        std::string::npos);
 }
 
 TEST_CASE("device allreduce: without a backend, or when it fails, the step fails clearly") {
@@ -222,7 +224,9 @@ NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t cou
   node.world.world_size = 4;
   node.world.node_sizes = {2, 2};
   node.fabric = &fabric;
-  Fixture fx(2, count, op, true, &node);
+  // An allgather's output holds the 4 workers' blocks.
+  uint64_t out_count = opcode == Opcode::kAllgather ? 4 * count : count;
+  Fixture fx(2, count, op, true, &node, (count + out_count) * sizeof(float));
   uint64_t bytes = count * sizeof(float);
   NodeResult result;
   fx.backend.fail_with = fail_with;
@@ -237,7 +241,8 @@ NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t cou
       for (uint64_t i = 0; i < count; ++i)
         in[i] = static_cast<float>(2 * index + static_cast<int>(r) + 1 + static_cast<int>(i % 5));
       BufferRef a = device ? w.device(0, bytes) : w.host(0, bytes);
-      BufferRef b = device ? w.device(bytes, bytes) : w.host(bytes, bytes);
+      BufferRef b = device ? w.device(bytes, out_count * sizeof(float))
+                           : w.host(bytes, out_count * sizeof(float));
       SubmitEntry e = entry(1 + static_cast<uint64_t>(step), fx.var_id, opcode,
                             static_cast<uint64_t>(step), a, b);
       e.root = 3;  // a broadcast's root: global rank 3, on node 1
@@ -254,7 +259,7 @@ NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t cou
     result.status.push_back(w->done.back().status);
     result.message.push_back(w->done.back().message);
     const float* out = device ? w->floats(bytes) : w->host_floats(bytes);
-    result.out.emplace_back(out, out + count);
+    result.out.emplace_back(out, out + out_count);
   }
   result.allocations = fx.backend.allocations.load();
   result.route = fx.job->find(fx.var_id)->stats.route;
@@ -368,4 +373,40 @@ TEST_CASE("device broadcast across nodes: through pinned staging, device meeting
       CHECK(bad == 0);  // global rank 3's input: 2 x 1 + 1 + 1 + i % 5
     }
   CHECK(results[0].allocations == 1);  // node 0's staging, kept for its second step
+}
+
+TEST_CASE("device allgather: every worker's block in rank order, on one node and across two") {
+  {
+    Fixture fx(3, 8, ReduceOp::kSum, true, nullptr, 4 * 32);
+    for (size_t r = 0; r < 3; ++r) {
+      DeviceWorker& w = *fx.workers[r];
+      for (int i = 0; i < 8; ++i) w.floats(0)[i] = static_cast<float>(10 * static_cast<int>(r) + i);
+      fx.submit(static_cast<int>(r),
+                entry(1, fx.var_id, Opcode::kAllgather, 0, w.device(0, 32), w.device(32, 96)));
+    }
+    REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+    for (auto& w : fx.workers) {
+      INFO(w->done[0].message);
+      CHECK(w->done[0].status == PX_OK);
+      for (int k = 0; k < 24; ++k) CHECK(w->floats(32)[k] == 10 * (k / 8) + k % 8);
+    }
+  }
+  auto eps = pxt::open_endpoints(2);
+  std::vector<NodeResult> results(2);
+  std::thread other([&] {
+    results[1] =
+        run_node(1, *eps[1], true, 5000, ReduceOp::kSum, 1, "", nullptr, Opcode::kAllgather);
+  });
+  results[0] =
+      run_node(0, *eps[0], false, 5000, ReduceOp::kSum, 1, "", nullptr, Opcode::kAllgather);
+  other.join();
+  for (const NodeResult& node : results)
+    for (size_t r = 0; r < 2; ++r) {
+      INFO(node.message[r]);
+      CHECK(node.status[r] == PX_OK);
+      int bad = 0;
+      for (uint64_t k = 0; k < 4 * 5000; ++k)  // rank k / 5000's input: rank + 1 + i % 5
+        bad += node.out[r][k] != static_cast<float>(k / 5000 + 1 + (k % 5000) % 5);
+      CHECK(bad == 0);
+    }
 }
