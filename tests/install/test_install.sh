@@ -38,12 +38,16 @@ daemon_pid=$!
 for example in "$work/example-pkgconfig" "$work/consumer/example"; do
   out=$(PARALLAX_JOB="$(basename "$example")" timeout 60 "$example")
   [ "$out" = "ABI 1.8 result 1 2 3 4" ] || { echo "FAIL: $example printed '$out'"; exit 1; }
-  ldd "$example" | grep -q "$prefix/lib/libparallax.so.1" ||
+  # Captured, not piped: grep -q stops reading at its match, and under pipefail the SIGPIPE
+  # that leaves ldd would fail the check now and then.
+  libs=$(ldd "$example")
+  grep -q "$prefix/lib/libparallax.so.1" <<<"$libs" ||
     { echo "FAIL: $example does not load the installed libparallax"; exit 1; }
 done
 # pxctl, installed beside px-cluster, asks the installed daemon.
 [ -x "$prefix/bin/pxctl" ] || { echo "FAIL: bin/pxctl was not installed"; exit 1; }
-"$prefix/bin/pxctl" --json status | grep -q "\"pid\":$daemon_pid," ||
+status=$("$prefix/bin/pxctl" --json status)
+grep -q "\"pid\":$daemon_pid," <<<"$status" ||
   { echo "FAIL: the installed pxctl could not ask the installed parallaxd"; exit 1; }
 # A CUDA build installs the GPU backend under lib/parallax, where the installed daemon finds it.
 if [ -e "$build/daemon/libparallax_gpu.so" ]; then
@@ -51,7 +55,8 @@ if [ -e "$build/daemon/libparallax_gpu.so" ]; then
     { echo "FAIL: lib/parallax/libparallax_gpu.so was not installed"; exit 1; }
   # Found and loaded (its CUDA runtime and NCCL resolved without the build tree's RUNPATH):
   # what is left is the runtime's own answer, devices or why there are none.
-  "$prefix/bin/pxctl" --json status | grep -q -E '"gpu":"none: (no GPU backend|cannot load)' &&
+  status=$("$prefix/bin/pxctl" --json status)
+  grep -q -E '"gpu":"none: (no GPU backend|cannot load)' <<<"$status" &&
     { echo "FAIL: the installed parallaxd did not load the installed GPU backend:";
       "$prefix/bin/pxctl" --json status; exit 1; }
 fi
