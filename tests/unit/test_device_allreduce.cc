@@ -268,11 +268,12 @@ NodeResult run_node(int index, FabricEndpoint& fabric, bool device, uint64_t cou
 
 // Both nodes' results for one configuration.
 std::vector<NodeResult> two_nodes(bool device0, bool device1, uint64_t count, ReduceOp op,
-                                  int steps = 1) {
+                                  int steps = 1, Opcode opcode = Opcode::kAllreduce) {
   auto eps = pxt::open_endpoints(2);
   std::vector<NodeResult> results(2);
-  std::thread other([&] { results[1] = run_node(1, *eps[1], device1, count, op, steps); });
-  results[0] = run_node(0, *eps[0], device0, count, op, steps);
+  std::thread other(
+      [&] { results[1] = run_node(1, *eps[1], device1, count, op, steps, "", nullptr, opcode); });
+  results[0] = run_node(0, *eps[0], device0, count, op, steps, "", nullptr, opcode);
   other.join();
   return results;
 }
@@ -355,15 +356,7 @@ TEST_CASE("device broadcast: the root's device buffer reaches every worker's, on
 }
 
 TEST_CASE("device broadcast across nodes: through pinned staging, device meeting host memory") {
-  auto eps = pxt::open_endpoints(2);
-  std::vector<NodeResult> results(2);
-  std::thread other([&] {
-    results[1] =
-        run_node(1, *eps[1], false, 20000, ReduceOp::kSum, 2, "", nullptr, Opcode::kBroadcast);
-  });
-  results[0] =
-      run_node(0, *eps[0], true, 20000, ReduceOp::kSum, 2, "", nullptr, Opcode::kBroadcast);
-  other.join();
+  auto results = two_nodes(true, false, 20000, ReduceOp::kSum, 2, Opcode::kBroadcast);
   for (const NodeResult& node : results)
     for (size_t r = 0; r < 2; ++r) {
       INFO(node.message[r]);
@@ -391,15 +384,7 @@ TEST_CASE("device allgather: every worker's block in rank order, on one node and
       for (int k = 0; k < 24; ++k) CHECK(w->floats(32)[k] == 10 * (k / 8) + k % 8);
     }
   }
-  auto eps = pxt::open_endpoints(2);
-  std::vector<NodeResult> results(2);
-  std::thread other([&] {
-    results[1] =
-        run_node(1, *eps[1], true, 5000, ReduceOp::kSum, 1, "", nullptr, Opcode::kAllgather);
-  });
-  results[0] =
-      run_node(0, *eps[0], false, 5000, ReduceOp::kSum, 1, "", nullptr, Opcode::kAllgather);
-  other.join();
+  auto results = two_nodes(false, true, 5000, ReduceOp::kSum, 1, Opcode::kAllgather);
   for (const NodeResult& node : results)
     for (size_t r = 0; r < 2; ++r) {
       INFO(node.message[r]);
