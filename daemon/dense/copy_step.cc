@@ -262,9 +262,9 @@ std::string resolve_device(CopyRun& run, const PendingStep& pending) {
     auto in = regions ? regions->find(c.in.region, c.in.offset, c.in.bytes, &why) : nullptr;
     auto out = in ? regions->find(c.out.region, c.out.offset, c.out.bytes, &why) : nullptr;
     if (!out) return c.worker->label() + ": " + why;
+    // Workers may sit on different GPUs: the backend's copies go between them (peer
+    // copies); the staging copies are made on local rank 0's.
     if (r == 0) run.device = in->device();
-    if (in->device() != run.device || out->device() != run.device)
-      return c.worker->label() + "'s buffers are on another GPU than local rank 0's";
     run.inputs[r] = static_cast<const char*>(in->pointer()) + c.in.offset;
     run.outputs[r] = static_cast<char*>(out->pointer()) + c.out.offset;
     run.held.push_back(std::move(in));

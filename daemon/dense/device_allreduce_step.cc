@@ -68,8 +68,10 @@ void fail_before_cross_node(DeviceRun& run, px_status status, const std::string&
                                         "this node's share, so the job ends");
 }
 
-// The device pointer of ref in worker's regions, held in run; null with why.
-void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, std::string* why) {
+// The device pointer of ref in worker's regions, held in run, and its device; null with
+// why. (Workers may sit on different GPUs; admission keeps each one's in and out on one.)
+void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, int* device,
+              std::string* why) {
   const gpu::DeviceRegions* regions = worker.device_regions();
   auto mapping = regions ? regions->find(ref.region, ref.offset, ref.bytes, why) : nullptr;
   if (!mapping) {
@@ -77,11 +79,7 @@ void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, std
     return nullptr;
   }
   void* p = static_cast<char*>(mapping->pointer()) + ref.offset;
-  if (run.held.empty()) run.args.device = mapping->device();
-  if (mapping->device() != run.args.device) {
-    *why = "its buffer is on another GPU than the first worker's (one GPU per node's step so far)";
-    return nullptr;
-  }
+  *device = mapping->device();
   run.held.push_back(std::move(mapping));
   return p;
 }
@@ -166,14 +164,16 @@ void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> 
       continue;
     }
     std::string why;
-    const void* in = resolve(*run, *c->worker, c->in, &why);
-    void* out = in ? resolve(*run, *c->worker, c->out, &why) : nullptr;
+    int device = 0;
+    const void* in = resolve(*run, *c->worker, c->in, &device, &why);
+    void* out = in ? resolve(*run, *c->worker, c->out, &device, &why) : nullptr;
     if (!out) {
       problem = c->worker->label() + ": " + why;
       continue;
     }
     run->args.inputs.push_back(in);
     run->args.outputs.push_back(out);
+    run->args.devices.push_back(device);
   }
   if (problem.empty() && !context.gpu) {
     status = PX_ERR_NOT_IMPLEMENTED;
@@ -181,6 +181,7 @@ void run_device_allreduce_step(const StepContext& context, std::shared_ptr<Job> 
   }
   if (!problem.empty()) return fail_before_cross_node(*run, status, problem + suffix);
   run->op = var.fingerprint.op;
+  run->args.device = run->args.devices[0];  // the first worker's GPU reduces
   run->args.dtype = var.fingerprint.dtype;
   run->args.count = var.fingerprint.count;
   run->args.mean_divisor = static_cast<unsigned>(run->job->world().world_size);

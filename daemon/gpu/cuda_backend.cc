@@ -156,12 +156,8 @@ class CudaBackend final : public GpuBackend {
   bool allreduce_local(const DeviceAllreduce& a, std::string* why) override {
     cudaStream_t stream = nullptr;
     if (!begin(a, "gpu allreduce", &stream, why)) return false;
-    bool ok = reduce_into_first(a, stream, why);
-    size_t bytes = a.count * dtype_size(a.dtype);
-    for (size_t w = 1; ok && w < a.outputs.size(); ++w)
-      ok = copied(
-          cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream),
-          "gpu allreduce: copy to a worker", why);
+    bool ok = reduce_into_first(a, stream, why) &&
+              fan_out(a, stream, "gpu allreduce: copy to a worker", why);
     return finished(stream, ok, "gpu allreduce", why);
   }
 
@@ -194,11 +190,8 @@ class CudaBackend final : public GpuBackend {
     size_t bytes = a.count * dtype_size(a.dtype);
     // Across PCIe once, then device to device to the other workers.
     bool ok = copied(cudaMemcpyAsync(a.outputs[0], host, bytes, cudaMemcpyHostToDevice, stream),
-                     "gpu copy from host", why);
-    for (size_t w = 1; ok && w < a.outputs.size(); ++w)
-      ok = copied(
-          cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream),
-          "gpu copy from host: copy to a worker", why);
+                     "gpu copy from host", why) &&
+              fan_out(a, stream, "gpu copy from host: copy to a worker", why);
     return finished(stream, ok, "gpu copy from host", why);
   }
 
@@ -313,27 +306,65 @@ class CudaBackend final : public GpuBackend {
   }
 
   // The inputs reduced into outputs[0] on stream (queued, not waited for).
+  // The device of worker w's buffers.
+  static int device_of(const DeviceAllreduce& a, size_t w) {
+    return a.devices.empty() ? a.device : a.devices[w];
+  }
+
+  // The inputs reduced into outputs[0] on stream (queued, not waited for). Inputs on other
+  // devices are copied next to it first (cudaMemcpyPeerAsync: with or without peer access).
   static bool reduce_into_first(const DeviceAllreduce& a, cudaStream_t stream, std::string* why) {
+    size_t bytes = a.count * dtype_size(a.dtype);
+    std::vector<const void*> sources = a.inputs;
+    size_t remote = 0;
+    for (size_t w = 0; w < sources.size(); ++w) remote += device_of(a, w) != a.device;
+    void* gathered = nullptr;
+    cudaError_t err;
+    if (remote > 0 && (err = cudaMallocAsync(&gathered, remote * bytes, stream)) != cudaSuccess)
+      return cuda_failed(why, "gpu reduce: room for other GPUs' inputs", err);
+    bool ok = true;
+    for (size_t w = 0, at = 0; ok && w < sources.size(); ++w) {
+      if (device_of(a, w) == a.device) continue;
+      void* here = static_cast<char*>(gathered) + at++ * bytes;
+      ok = copied(cudaMemcpyPeerAsync(here, a.device, sources[w], device_of(a, w), bytes, stream),
+                  "gpu reduce: copy from another GPU", why);
+      sources[w] = here;
+    }
     DeviceReduceArgs r;
     r.dtype = a.dtype;
     r.op = a.op;
     r.dst = a.outputs[0];
-    r.srcs = a.inputs.data();
-    r.nsrc = a.inputs.size();
+    r.srcs = sources.data();
+    r.nsrc = sources.size();
     r.count = a.count;
     r.mean_divisor = a.mean_divisor;
     r.stream = stream;
     size_t scratch_bytes = 0;
-    if (!reduce_scratch_bytes(r, &scratch_bytes, why)) return false;
     void* scratch = nullptr;
-    cudaError_t err;
-    if (scratch_bytes > 0 &&
+    ok = ok && reduce_scratch_bytes(r, &scratch_bytes, why);
+    if (ok && scratch_bytes > 0 &&
         (err = cudaMallocAsync(&scratch, scratch_bytes, stream)) != cudaSuccess)
-      return cuda_failed(why, "gpu reduce: scratch", err);
+      ok = cuda_failed(why, "gpu reduce: scratch", err);
     r.scratch = scratch;
     r.scratch_bytes = scratch_bytes;
-    bool ok = device_reduce(r, why);
+    ok = ok && device_reduce(r, why);
     if (scratch) cudaFreeAsync(scratch, stream);
+    if (gathered) cudaFreeAsync(gathered, stream);
+    return ok;
+  }
+
+  // outputs[0] (on a.device) copied to every other output, on whichever GPU it is.
+  static bool fan_out(const DeviceAllreduce& a, cudaStream_t stream, const char* what,
+                      std::string* why) {
+    size_t bytes = a.count * dtype_size(a.dtype);
+    bool ok = true;
+    for (size_t w = 1; ok && w < a.outputs.size(); ++w)
+      ok = copied(
+          device_of(a, w) == a.device
+              ? cudaMemcpyAsync(a.outputs[w], a.outputs[0], bytes, cudaMemcpyDeviceToDevice, stream)
+              : cudaMemcpyPeerAsync(a.outputs[w], device_of(a, w), a.outputs[0], a.device, bytes,
+                                    stream),
+          what, why);
     return ok;
   }
 

@@ -20,7 +20,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 6;
+constexpr uint32_t kGpuBackendInterface = 7;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -60,17 +60,20 @@ class DeviceMapping {
   virtual int device() const = 0;  // the daemon's ordinal of the device
 };
 
-// One node's allreduce over its workers' device buffers, all on one device: inputs reduced
-// into outputs[0] with the host path's arithmetic (transport/kernels/cuda/device_reduce.h:
-// f16/bf16 in f32, bitwise the host's), then copied to the other outputs.
+// One node's allreduce over its workers' device buffers: inputs reduced into outputs[0]
+// with the host path's arithmetic (transport/kernels/cuda/device_reduce.h: f16/bf16 in f32,
+// bitwise the host's), then copied to the other outputs. Workers may sit on different GPUs
+// of the node (devices): the reduction runs on the first worker's, the others' inputs
+// copied there first (peer copies), the result copied back to each.
 struct DeviceAllreduce {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   size_t count = 0;
   unsigned mean_divisor = 1;  // kMean: the job's world size
-  int device = 0;             // the daemon's ordinal (DeviceMapping::device)
+  int device = 0;             // the daemon's ordinal (DeviceMapping::device): devices[0]
   std::vector<const void*> inputs;
   std::vector<void*> outputs;  // outputs[0] may be inputs[0]
+  std::vector<int> devices;    // inputs[w] and outputs[w] lie on devices[w]; empty: all on device
 };
 
 // Host memory the GPU copies to and from at full speed (page-locked: cudaHostAlloc); freed

@@ -44,9 +44,10 @@ struct ClusterNode {
 };
 
 struct Fixture {
-  // Each worker's device region holds 2 x count floats unless region_bytes says more.
+  // Each worker's device region holds 2 x count floats unless region_bytes says more; worker
+  // r's is on GPU r % gpus.
   Fixture(int workers, uint64_t count, ReduceOp op = ReduceOp::kSum, bool with_backend = true,
-          const ClusterNode* node = nullptr, uint64_t region_bytes = 0)
+          const ClusterNode* node = nullptr, uint64_t region_bytes = 0, int gpus = 1)
       : pool(2), scheduler(pool, loop.poster()), job(std::make_shared<Job>("j", workers)) {
     // Two nodes run on two threads of one process: neither is "the" loop thread then.
     if (!node) loop_thread.emplace();
@@ -65,7 +66,7 @@ struct Fixture {
     var_id = v.id;
     for (int r = 0; r < workers; ++r) {
       auto w = std::make_shared<DeviceWorker>(
-          r, region_bytes ? region_bytes : 2 * count * sizeof(float), 0);
+          r, region_bytes ? region_bytes : 2 * count * sizeof(float), r % gpus);
       job->members()[static_cast<size_t>(r)] = w;
       this->workers.push_back(std::move(w));
     }
@@ -394,4 +395,30 @@ TEST_CASE("device allgather: every worker's block in rank order, on one node and
         bad += node.out[r][k] != static_cast<float>(k / 5000 + 1 + (k % 5000) % 5);
       CHECK(bad == 0);
     }
+}
+
+TEST_CASE("device steps: workers on different GPUs of the node reduce and copy across them") {
+  Fixture fx(3, 100, ReduceOp::kSum, true, nullptr, 0, 3);
+  device_step(fx, 100, 0);
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
+  for (auto& w : fx.workers) {
+    INFO(w->done[0].message);
+    CHECK(w->done[0].status == PX_OK);
+    for (int i = 0; i < 100; ++i) CHECK(w->floats(400)[i] == 6 + 3 * (i % 5));
+  }
+  CHECK(fx.backend.seen.devices == std::vector<int>{0, 1, 2});
+  CHECK(fx.backend.seen.device == 0);  // the first worker's GPU reduces
+  // A broadcast from the worker on GPU 2 reaches the others.
+  for (size_t r = 0; r < 3; ++r) {
+    DeviceWorker& w = *fx.workers[r];
+    SubmitEntry e =
+        entry(20, fx.var_id, Opcode::kBroadcast, 0, w.device(0, 400), w.device(400, 400));
+    e.root = 2;
+    fx.submit(static_cast<int>(r), e);
+  }
+  REQUIRE(fx.loop.run_until([&] { return fx.all_done(2); }));
+  for (auto& w : fx.workers) {
+    CHECK(w->done[1].status == PX_OK);
+    CHECK(w->floats(400)[7] == 3 + 7 % 5);  // rank 2's input: 3 + i % 5
+  }
 }
