@@ -223,8 +223,9 @@ px_status submit_device_broadcast(const VarRef& ref, const std::string& who, con
 px_status submit_device_allgather(const VarRef& ref, const std::string& who, const void* in,
                                   void* out, int device, void* stream, uint8_t priority,
                                   px_request** out_request);
-// px_pull_rows_ex / px_push_rows_ex with PX_MEMORY_CUDA: n indices and n rows (a pull's out,
-// a push's gradients) inside px_alloc_ex allocations, ordered on stream as above.
+// px_pull_rows_ex / px_push_rows_ex / px_load_rows_ex / px_read_rows_ex with PX_MEMORY_CUDA:
+// n indices and n rows (a pull's or read's out, a push's gradients, a load's values) inside
+// px_alloc_ex allocations, ordered on stream as above.
 px_status submit_device_rows(const VarRef& ref, const std::string& who, Opcode opcode,
                              const int64_t* indices, uint64_t n, void* rows, int device,
                              void* stream, uint8_t priority, px_request** out_request);

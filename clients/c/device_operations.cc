@@ -172,7 +172,7 @@ struct DeviceOp {
   uint64_t in_bytes = 0;
   void* out = nullptr;
   uint64_t out_bytes = 0;
-  uint64_t* next_step = nullptr;  // the variable's step counter for opcode
+  uint64_t* next_step = nullptr;  // the variable's step counter for opcode; null: not a step
   bool stage_outside = false;     // memory outside px_alloc_ex goes through staging (dense)
   bool daemon_writes_out = true;
   uint32_t root = 0;  // broadcast: the root's global rank
@@ -291,7 +291,8 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
     r->device = true;
     r->var = var;
     r->what = op.what;
-    r->step = (*op.next_step)++;
+    r->has_step = op.next_step != nullptr;
+    r->step = op.next_step ? (*op.next_step)++ : 0;
     d->client = ref.client;
     d->request = std::move(request);
     d->var = var;
@@ -348,7 +349,7 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
     // launch_mutex, host steps are refused while this one is reserved.
     --c->deferred_submits;
     --var->deferred_device_steps;
-    --*op.next_step;
+    if (op.next_step) --*op.next_step;
     destroy_request(c, request.get());
     return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, failed, err));
   }
@@ -408,21 +409,27 @@ px_status submit_device_rows(const VarRef& ref, const std::string& who, Opcode o
                              const int64_t* indices, uint64_t n, void* rows, int device,
                              void* stream, uint8_t priority, px_request** out_request) {
   Var* var = ref.var;
-  if (var->prefetch)
+  if (var->prefetch && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows))
     return fail(ref.client.get(), PX_ERR_NOT_IMPLEMENTED,
                 who +
                     ": PX_MEMORY_CUDA on a prefetch variable: its pulled rows are kept on the "
                     "host to check the next push (README, Limits)");
   DeviceOp op;
   op.opcode = opcode;
-  bool push = opcode == Opcode::kPushRows;
-  op.what = push ? "push" : "pull";
+  bool reads_rows = opcode == Opcode::kPushRows || opcode == Opcode::kLoadRows;
+  op.what = opcode == Opcode::kPushRows   ? "push"
+            : opcode == Opcode::kPullRows ? "pull"
+            : opcode == Opcode::kLoadRows ? "load"
+                                          : "read";
   op.in = indices;
   op.in_bytes = n * sizeof(int64_t);
   op.out = rows;
   op.out_bytes = n * var->dim * sizeof(float);
-  op.next_step = push ? &var->next_push_step : &var->next_pull_step;
-  op.daemon_writes_out = !push;
+  // Loads and reads are not steps: no step number (they still keep to the stream's order).
+  op.next_step = opcode == Opcode::kPushRows   ? &var->next_push_step
+                 : opcode == Opcode::kPullRows ? &var->next_pull_step
+                                               : nullptr;
+  op.daemon_writes_out = !reads_rows;
   return submit_device_op(ref, who, op, device, stream, priority, out_request);
 }
 

@@ -225,11 +225,6 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   OpOptions op;
   status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
-  if (op.cuda && opcode != Opcode::kPullRows && opcode != Opcode::kPushRows)
-    return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                who +
-                    ": PX_MEMORY_CUDA is taken by pull and push steps only so far (README, "
-                    "Limits): pass host memory");
   if (op.cuda && n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
     return fail(c, PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
   if (op.cuda)

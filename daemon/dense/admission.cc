@@ -57,12 +57,13 @@ std::string check_device_rows(const Variable& var, const gpu::DeviceRegions& reg
 std::string check_device_buffers(const Variable& var, const JobWorld& world,
                                  const Completer& worker, const SubmitEntry& entry) {
   auto opcode = static_cast<Opcode>(entry.opcode);
-  bool sparse_step = var.sparse && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows);
+  bool sparse_step = var.sparse && (opcode == Opcode::kPullRows || opcode == Opcode::kPushRows ||
+                                    opcode == Opcode::kLoadRows || opcode == Opcode::kReadRows);
   if (!sparse_step &&
       (var.sparse || (opcode != Opcode::kAllreduce && opcode != Opcode::kBroadcast &&
                       opcode != Opcode::kAllgather)))
-    return "device memory is taken by allreduce, broadcast, allgather and sparse pull and push "
-           "steps only so far (README, Limits)";
+    return "device memory is taken by allreduce, broadcast, allgather and sparse pulls, pushes, "
+           "loads and reads only so far (README, Limits)";
   if (!device_ref(entry.in) || !device_ref(entry.out))
     return "in and out must both be device memory, or both host memory";
   const gpu::DeviceRegions* regions = worker.device_regions();

@@ -20,6 +20,8 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
   if (admission.status != PX_OK)  // the one place a refused entry is answered
     return worker->complete(entry.request_id, admission.status, admission.message);
   Variable& var = *admission.var;
+  if (!admission.step && entry.in.memory_kind == static_cast<uint32_t>(MemoryKind::kCudaDevice))
+    return run_device_rows_single(offload_, gpu_, sparse_, job, worker, var, entry);
   if (!admission.step) return sparse_.run_single(job, worker, var, entry);
 
   std::optional<PendingStep> complete =

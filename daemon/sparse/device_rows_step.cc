@@ -24,7 +24,7 @@ class DeviceRowsWorker final : public Completer,
 
   void complete(uint64_t request_id, px_status status, const std::string& message) override {
     PX_ASSERT_LOOP_THREAD();
-    if (status != PX_OK || !copy_back_ || staged->rows.empty())
+    if (status != PX_OK || kind != Kind::kRowsBack || staged->rows.empty())
       return answer(request_id, status, message);
     auto self = shared_from_this();
     offload_.run(
@@ -38,7 +38,7 @@ class DeviceRowsWorker final : public Completer,
           if (self->ok_) return self->answer(request_id, PX_OK, message);
           self->answer(
               request_id, PX_ERR_INTERNAL,
-              "gpu: the pulled rows were not copied to device memory: " + self->why_ + self->where);
+              "gpu: the rows were not copied to device memory: " + self->why_ + self->where);
         });
   }
   std::string label() const override { return worker_->label(); }
@@ -52,10 +52,11 @@ class DeviceRowsWorker final : public Completer,
   int device = 0;
   const int64_t* indices = nullptr;  // device
   size_t n = 0;
-  void* rows_out = nullptr;  // device: a pull's rows, a push's gradients
-  bool push = false;
+  void* rows_out = nullptr;  // device: a pull's or read's rows, a push's gradients, a load's values
+  // What crosses PCIe: a push coalesced on the GPU; a load's indices and values as they are;
+  // a pull's or read's indices, and its rows back once the router filled them.
+  enum class Kind { kCoalesce, kRowsIn, kRowsBack } kind = Kind::kRowsBack;
   std::string where;  // " (variable 'v', pull step 3)"
-  void set_copy_back() { copy_back_ = !push; }
 
  private:
   void answer(uint64_t request_id, px_status status, const std::string& message) {
@@ -65,7 +66,6 @@ class DeviceRowsWorker final : public Completer,
 
   std::shared_ptr<Completer> worker_;
   const Offload& offload_;
-  bool copy_back_ = false;
   bool ok_ = false;
   std::string why_;
 };
@@ -93,7 +93,7 @@ void stage(DeviceRowsWorker& w, uint64_t table_rows, size_t dim, const std::stri
   StagedRows& s = *w.staged;
   if (s.status != PX_OK || w.n == 0) return;
   std::string why;
-  if (w.push) {
+  if (w.kind == DeviceRowsWorker::Kind::kCoalesce) {
     gpu::CoalescedPush coalesced;
     if (!w.gpu->coalesce_push(w.device, w.indices, static_cast<const float*>(w.rows_out), w.n, dim,
                               table_rows, &coalesced, &why)) {
@@ -115,10 +115,37 @@ void stage(DeviceRowsWorker& w, uint64_t table_rows, size_t dim, const std::stri
   }
   s.indices.resize(w.n);
   s.rows.resize(w.n * dim);
-  if (!w.gpu->copy_to_host(w.device, s.indices.data(), w.indices, w.n * sizeof(int64_t), &why)) {
+  bool ok = w.gpu->copy_to_host(w.device, s.indices.data(), w.indices, w.n * sizeof(int64_t), &why);
+  if (ok && w.kind == DeviceRowsWorker::Kind::kRowsIn)
+    ok = w.gpu->copy_to_host(w.device, s.rows.data(), w.rows_out, s.rows.size() * sizeof(float),
+                             &why);
+  if (!ok) {
     s.status = PX_ERR_INTERNAL;
-    s.message = "gpu: " + label + "'s pull indices were not copied to host: " + why + w.where;
+    s.message = "gpu: " + label + "'s indices and rows were not copied to host: " + why + w.where;
   }
+}
+
+// A worker's device contribution, wrapped (see DeviceRowsWorker) with its buffers resolved,
+// or with the reason it cannot run in its StagedRows.
+std::shared_ptr<DeviceRowsWorker> wrap(const Offload& offload, gpu::GpuBackend* gpu,
+                                       const Contribution& c, Opcode opcode,
+                                       const std::string& where) {
+  auto w = std::make_shared<DeviceRowsWorker>(c.worker, offload);
+  w->gpu = gpu;
+  w->n = c.in.bytes / sizeof(int64_t);
+  w->kind = opcode == Opcode::kPushRows   ? DeviceRowsWorker::Kind::kCoalesce
+            : opcode == Opcode::kLoadRows ? DeviceRowsWorker::Kind::kRowsIn
+                                          : DeviceRowsWorker::Kind::kRowsBack;
+  w->where = where;
+  std::string why;
+  if (!gpu) {
+    w->staged->status = PX_ERR_NOT_IMPLEMENTED;
+    w->staged->message = "this parallaxd has no usable GPU" + where;
+  } else if (!resolve(c, *w, &why)) {
+    w->staged->status = PX_ERR_INVALID;
+    w->staged->message = c.worker->label() + " gave an invalid buffer: " + why + where;
+  }
+  return w;
 }
 
 }  // namespace
@@ -139,20 +166,7 @@ void run_device_rows_step(const Offload& offload, gpu::GpuBackend* gpu, SparseRo
   std::vector<std::shared_ptr<DeviceRowsWorker>> staged;
   for (auto& c : pending.by_rank) {
     if (!on_device(c->in)) continue;
-    auto w = std::make_shared<DeviceRowsWorker>(c->worker, offload);
-    w->gpu = gpu;
-    w->n = c->in.bytes / sizeof(int64_t);
-    w->push = push;
-    w->where = where;
-    std::string why;
-    if (!gpu) {
-      w->staged->status = PX_ERR_NOT_IMPLEMENTED;
-      w->staged->message = "this parallaxd has no usable GPU" + where;
-    } else if (!resolve(*c, *w, &why)) {
-      w->staged->status = PX_ERR_INVALID;
-      w->staged->message = c->worker->label() + " gave an invalid buffer: " + why + where;
-    }
-    w->set_copy_back();
+    auto w = wrap(offload, gpu, *c, opcode, where);
     c->staged = w->staged;
     c->worker = w;  // the router answers through it
     staged.push_back(std::move(w));
@@ -167,6 +181,24 @@ void run_device_rows_step(const Offload& offload, gpu::GpuBackend* gpu, SparseRo
       },
       [&router, job = std::move(job), &var, opcode, step, later]() mutable {
         router.run_step(std::move(job), var, opcode, step, std::move(*later));
+      });
+}
+
+void run_device_rows_single(const Offload& offload, gpu::GpuBackend* gpu, SparseRouter& router,
+                            std::shared_ptr<Job> job, std::shared_ptr<Completer> worker,
+                            Variable& var, const SubmitEntry& entry) {
+  PX_ASSERT_LOOP_THREAD();
+  auto opcode = static_cast<Opcode>(entry.opcode);
+  std::string where =
+      " (variable '" + var.name + "', " + (opcode == Opcode::kLoadRows ? "load" : "read") + ")";
+  Contribution c{worker, entry.request_id, entry.in, entry.out, entry.root, nullptr};
+  auto w = wrap(offload, gpu, c, opcode, where);
+  uint64_t rows = var.fingerprint.count;
+  size_t dim = static_cast<size_t>(var.fingerprint.dim);
+  offload.run(
+      true, [w, rows, dim] { stage(*w, rows, dim, w->label()); },
+      [&router, job = std::move(job), w, &var, entry]() mutable {
+        router.run_single(std::move(job), w, var, entry, w->staged);
       });
 }
 

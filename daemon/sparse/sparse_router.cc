@@ -118,9 +118,10 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
 }
 
 void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker,
-                              Variable& var, const SubmitEntry& entry) {
-  if (var.sparse->automatic && hold(*var.sparse, 0, true, [this, job, worker, &var, entry] {
-        run_single(job, worker, var, entry);
+                              Variable& var, const SubmitEntry& entry,
+                              std::shared_ptr<StagedRows> staged) {
+  if (var.sparse->automatic && hold(*var.sparse, 0, true, [this, job, worker, &var, entry, staged] {
+        run_single(job, worker, var, entry, staged);
       }))
     return;
   auto run = std::make_shared<Run>();
@@ -131,10 +132,18 @@ void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Complete
   run->start_ns = monotonic_ns();
   trace_started(run->trace, run->job, var, sparse_op_name(run->op), 0, 0);
   Run::Worker w;
-  char* base = worker->arena().base();
-  w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
-  w.n = entry.in.bytes / sizeof(int64_t);
-  w.rows = base + entry.out.offset;
+  if (staged) {  // from device memory; kept by worker
+    w.indices = staged->indices.data();
+    w.n = staged->status == PX_OK ? staged->indices.size() : 0;
+    w.rows = reinterpret_cast<char*>(staged->rows.data());
+    w.status = staged->status;
+    w.message = staged->message;
+  } else {
+    char* base = worker->arena().base();
+    w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
+    w.n = entry.in.bytes / sizeof(int64_t);
+    w.rows = base + entry.out.offset;
+  }
   w.worker = std::move(worker);
   w.request_id = entry.request_id;
   run->workers.push_back(std::move(w));

@@ -162,9 +162,10 @@ class SparseRouter {
   // A pull or push step every local worker submitted.
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
                 PendingStep pending);
-  // One worker's load or read (not steps).
+  // One worker's load or read (not steps); staged: its buffers staged in host memory
+  // (device memory: device_rows_step.h), read and written instead of entry's.
   void run_single(std::shared_ptr<Job> job, std::shared_ptr<Completer> worker, Variable& var,
-                  const SubmitEntry& entry);
+                  const SubmitEntry& entry, std::shared_ptr<StagedRows> staged = nullptr);
   // Completes the variable's operations in flight with status (poisoned variable, broken
   // job); their transfers still under way are ignored when they finish.
   void fail_in_flight(Variable& var, px_status status, const std::string& why);

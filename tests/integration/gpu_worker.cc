@@ -16,7 +16,8 @@
 //                         px_allgather_ex on device memory
 //   px_gpu_worker rows    px_pull_rows_ex and px_push_rows_ex on device memory (indices with
 //                         duplicates, coalesced on the GPU) against the same steps on host
-//                         memory of a twin table, bit for bit
+//                         memory of a twin table, bit for bit; px_load_rows_ex and
+//                         px_read_rows_ex likewise
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -365,6 +366,40 @@ int rows(px_client* c) {
     check(px_push_rows(host, idx.data(), n, grads.data(), &r), "px_push_rows " + label);
     check(px_wait(r, 60000), "px_wait host push");
     check(px_request_free(r), "px_request_free");
+  }
+  // Loads and reads on device memory: rank 0 loads 8 rows into both tables, every worker
+  // reads them back from device memory and from the host twin.
+  {
+    const uint64_t k = 8;
+    std::vector<int64_t> ids(k);
+    std::vector<float> values(k * dim), from_dev(k * dim), from_twin(k * dim);
+    for (uint64_t i = 0; i < k; ++i) ids[i] = static_cast<int64_t>(90 + i);
+    for (uint64_t i = 0; i < k * dim; ++i) values[i] = static_cast<float>(i) * 0.25f;
+    check_cuda(cudaMemcpy(d_idx, ids.data(), k * 8, cudaMemcpyHostToDevice), "upload ids");
+    px_request* r = nullptr;
+    if (w.rank == 0) {
+      check_cuda(cudaMemcpy(d_rows, values.data(), k * dim * 4, cudaMemcpyHostToDevice), "upload");
+      check(px_load_rows_ex(dev, static_cast<const int64_t*>(d_idx), k, d_rows, &o, &r),
+            "px_load_rows_ex");
+      check(px_wait(r, 60000), "px_wait load");
+      check(px_request_free(r), "px_request_free");
+      check(px_load_rows(host, ids.data(), k, values.data(), &r), "px_load_rows");
+      check(px_wait(r, 60000), "px_wait host load");
+      check(px_request_free(r), "px_request_free");
+    }
+    check(px_barrier(c, 20000), "px_barrier after the loads");
+    check(px_read_rows_ex(dev, static_cast<const int64_t*>(d_idx), k, d_rows, &o, &r),
+          "px_read_rows_ex");
+    check_cuda(
+        cudaMemcpyAsync(from_dev.data(), d_rows, k * dim * 4, cudaMemcpyDeviceToHost, stream),
+        "copy back");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(px_wait(r, 60000), "px_wait read");
+    check(px_request_free(r), "px_request_free");
+    check(px_read_rows(host, ids.data(), k, from_twin.data(), &r), "px_read_rows");
+    check(px_wait(r, 60000), "px_wait host read");
+    check(px_request_free(r), "px_request_free");
+    if (from_dev != from_twin || from_dev != values) die("device and host reads differ");
   }
   // Device memory outside px_alloc_ex is not taken for rows (no staging copy for them).
   void* plain = nullptr;

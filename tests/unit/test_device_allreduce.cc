@@ -170,9 +170,8 @@ TEST_CASE("device allreduce: bad device buffers are refused naming the worker an
   fx.submit(0, entry(5, fx.var_id, Opcode::kAllgatherv, 0, w0.device(0, 32), w0.device(32, 32)));
   fx.submit(1, entry(6, fx.var_id, Opcode::kAllgatherv, 0, w1.device(0, 32), w1.device(32, 32)));
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(3); }));
-  CHECK(w0.done[2].message.find(
-            "allreduce, broadcast, allgather and sparse pull and push steps only so far") !=
-        std::string::npos);
+  CHECK(w0.done[2].message.find("allreduce, broadcast, allgather and sparse pulls, pushes, loads "
+                                "and reads only so far") != std::string::npos);
 }
 
 TEST_CASE("device allreduce: without a backend, or when it fails, the step fails clearly") {

@@ -4,7 +4,7 @@
 // (what the CUB kernel equals bit for bit). Checked: pulled rows land in the worker's device
 // memory, a device push is coalesced once on the "GPU" and applied with a host worker's push
 // of the same step, a bad index is the pushing worker's PX_ERR_INDEX only, a failed copy
-// back is the pulling worker's PX_ERR_INTERNAL, and other operations refuse device memory.
+// back is the pulling worker's PX_ERR_INTERNAL, and loads and reads take device memory too.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -145,21 +145,33 @@ TEST_CASE("device rows: a bad index fails the device push of that worker only") 
   CHECK(fx.pulled(0, true, 1) == rows_of({-2}));  // only rank 1's push was applied
 }
 
-TEST_CASE(
-    "device rows: a failed copy back fails that pull; other operations refuse device memory") {
+TEST_CASE("device rows: a failed copy back fails that pull only") {
   RowsFixture fx;
   fx.backend.fail_with = "cudaMemcpyAsync: cudaErrorIllegalAddress: an illegal memory access";
   fx.submit(0, Opcode::kPullRows, 0, true, {1});
   fx.submit(1, Opcode::kPullRows, 0, false, {1});
   REQUIRE(fx.loop.run_until([&] { return fx.all_done(1); }));
   CHECK(fx.workers[0]->done[0].status == PX_ERR_INTERNAL);
-  CHECK(fx.workers[0]->done[0].message.find("gpu: the pulled rows were not copied to device "
+  CHECK(fx.workers[0]->done[0].message.find("gpu: the rows were not copied to device "
                                             "memory: cudaMemcpyAsync") != std::string::npos);
   CHECK(fx.workers[0]->done[0].message.find("(variable 'emb', pull step 0)") != std::string::npos);
   CHECK(fx.workers[1]->done[0].status == PX_OK);
-  fx.submit(0, Opcode::kLoadRows, 0, true, {1}, rows_of({1}));
+}
+
+TEST_CASE("device rows: loads from and reads into device memory") {
+  RowsFixture fx;
+  fx.submit(0, Opcode::kLoadRows, 0, true, {3, 9}, rows_of({7, 8}));
+  REQUIRE(fx.loop.run_until([&] { return fx.workers[0]->done.size() == 1; }));
+  fx.submit(1, Opcode::kReadRows, 0, true, {9, 3, 4});
+  REQUIRE(fx.loop.run_until([&] { return fx.workers[1]->done.size() == 1; }));
+  for (auto& w : fx.workers) {
+    INFO(w->done[0].message);
+    CHECK(w->done[0].status == PX_OK);
+  }
+  CHECK(fx.pulled(1, true, 3) == rows_of({8, 7, 0}));  // the 99s were overwritten
+  // A bad index in a device load is that load's PX_ERR_INDEX.
+  fx.submit(0, Opcode::kLoadRows, 0, true, {3, 100}, rows_of({1, 1}));
   REQUIRE(fx.loop.run_until([&] { return fx.workers[0]->done.size() == 2; }));
-  CHECK(fx.workers[0]->done[1].status == PX_ERR_INVALID);
-  CHECK(fx.workers[0]->done[1].message.find("sparse pull and push steps only so far") !=
-        std::string::npos);
+  CHECK(fx.workers[0]->done[1].status == PX_ERR_INDEX);
+  CHECK(fx.workers[0]->done[1].message.find("index 100 at position 1") != std::string::npos);
 }
