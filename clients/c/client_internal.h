@@ -80,6 +80,11 @@ struct Request {
   // Device memory outside px_alloc_ex whose copy back could not be queued: the request
   // fails with this once the step completes.
   std::string copy_back_error;
+  // Device memory outside px_alloc_ex: the copy back is queued on the stream after the
+  // step; the request is done (px_wait returns) only once a host function after that copy
+  // ran. daemon_done: the daemon's step completed (status and message are set).
+  bool copy_back_pending = false;
+  bool daemon_done = false;
   bool delivered = false;  // px_wait/px_test returned its result
   bool copying = false;    // a thread copies its staged result out, without the lock
   // The daemon keeps a message too long for a completion entry; fetched once, on delivery.

@@ -65,13 +65,35 @@ void submit_when_stream_reaches(void* data) {
   // the call may read out. Only a closed client or a lost daemon end the wait sooner.
   for (;;) {
     drain_completions(c);
-    if (r->done || c->closed) return;
+    if (r->daemon_done || c->closed) return;
     if (c->lost_status != PX_OK) {
       mark_lost(c, c->lost_message);
       continue;
     }
     wait_for_completions(c, lock, -1);
   }
+}
+
+// The request's copy back is over (ran, or will not run): done if the daemon's step is.
+// Caller holds c->mutex.
+void end_copy_back(Client* c, Request* r) {
+  r->copy_back_pending = false;
+  if (!r->daemon_done || r->done) return;
+  r->done = true;
+  if (r->freed) destroy_request(c, r);
+  // Wake whoever waits: threads on `changed`, the thread polling the doorbell, an fd loop.
+  c->changed.notify_all();
+  if (c->poller_active) c->completion_bell.ring();
+  if (c->epoll_fd >= 0) c->user_bell.ring();
+}
+
+// Runs on the host-function thread once the stream has copied a staged result back into
+// the caller's memory: only now is the request done for px_wait and px_test.
+void copy_back_done(void* data) {
+  std::unique_ptr<DeferredSubmit> d(static_cast<DeferredSubmit*>(data));
+  Client* c = d->client.get();
+  std::lock_guard<std::mutex> lock(c->mutex);
+  end_copy_back(c, d->request.get());
 }
 
 // The px_alloc_ex allocation holding [p, p + bytes): its pointer and region; false if none.
@@ -288,6 +310,7 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
     Request* r = request.get();
     r->bytes = op.out_bytes;
     r->daemon_writes_caller = op.daemon_writes_out && !empty;
+    r->copy_back_pending = out_device >= 0;  // see copy_back_done
     r->device = true;
     r->var = var;
     r->what = op.what;
@@ -328,22 +351,38 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
   if (err == 0) d.release();  // the host function owns it now (it may already have run)
   std::string copy_back_error;
   // Queued after the host function, which returns once the step is complete: the result
-  // reaches out before any work queued after this call.
+  // reaches out before any work queued after this call; then a host function marks the
+  // request done, so px_wait returns only once out holds the result.
   int back = err == 0 && out_device >= 0 ? cuda->memcpy_async(op.out, staging, op.out_bytes,
                                                               kCudaMemcpyDeviceToDevice, stream)
                                          : 0;
   if (back != 0) copy_back_error = cuda_error_text(*cuda, "cudaMemcpyAsync (copy back)", back);
+  bool marked = false;
+  if (err == 0 && out_device >= 0 && back == 0) {
+    auto done = std::make_unique<DeferredSubmit>();
+    done->client = ref.client;
+    done->request = request;
+    int mark = cuda->launch_host_func(stream, copy_back_done, done.get());
+    if (mark == 0) {
+      done.release();  // copy_back_done owns it
+      marked = true;
+    } else {
+      copy_back_error = cuda_error_text(*cuda, "cudaLaunchHostFunc (after the copy back)", mark);
+    }
+  }
   std::lock_guard<std::mutex> guard(c->mutex);
   if (!copy_back_error.empty()) {
-    // The step is queued and runs; its result does not reach out: the request says so.
+    // The step is queued and runs; its result does not reach out (or when is unknown): the
+    // request says so.
     Request* r = request.get();
     r->copy_back_error =
         who + ": the step ran but its result was not copied back: " + copy_back_error;
-    if (r->done && r->status == PX_OK) {
+    if (r->daemon_done && r->status == PX_OK) {
       r->status = PX_ERR_INTERNAL;
       r->message = r->copy_back_error;
     }
   }
+  if (err == 0 && out_device >= 0 && !marked) end_copy_back(c, request.get());
   if (err != 0) {
     // Nothing else numbered a step of the variable meanwhile: device steps wait for
     // launch_mutex, host steps are refused while this one is reserved.

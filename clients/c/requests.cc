@@ -35,7 +35,8 @@ void destroy_request(Client* c, Request* r) {
 
 void finish_request(Client* c, Request* r, px_status status, std::string message,
                     bool message_on_daemon) {
-  r->done = true;
+  r->daemon_done = true;
+  r->done = !r->copy_back_pending;  // else copy_back_done() ends it (device_operations.cc)
   c->in_flight.erase(r->id);
   if (!r->copy_back_error.empty() && status == PX_OK) {
     status = PX_ERR_INTERNAL;
@@ -46,7 +47,7 @@ void finish_request(Client* c, Request* r, px_status status, std::string message
     r->message = std::move(message);
     r->message_on_daemon = message_on_daemon;
   }
-  if (r->freed) destroy_request(c, r);
+  if (r->freed && r->done) destroy_request(c, r);
 }
 
 namespace {

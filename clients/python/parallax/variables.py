@@ -120,9 +120,7 @@ class DenseVariable(_Variable):
 
         CUDA tensors (x and out on one device) are ordered on the device's current torch
         stream, as NCCL's collectives are: work queued on it after the call sees the
-        result. The request's wait() means the daemon's step is done; for tensors outside
-        Client device memory the copy back is on the stream, so read out on the stream (or
-        after torch.cuda.current_stream().synchronize())."""
+        result, and the request's wait() returns once out holds it."""
         out = x if out is None else out
         bin_ = _buffers.as_buffer(x, f"{op} input of '{self.name}'", False, cuda_ok=True)
         bout = _buffers.as_buffer(out, f"{op} output of '{self.name}'", True, cuda_ok=True)
