@@ -305,6 +305,9 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
                 ", local rank 0 root " + std::to_string(pending.by_rank[0]->root);
   }
   run->out_bytes = pending.by_rank[0]->out.bytes;
+  // Known before any check fails: a device step refused here ends the job on a cluster.
+  run->on_device =
+      pending.by_rank[0]->in.memory_kind == static_cast<uint32_t>(MemoryKind::kCudaDevice);
   run->root = static_cast<int>(pending.by_rank[0]->root);
   if (invalid.empty() && run->opcode == Opcode::kAllgatherv) invalid = read_counts(*run, elem);
   if (run->opcode == Opcode::kAllgather)

@@ -2,6 +2,7 @@
 // Loaded by parallaxd at start; its one exported symbol is px_gpu_backend_create.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -198,8 +199,23 @@ class CudaBackend final : public GpuBackend {
   bool copy(int device, void* to, const void* from, size_t bytes, std::string* why) override {
     cudaStream_t stream = nullptr;
     if (!stream_on(device, "gpu copy", &stream, why)) return false;
-    bool ok = copied(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream), "gpu copy", why);
+    // Between two GPUs' memory (workers on different GPUs): a peer copy, as the allreduce's.
+    int to_device = device_holding(to), from_device = device_holding(from);
+    bool peer = to_device >= 0 && from_device >= 0 && to_device != from_device;
+    bool ok = copied(peer ? cudaMemcpyPeerAsync(to, to_device, from, from_device, bytes, stream)
+                          : cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream),
+                     "gpu copy", why);
     return finished(stream, ok, "gpu copy", why);
+  }
+
+  // The device whose memory p is, or -1 (host memory, pinned or not).
+  static int device_holding(const void* p) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
   }
 
   bool copy_to_host(int device, void* host, const void* src, size_t bytes,
@@ -312,42 +328,55 @@ class CudaBackend final : public GpuBackend {
   }
 
   // The inputs reduced into outputs[0] on stream (queued, not waited for). Inputs on other
-  // devices are copied next to it first (cudaMemcpyPeerAsync: with or without peer access).
+  // devices are copied next to it first (cudaMemcpyPeerAsync: with or without peer access),
+  // a slice at a time, so the room they take stays bounded (kGatherSliceBytes each).
   static bool reduce_into_first(const DeviceAllreduce& a, cudaStream_t stream, std::string* why) {
-    size_t bytes = a.count * dtype_size(a.dtype);
-    std::vector<const void*> sources = a.inputs;
+    constexpr size_t kGatherSliceBytes = 64 << 20;
+    size_t elem = dtype_size(a.dtype);
     size_t remote = 0;
-    for (size_t w = 0; w < sources.size(); ++w) remote += device_of(a, w) != a.device;
-    void* gathered = nullptr;
-    cudaError_t err;
-    if (remote > 0 && (err = cudaMallocAsync(&gathered, remote * bytes, stream)) != cudaSuccess)
-      return cuda_failed(why, "gpu reduce: room for other GPUs' inputs", err);
-    bool ok = true;
-    for (size_t w = 0, at = 0; ok && w < sources.size(); ++w) {
-      if (device_of(a, w) == a.device) continue;
-      void* here = static_cast<char*>(gathered) + at++ * bytes;
-      ok = copied(cudaMemcpyPeerAsync(here, a.device, sources[w], device_of(a, w), bytes, stream),
-                  "gpu reduce: copy from another GPU", why);
-      sources[w] = here;
-    }
+    for (size_t w = 0; w < a.inputs.size(); ++w) remote += device_of(a, w) != a.device;
+    size_t slice = remote > 0 ? std::max<size_t>(1, kGatherSliceBytes / elem) : a.count;
+    slice = std::min(slice, std::max<size_t>(a.count, 1));
+    std::vector<const void*> sources(a.inputs.size());
     DeviceReduceArgs r;
     r.dtype = a.dtype;
     r.op = a.op;
-    r.dst = a.outputs[0];
     r.srcs = sources.data();
     r.nsrc = sources.size();
-    r.count = a.count;
+    r.count = slice;
     r.mean_divisor = a.mean_divisor;
     r.stream = stream;
     size_t scratch_bytes = 0;
+    if (!reduce_scratch_bytes(r, &scratch_bytes, why)) return false;
     void* scratch = nullptr;
-    ok = ok && reduce_scratch_bytes(r, &scratch_bytes, why);
-    if (ok && scratch_bytes > 0 &&
+    void* gathered = nullptr;
+    cudaError_t err;
+    bool ok = true;
+    if (scratch_bytes > 0 &&
         (err = cudaMallocAsync(&scratch, scratch_bytes, stream)) != cudaSuccess)
       ok = cuda_failed(why, "gpu reduce: scratch", err);
-    r.scratch = scratch;
-    r.scratch_bytes = scratch_bytes;
-    ok = ok && device_reduce(r, why);
+    if (ok && remote > 0 &&
+        (err = cudaMallocAsync(&gathered, remote * slice * elem, stream)) != cudaSuccess)
+      ok = cuda_failed(why, "gpu reduce: room for other GPUs' inputs", err);
+    for (size_t begin = 0; ok && begin < a.count; begin += slice) {
+      size_t len = std::min(slice, a.count - begin);
+      for (size_t w = 0, at = 0; ok && w < a.inputs.size(); ++w) {
+        const char* from = static_cast<const char*>(a.inputs[w]) + begin * elem;
+        if (device_of(a, w) == a.device) {
+          sources[w] = from;
+          continue;
+        }
+        void* here = static_cast<char*>(gathered) + at++ * slice * elem;
+        ok = copied(cudaMemcpyPeerAsync(here, a.device, from, device_of(a, w), len * elem, stream),
+                    "gpu reduce: copy from another GPU", why);
+        sources[w] = here;
+      }
+      r.dst = static_cast<char*>(a.outputs[0]) + begin * elem;
+      r.count = len;
+      r.scratch = scratch;
+      r.scratch_bytes = scratch_bytes;
+      ok = ok && device_reduce(r, why);
+    }
     if (scratch) cudaFreeAsync(scratch, stream);
     if (gathered) cudaFreeAsync(gathered, stream);
     return ok;
