@@ -62,6 +62,24 @@ int group_node(const SparseRun& run, int group) {
   return run.request_groups ? run.request_groups->node(group) : group;
 }
 
+// A worker's indices and rows: in its arena, or (device memory) staged in host memory by
+// device_rows_step, which the worker (its wrapper there) keeps alive.
+void set_buffers(SparseRun::Worker& w, const Completer& worker, const BufferRef& in,
+                 const BufferRef& out, StagedRows* staged) {
+  if (staged) {
+    w.indices = staged->indices.data();
+    w.n = staged->status == PX_OK ? staged->indices.size() : 0;
+    w.rows = reinterpret_cast<char*>(staged->rows.data());
+    w.status = staged->status;
+    w.message = staged->message;
+    return;
+  }
+  char* base = worker.arena().base();
+  w.indices = reinterpret_cast<const int64_t*>(base + in.offset);
+  w.n = in.bytes / sizeof(int64_t);
+  w.rows = base + out.offset;
+}
+
 }  // namespace
 
 void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
@@ -100,18 +118,7 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
     Run::Worker w;
     w.worker = c->worker;
     w.request_id = c->request_id;
-    if (StagedRows* staged = c->staged.get()) {  // from device memory; kept by w.worker
-      w.indices = staged->indices.data();
-      w.n = staged->status == PX_OK ? staged->indices.size() : 0;
-      w.rows = reinterpret_cast<char*>(staged->rows.data());
-      w.status = staged->status;
-      w.message = staged->message;
-    } else {
-      char* base = c->worker->arena().base();
-      w.indices = reinterpret_cast<const int64_t*>(base + c->in.offset);
-      w.n = c->in.bytes / sizeof(int64_t);
-      w.rows = base + c->out.offset;
-    }
+    set_buffers(w, *c->worker, c->in, c->out, c->staged.get());
     run->workers.push_back(std::move(w));
   }
   start(run);
@@ -132,18 +139,7 @@ void SparseRouter::run_single(std::shared_ptr<Job> job, std::shared_ptr<Complete
   run->start_ns = monotonic_ns();
   trace_started(run->trace, run->job, var, sparse_op_name(run->op), 0, 0);
   Run::Worker w;
-  if (staged) {  // from device memory; kept by worker
-    w.indices = staged->indices.data();
-    w.n = staged->status == PX_OK ? staged->indices.size() : 0;
-    w.rows = reinterpret_cast<char*>(staged->rows.data());
-    w.status = staged->status;
-    w.message = staged->message;
-  } else {
-    char* base = worker->arena().base();
-    w.indices = reinterpret_cast<const int64_t*>(base + entry.in.offset);
-    w.n = entry.in.bytes / sizeof(int64_t);
-    w.rows = base + entry.out.offset;
-  }
+  set_buffers(w, *worker, entry.in, entry.out, staged.get());
   w.worker = std::move(worker);
   w.request_id = entry.request_id;
   run->workers.push_back(std::move(w));
