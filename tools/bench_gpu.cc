@@ -178,10 +178,6 @@ std::vector<double> device_allreduce(const Daemon& d, int workers, px_dtype dtyp
   });
 }
 
-std::string default_daemon_path() {
-  return tools_dir() + "/../daemon/parallaxd";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -21,6 +21,11 @@
 
 namespace pxbench {
 
+// The build's parallaxd, beside the folder the benchmark runs from (BUILD/tools).
+inline std::string default_daemon_path() {
+  return tools_dir() + "/../daemon/parallaxd";
+}
+
 struct Daemon {
   pid_t pid = -1;
   std::string socket;

@@ -176,11 +176,6 @@ std::vector<double> big_allreduce(const Daemon& d, int workers, bool arena, int 
   });
 }
 
-// The folder px-bench runs from (BUILD/tools).
-std::string default_daemon_path() {
-  return tools_dir() + "/../daemon/parallaxd";
-}
-
 int bench_local(bool json, const std::string& daemon_path, int iterations) {
   double memcpy_rate = memcpy_gbps();
   std::vector<double> floor_us = eventfd_ping_pong(iterations);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "daemon/gpu/device_regions.h"
@@ -26,5 +27,18 @@ class Completer {
   // The worker's device memory (px_alloc_ex), null for a worker without any.
   virtual const gpu::DeviceRegions* device_regions() const { return nullptr; }
 };
+
+// The mapping holding a device buffer of worker's (ref.region, inside it), or null with why:
+// what the device steps (dense/, sparse/) resolve each device BufferRef through.
+inline std::shared_ptr<gpu::DeviceMapping> find_device_buffer(const Completer& worker,
+                                                              const BufferRef& ref,
+                                                              std::string* why) {
+  const gpu::DeviceRegions* regions = worker.device_regions();
+  if (!regions) {
+    *why = "no device memory registered";
+    return nullptr;
+  }
+  return regions->find(ref.region, ref.offset, ref.bytes, why);
+}
 
 }  // namespace px

@@ -6,6 +6,7 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
+#include "daemon/dense/device_staging.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
@@ -66,21 +67,17 @@ void finish(CopyRun& run, px_status status, const std::string& message) {
   }
   const char* name = operation_info(run.opcode).name;  // the route is the collective
   trace_finished(run.trace, name, status, status == PX_OK ? bytes : 0);
-  if (run.staging && !run.var->device_staging) run.var->device_staging = std::move(run.staging);
+  keep_staging(*run.var, &run.staging);
   run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }
 
-// A device step that failed here: on a cluster, before the cross-node stage, the other
-// nodes would wait for this node's part, so the job ends everywhere.
-void fail_on_device(CopyRun& run, const std::string& why) {
+// A device step that failed here (before the cross-node stage: end_job_for_local_failure).
+void fail_on_device(CopyRun& run, px_status status, const std::string& why) {
   std::string message = why + " (" + run.what() + ")";
-  finish(run, PX_ERR_INTERNAL, message);
-  if (run.context.fabric && !run.crossed && run.context.abort_job)
-    run.context.abort_job(*run.job, message +
-                                        "; the other nodes cannot complete the step without "
-                                        "this node's part, so the job ends");
+  finish(run, status, message);
+  if (!run.crossed) end_job_for_local_failure(run.context, *run.job, message);
 }
 
 // Runs the copies inline when small, else as one pool task, then `then` on the loop.
@@ -99,7 +96,7 @@ void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
           why->clear();
         },
         [run, why, then = std::move(then)] {
-          if (!why->empty()) return fail_on_device(*run, *why);
+          if (!why->empty()) return fail_on_device(*run, PX_ERR_INTERNAL, *why);
           then();
         });
     return;
@@ -257,10 +254,9 @@ std::string resolve_device(CopyRun& run, const PendingStep& pending) {
     const Contribution& c = *pending.by_rank[r];
     if (c.in.memory_kind != kind)
       return c.worker->label() + " gave host memory where local rank 0 gave device memory";
-    const gpu::DeviceRegions* regions = c.worker->device_regions();
-    std::string why = "no device memory registered";
-    auto in = regions ? regions->find(c.in.region, c.in.offset, c.in.bytes, &why) : nullptr;
-    auto out = in ? regions->find(c.out.region, c.out.offset, c.out.bytes, &why) : nullptr;
+    std::string why;
+    auto in = find_device_buffer(*c.worker, c.in, &why);
+    auto out = in ? find_device_buffer(*c.worker, c.out, &why) : nullptr;
     if (!out) return c.worker->label() + ": " + why;
     // Workers may sit on different GPUs: the backend's copies go between them (peer
     // copies); the staging copies are made on local rank 0's.
@@ -314,31 +310,23 @@ void run_copy_step(const StepContext& context, std::shared_ptr<Job> job, Variabl
     run->rank_bytes.assign(static_cast<size_t>(world.world_size), var.fingerprint.bytes());
   if (invalid.empty()) invalid = resolve_device(*run, pending);
   if (!invalid.empty()) {
-    bool before_ring = run->on_device && context.fabric && world.node_count > 1;
-    finish(*run, PX_ERR_INVALID, invalid + " (" + run->what() + ")");
-    if (before_ring && context.abort_job)  // the other nodes would wait for this node's part
-      context.abort_job(*run->job, invalid + " (" + run->what() + "); the job ends");
-    return;
+    if (run->on_device) return fail_on_device(*run, PX_ERR_INVALID, invalid);
+    return finish(*run, PX_ERR_INVALID, invalid + " (" + run->what() + ")");
   }
 
   bool cluster = context.fabric && world.node_count > 1;
   run->result = run->outputs[0];
   if (!run->on_device || !cluster) return start_copies(run, cluster);
   // Device memory across nodes: the chain broadcast runs on pinned host memory.
-  if (var.device_staging && var.device_staging->bytes() == run->out_bytes)
-    run->staging = std::move(var.device_staging);
+  run->staging = take_staging(var, run->out_bytes);
   auto why = std::make_shared<std::string>();
   context.offload.run(
       true,
       [run, why] {
-        std::unique_ptr<gpu::HostStaging> fresh;
-        if (!run->staging &&
-            !run->context.gpu->alloc_host(run->device, run->out_bytes, &fresh, why.get()))
-          return;
-        if (fresh) run->staging = std::move(fresh);
+        ensure_staging(*run->context.gpu, run->device, run->out_bytes, &run->staging, why.get());
       },
       [run, why] {
-        if (!why->empty()) return fail_on_device(*run, *why);
+        if (!why->empty()) return fail_on_device(*run, PX_ERR_INTERNAL, *why);
         run->result = static_cast<char*>(run->staging->data());
         start_copies(run, true);
       });

@@ -15,9 +15,12 @@ void start_cross_node_allreduce(const StepContext& context, const std::shared_pt
                                 CrossNodeDone done) {
   PX_ASSERT_LOOP_THREAD();
   Opcode opcode = var.id == 0 ? Opcode::kBarrier : Opcode::kAllreduce;
-  std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), step);
+  // Named in failures only: no message is built on a step that succeeds.
+  auto suffix = [](const Variable& v, uint64_t s) {
+    return step_suffix(v, static_cast<uint16_t>(Opcode::kAllreduce), s);
+  };
   if (var.poison_status != PX_OK) return done(var.poison_status, var.poison_message);
-  if (!job->broken().empty()) return done(PX_ERR_PEER_LOST, job->broken() + suffix);
+  if (!job->broken().empty()) return done(PX_ERR_PEER_LOST, job->broken() + suffix(var, step));
   uint32_t id = var.id == 0 ? job->barrier_id() : var.global_id;
   if (id == 0) {  // the nodes have not all registered the variable yet
     var.awaiting_global_id.push_back([context, job, &var, step, spec, done = std::move(done)] {
@@ -26,14 +29,17 @@ void start_cross_node_allreduce(const StepContext& context, const std::shared_pt
     return;
   }
   uint64_t tag_base = make_tag(operation_info(opcode).tag, id, step);
-  // The transport calls back on its own thread: the rest happens on the loop.
-  const PostToLoop& post = context.offload.post();
-  auto finished = [post, job, suffix, done = std::move(done)](bool ok, const std::string& error) {
-    post([job, suffix, done, ok, error] {
+  // The transport calls back once, on its own thread: the rest happens on the loop. The
+  // scheduler's Offload outlives every step; job keeps var alive.
+  const Offload* offload = &context.offload;
+  Variable* v = &var;
+  auto finished = [offload, job, v, step, suffix, done = std::move(done)](
+                      bool ok, const std::string& error) mutable {
+    offload->post()([job, v, step, suffix, done = std::move(done), ok, error] {
       if (ok) return done(PX_OK, "");
       std::string why =
           !job->broken().empty() ? job->broken() : "the allreduce across nodes failed: " + error;
-      done(PX_ERR_PEER_LOST, why + suffix);
+      done(PX_ERR_PEER_LOST, why + suffix(*v, step));
     });
   };
   if (spec.count * dtype_size(spec.dtype) <= kRecursiveDoublingMaxBytes) {

@@ -7,6 +7,7 @@
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/cross_node_allreduce.h"
+#include "daemon/dense/device_staging.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
 #include "transport/kernels/reduce.h"
@@ -52,32 +53,24 @@ void finish(DeviceRun& run, px_status status, const std::string& message) {
   var.stats.reduce_ns += static_cast<uint64_t>(monotonic_ns() - run.start_ns);
   var.stats.route = run.route;
   trace_finished(run.trace, run.route, status, status == PX_OK ? bytes : 0);
-  if (run.staging && !var.device_staging) var.device_staging = std::move(run.staging);
+  keep_staging(var, &run.staging);
   run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }
 
-// A cluster step that failed here before its cross-node stage: the other nodes would wait
-// in it for this node's share, so the job ends everywhere (as a withdrawn step ends it).
+// Failed here before the cross-node stage (end_job_for_local_failure).
 void fail_before_cross_node(DeviceRun& run, px_status status, const std::string& message) {
   finish(run, status, message);
-  if (run.context.fabric && run.context.abort_job)
-    run.context.abort_job(*run.job, message +
-                                        "; the other nodes cannot complete the step without "
-                                        "this node's share, so the job ends");
+  end_job_for_local_failure(run.context, *run.job, message);
 }
 
 // The device pointer of ref in worker's regions, held in run, and its device; null with
 // why. (Workers may sit on different GPUs; admission keeps each one's in and out on one.)
 void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, int* device,
               std::string* why) {
-  const gpu::DeviceRegions* regions = worker.device_regions();
-  auto mapping = regions ? regions->find(ref.region, ref.offset, ref.bytes, why) : nullptr;
-  if (!mapping) {
-    if (!regions) *why = "no device memory registered";
-    return nullptr;
-  }
+  auto mapping = find_device_buffer(worker, ref, why);
+  if (!mapping) return nullptr;
   void* p = static_cast<char*>(mapping->pointer()) + ref.offset;
   *device = mapping->device();
   run.held.push_back(std::move(mapping));
@@ -90,17 +83,13 @@ void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, int
 void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
   gpu::GpuBackend* backend = run->context.gpu;
   size_t bytes = run->args.count * dtype_size(run->args.dtype);
-  if (run->var->device_staging && run->var->device_staging->bytes() == bytes)
-    run->staging = std::move(run->var->device_staging);
+  run->staging = take_staging(*run->var, bytes);
   trace_stage(run->trace, "gpu_reduce_to_host");
   run->context.offload.run(
       true,
       [run, backend, bytes] {
-        std::unique_ptr<gpu::HostStaging> fresh;
-        run->ok = run->staging || backend->alloc_host(run->args.device, bytes, &fresh, &run->why);
-        if (fresh) run->staging = std::move(fresh);
-        run->ok =
-            run->ok && backend->reduce_local_to_host(run->args, run->staging->data(), &run->why);
+        run->ok = ensure_staging(*backend, run->args.device, bytes, &run->staging, &run->why) &&
+                  backend->reduce_local_to_host(run->args, run->staging->data(), &run->why);
       },
       [run, suffix] {
         if (!run->ok) return fail_before_cross_node(*run, PX_ERR_INTERNAL, run->why + suffix);

@@ -6,13 +6,12 @@
 #include <functional>
 #include <string>
 
+#include "daemon/common/job.h"
 #include "daemon/common/offload.h"
 #include "daemon/gpu/gpu_backend.h"
 #include "transport/collectives/collective_transport.h"
 
 namespace px {
-
-class Job;
 
 struct StepContext {
   const Offload& offload;                 // the scheduler's, which outlives every step
@@ -23,5 +22,16 @@ struct StepContext {
   // on this node where the other nodes wait in its cross-node stage. Null: nothing to do.
   std::function<void(Job& job, const std::string& why)> abort_job;
 };
+
+// A device step that failed on this node before its cross-node stage: on a cluster the
+// other nodes would wait in that stage for this node's part, so the job ends everywhere
+// (as a withdrawn step ends it). message names the step.
+inline void end_job_for_local_failure(const StepContext& context, Job& job,
+                                      const std::string& message) {
+  if (context.fabric && job.world().node_count > 1 && context.abort_job)
+    context.abort_job(job, message +
+                               "; the other nodes cannot complete the step without this "
+                               "node's share, so the job ends");
+}
 
 }  // namespace px

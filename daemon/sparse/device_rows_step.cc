@@ -73,13 +73,8 @@ class DeviceRowsWorker final : public Completer,
 // Resolves the device buffers of c (admission checked them), or says why not.
 bool resolve(const Contribution& c, DeviceRowsWorker& w, std::string* why) {
   if (w.n == 0) return true;
-  const gpu::DeviceRegions* regions = c.worker->device_regions();
-  if (!regions) {
-    *why = "no device memory registered";
-    return false;
-  }
-  auto in = regions->find(c.in.region, c.in.offset, c.in.bytes, why);
-  auto out = in ? regions->find(c.out.region, c.out.offset, c.out.bytes, why) : nullptr;
+  auto in = find_device_buffer(*c.worker, c.in, why);
+  auto out = in ? find_device_buffer(*c.worker, c.out, why) : nullptr;
   if (!out) return false;
   w.device = in->device();
   w.indices = reinterpret_cast<const int64_t*>(static_cast<char*>(in->pointer()) + c.in.offset);

@@ -156,4 +156,11 @@ class HostBackend final : public gpu::GpuBackend {
   gpu::GpuInventory inventory_;
 };
 
+// Whether every worker has heard at least `each` completions.
+inline bool all_done(const std::vector<std::shared_ptr<DeviceWorker>>& workers, size_t each) {
+  for (const auto& w : workers)
+    if (w->done.size() < each) return false;
+  return true;
+}
+
 }  // namespace pxtest

@@ -75,11 +75,7 @@ struct Fixture {
   void submit(int rank, const SubmitEntry& e) {
     scheduler.submit(job, rank, workers[static_cast<size_t>(rank)], e);
   }
-  bool all_done(size_t each) const {
-    for (auto& w : workers)
-      if (w->done.size() < each) return false;
-    return true;
-  }
+  bool all_done(size_t each) const { return pxtest::all_done(workers, each); }
 
   std::optional<LoopThreadScope> loop_thread;
   ManualLoop loop;

@@ -76,11 +76,7 @@ struct RowsFixture {
     const float* at = device ? w.floats(kRowsAt) : w.host_floats(kRowsAt);
     return std::vector<float>(at, at + n * kDim);
   }
-  bool all_done(size_t each) const {
-    for (auto& w : workers)
-      if (w->done.size() < each) return false;
-    return true;
-  }
+  bool all_done(size_t each) const { return pxtest::all_done(workers, each); }
 
   LoopThreadScope loop_thread;
   ManualLoop loop;
