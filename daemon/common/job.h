@@ -18,6 +18,7 @@
 namespace px {
 
 struct SparseTable;
+struct NcclComms;
 namespace gpu {
 class HostStaging;
 }
@@ -76,8 +77,23 @@ struct VarStats {
   uint64_t wait_ns = 0;
   uint64_t reduce_ns = 0;
   // Dense: the route its last step took when that is not the plain host allreduce
-  // ("gpu-local", "gpu-host-ring": device memory); "" otherwise.
+  // ("gpu-local", "gpu-host-ring", "gpu-nccl": device memory); "" otherwise.
   const char* route = "";
+};
+
+// In a job whose every node can run NCCL (JobWorld::device_routes): how a dense variable's
+// allreduce crosses nodes, agreed with the other nodes on its first cross-node step
+// (daemon/dense/cross_node_route.h).
+struct CrossNodeRoute {
+  enum class State { kUnknown, kAgreeing, kHostRing, kNccl };
+  State state = State::kUnknown;
+  int device = -1;    // the GPU this node reported (its sum's), or -1: host memory
+  uint32_t comm = 0;  // kNccl: the job's communicator
+  std::string why;    // kHostRing: why not NCCL
+  // Told PX_OK once the route, or an NCCL step's turn, is known; or the job's failure.
+  using Waiter = std::function<void(px_status status, const std::string& message)>;
+  std::vector<Waiter> agreeing;               // steps waiting for the route
+  std::map<uint64_t, Waiter> awaiting_turn;   // NCCL steps waiting for their turn, by step
 };
 
 struct Variable {
@@ -98,6 +114,7 @@ struct Variable {
   // Device steps across nodes: the pinned host buffer the node's sum crosses in, kept for
   // the next step (allocating one costs milliseconds).
   std::shared_ptr<gpu::HostStaging> device_staging;
+  CrossNodeRoute route;
 
   // The next step local worker `rank` must submit for opcode (each opcode counts its steps
   // apart). Kept with the variable, not the worker, so the layers that check steps need no
@@ -115,6 +132,9 @@ struct JobWorld {
   int rank_offset = 0;  // global rank of local rank 0 (ranks are node-major)
   int world_size = 0;
   std::vector<int> node_sizes;  // workers of the job on each node, by node index
+  // Every node can run NCCL: device allreduces agree on their route across nodes
+  // (CrossNodeRoute); otherwise they take the host ring, with nothing to agree on.
+  bool device_routes = false;
 
   // The node of a global rank (ranks are node-major); -1 if out of range.
   int node_of_rank(int rank) const {
@@ -178,6 +198,8 @@ class Job {
   // The bytes of its sparse tables, rows x dim x dtype summed (whole tables, on any node).
   uint64_t sparse_table_bytes() const;
   JobUsage& usage() { return usage_; }
+  // The NCCL communicators this node holds for the job (daemon/dense/cross_node_route.h).
+  std::shared_ptr<NcclComms>& nccl_comms() { return nccl_comms_; }
 
  private:
   std::string name_;
@@ -193,6 +215,7 @@ class Job {
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;
   JobUsage usage_;
+  std::shared_ptr<NcclComms> nccl_comms_;
 };
 
 }  // namespace px

@@ -9,6 +9,8 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
 #include "daemon/dense/cross_node_allreduce.h"
+#include "daemon/dense/admission.h"
+#include "daemon/dense/cross_node_route.h"
 #include "daemon/dense/device_allreduce_step.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/ipc/control_channel.h"
@@ -117,7 +119,7 @@ void run_sliced(const std::shared_ptr<Run>& run, SliceWork work, std::function<v
       [run, work](size_t begin, size_t end) { work(*run, begin, end); }, std::move(then));
 }
 
-void cross_node(const std::shared_ptr<Run>& run) {
+void ring(const std::shared_ptr<Run>& run) {
   CrossNodeAllreduce spec;
   if (run->var->id == 0) {
     spec.buffer = &run->barrier_word;
@@ -137,6 +139,25 @@ void cross_node(const std::shared_ptr<Run>& run) {
                                run_sliced(run, scale_and_fan_out,
                                           [run] { finish(*run, PX_OK, ""); });
                              });
+}
+
+// In a job whose nodes can all run NCCL the variable's route is agreed first (this node's
+// part is host memory: the host ring, unless the route was agreed as NCCL by an earlier
+// step in device memory on every node, which this step cannot join).
+void cross_node(const std::shared_ptr<Run>& run) {
+  with_cross_node_route(
+      run->context, run->job, *run->var, -1,
+      [run](px_status status, const std::string& message) {
+        Variable& var = *run->var;
+        std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), run->step);
+        if (status != PX_OK) return finish(*run, status, message + suffix);
+        if (var.route.state != CrossNodeRoute::State::kNccl) return ring(run);
+        std::string why =
+            "this node gave host memory, but the variable crosses nodes over NCCL (agreed on "
+            "its first step, in device memory on every node)" + suffix;
+        finish(*run, PX_ERR_INVALID, why);
+        end_job_for_local_failure(run->context, *run->job, why);
+      });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/cross_node_allreduce.h"
+#include "daemon/dense/cross_node_route.h"
 #include "daemon/dense/device_staging.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/ipc/control_channel.h"  // monotonic_ns
@@ -19,6 +20,7 @@ namespace {
 // on the GPU, alone or with the host ring across nodes.
 constexpr const char* kGpuLocal = "gpu-local";
 constexpr const char* kGpuHostRing = "gpu-host-ring";
+constexpr const char* kGpuNccl = "gpu-nccl";
 
 struct DeviceRun {
   explicit DeviceRun(const StepContext& c) : context(c) {}
@@ -77,10 +79,64 @@ void* resolve(DeviceRun& run, const Completer& worker, const BufferRef& ref, int
   return p;
 }
 
+// Over NCCL: the node's sum reduced into the first worker's output on the GPU; once every
+// node's is ready, the step's turn (the order every node issues NCCL operations in) puts it
+// on the job's communicator, summed in place across nodes; then a mean divided and the
+// result copied to the other workers, on the GPU.
+void nccl_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
+  run->route = kGpuNccl;
+  Job& job = *run->job;
+  uint32_t comm = run->var->route.comm;
+  int comm_device = communicator_device(job, comm);
+  if (comm_device != run->args.device)
+    return fail_before_cross_node(
+        *run, PX_ERR_INVALID,
+        "the variable crosses nodes over NCCL on GPU " + std::to_string(comm_device) +
+            " (where its first step's sum was) but this step's sum is on GPU " +
+            std::to_string(run->args.device) + suffix);
+  trace_stage(run->trace, "gpu_reduce");
+  gpu::GpuBackend* backend = run->context.gpu;
+  run->args.fan_out = false;
+  run->context.offload.run(
+      true, [run, backend] { run->ok = backend->allreduce_local(run->args, &run->why); },
+      [run, suffix, comm] {
+        if (!run->ok) return fail_before_cross_node(*run, PX_ERR_INTERNAL, run->why + suffix);
+        trace_stage(run->trace, "nccl_turn");
+        await_turn(run->context, run->job, *run->var, run->step,
+                   [run, suffix, comm](px_status status, const std::string& message) {
+          if (status != PX_OK) return finish(*run, status, message + suffix);
+          trace_stage(run->trace, "nccl_allreduce");
+          int timeout = run->context.nccl_timeout_ms;
+          run_on_communicator(
+              run->context, run->job, comm,
+              [run, timeout](gpu::NcclCommunicator& c, std::string* why) {
+                return c.allreduce(run->args.outputs[0], run->args.count, run->args.dtype,
+                                   run->args.op, timeout, why);
+              },
+              [run, suffix](bool ok, const std::string& why) {
+                if (!ok) {
+                  // The communicator is gone for every later step too: the job ends.
+                  std::string message = "the allreduce across nodes over NCCL failed: " + why;
+                  return fail_before_cross_node(*run, PX_ERR_PEER_LOST, message + suffix);
+                }
+                trace_stage(run->trace, "gpu_fan_out");
+                run->args.op = run->op;
+                gpu::GpuBackend* backend = run->context.gpu;
+                run->context.offload.run(
+                    true, [run, backend] { run->ok = backend->finish_on_device(run->args, &run->why); },
+                    [run, suffix] {
+                      if (!run->ok) return finish(*run, PX_ERR_INTERNAL, run->why + suffix);
+                      finish(*run, PX_OK, "");
+                    });
+              });
+        });
+      });
+}
+
 // Across nodes, through the host: the node's sum on the GPU, copied to pinned memory; the
 // host ring (or recursive doubling) on it; a mean divided there as the host path divides it
 // (bitwise the same results on host and device nodes); then copied to every worker.
-void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
+void host_ring_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
   gpu::GpuBackend* backend = run->context.gpu;
   size_t bytes = run->args.count * dtype_size(run->args.dtype);
   run->staging = take_staging(*run->var, bytes);
@@ -123,6 +179,18 @@ void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix
                   });
             });
       });
+}
+
+// Across nodes: the variable's route (agreed on its first step where every node could run
+// NCCL, else the host ring).
+void cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& suffix) {
+  with_cross_node_route(run->context, run->job, *run->var, run->args.device,
+                        [run, suffix](px_status status, const std::string& message) {
+                          if (status != PX_OK) return finish(*run, status, message + suffix);
+                          if (run->var->route.state == CrossNodeRoute::State::kNccl)
+                            return nccl_cross_node(run, suffix);
+                          host_ring_cross_node(run, suffix);
+                        });
 }
 
 }  // namespace

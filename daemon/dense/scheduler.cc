@@ -8,6 +8,7 @@
 #include "daemon/dense/admission.h"
 #include "daemon/dense/allreduce_step.h"
 #include "daemon/dense/copy_step.h"
+#include "daemon/dense/cross_node_route.h"
 #include "daemon/dense/step_matcher.h"
 #include "daemon/sparse/device_rows_step.h"
 
@@ -32,7 +33,7 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
     return run_device_rows_step(offload_, gpu_, sparse_, job, var, opcode, entry.step,
                                 std::move(*complete));
   if (var.sparse) return sparse_.run_step(job, var, opcode, entry.step, std::move(*complete));
-  StepContext context{offload_, fabric_, chunk_bytes_, gpu_, abort_job_};
+  StepContext context = this->context();
   if (opcode == Opcode::kAllreduce || opcode == Opcode::kBarrier)
     return run_allreduce_step(context, job, var, entry.step, std::move(*complete));
   run_copy_step(context, job, var, entry.opcode, entry.step, std::move(*complete));
@@ -41,10 +42,21 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
 void Scheduler::fail_variable(Variable& var, px_status status, const std::string& why) {
   fail_pending_steps(var, status, why);
   sparse_.fail_in_flight(var, status, why);
+  fail_route_waiters(var, status, why);
 }
 
 void Scheduler::fail_job(Job& job, px_status status, const std::string& why) {
+  abort_communicators(job);
   for (auto& var : job.variables()) fail_variable(*var, status, why);
+}
+
+void Scheduler::route_decided(const std::shared_ptr<Job>& job, Variable& var,
+                              const DeviceRoutes::Route& route) {
+  px::route_decided(context(), job, var, route);
+}
+
+bool Scheduler::turn_arrived(Variable& var, uint64_t step) {
+  return px::turn_arrived(var, step);
 }
 
 void Scheduler::fail_pending(Variable& var, px_status status, const std::string& why) {

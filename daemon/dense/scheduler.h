@@ -13,6 +13,8 @@
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "daemon/common/offload.h"
+#include "daemon/cluster/device_routes.h"
+#include "daemon/dense/step_context.h"
 #include "daemon/dense/step_matcher.h"
 #include "daemon/gpu/gpu_backend.h"
 #include "daemon/sparse/sparse_router.h"
@@ -39,6 +41,16 @@ class Scheduler {
   void set_abort_job(std::function<void(Job&, const std::string&)> abort_job) {
     abort_job_ = std::move(abort_job);
   }
+  // Jobs whose nodes can all run NCCL: how device allreduces agree on their route across
+  // nodes (cross_node_route.h), and the deadline of an NCCL communicator's creation and steps.
+  void set_routes(RouteChannel* routes, int nccl_timeout_ms) {
+    routes_ = routes;
+    nccl_timeout_ms_ = nccl_timeout_ms;
+  }
+  // The coordinator's route for var, and an NCCL step's turn (Cluster events). Loop thread.
+  void route_decided(const std::shared_ptr<Job>& job, Variable& var,
+                     const DeviceRoutes::Route& route);
+  bool turn_arrived(Variable& var, uint64_t step);
   // The pool and the way back to the loop, for the front's blocking work (device mappings).
   const Offload& offload() const { return offload_; }
 
@@ -68,7 +80,14 @@ class Scheduler {
   size_t chunk_bytes_ = 1 << 20;
   gpu::GpuBackend* gpu_ = nullptr;
   std::function<void(Job&, const std::string&)> abort_job_;
+  RouteChannel* routes_ = nullptr;
+  int nccl_timeout_ms_ = 60000;
   SparseRouter sparse_;
+
+  StepContext context() const {
+    return StepContext{offload_, fabric_, chunk_bytes_, gpu_, abort_job_, routes_,
+                       nccl_timeout_ms_};
+  }
 };
 
 }  // namespace px

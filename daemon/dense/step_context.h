@@ -13,6 +13,8 @@
 
 namespace px {
 
+class RouteChannel;  // cross_node_route.h
+
 struct StepContext {
   const Offload& offload;                 // the scheduler's, which outlives every step
   CollectiveTransport* fabric = nullptr;  // null on a single node
@@ -21,6 +23,10 @@ struct StepContext {
   // Fails the job here and on every other node (Server::abort_job): for a step that failed
   // on this node where the other nodes wait in its cross-node stage. Null: nothing to do.
   std::function<void(Job& job, const std::string& why)> abort_job;
+  // Jobs whose nodes can all run NCCL: how device allreduces agree on their route across
+  // nodes (cross_node_route.h). Null: the host ring, nothing agreed.
+  RouteChannel* routes = nullptr;
+  int nccl_timeout_ms = 60000;  // an NCCL communicator's creation, and each of its steps
 };
 
 // A device step that failed on this node before its cross-node stage: on a cluster the

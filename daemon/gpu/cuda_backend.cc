@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "daemon/gpu/cuda_nccl.h"
 #include "daemon/gpu/gpu_backend.h"
 #include "transport/kernels/cuda/cuda_error.h"
 #include "transport/kernels/cuda/device_coalesce.h"
@@ -158,8 +159,23 @@ class CudaBackend final : public GpuBackend {
     cudaStream_t stream = nullptr;
     if (!begin(a, "gpu allreduce", &stream, why)) return false;
     bool ok = reduce_into_first(a, stream, why) &&
-              fan_out(a, stream, "gpu allreduce: copy to a worker", why);
+              (!a.fan_out || fan_out(a, stream, "gpu allreduce: copy to a worker", why));
     return finished(stream, ok, "gpu allreduce", why);
+  }
+
+  bool finish_on_device(const DeviceAllreduce& a, std::string* why) override {
+    cudaStream_t stream = nullptr;
+    if (!begin(a, "gpu finish", &stream, why)) return false;
+    bool ok = true;
+    if (a.op == ReduceOp::kMean) {  // outputs[0] divided in place: one input, itself
+      DeviceAllreduce self = a;
+      self.inputs = {a.outputs[0]};
+      self.outputs = {a.outputs[0]};
+      self.devices.clear();
+      ok = reduce_into_first(self, stream, why);
+    }
+    ok = ok && fan_out(a, stream, "gpu finish: copy to a worker", why);
+    return finished(stream, ok, "gpu finish", why);
   }
 
   bool alloc_host(int device, size_t bytes, std::unique_ptr<HostStaging>* out,
@@ -289,6 +305,14 @@ class CudaBackend final : public GpuBackend {
     }
     cudaFreeAsync(block, stream);
     return finished(stream, ok, "gpu coalescing", why);
+  }
+
+  bool nccl_unique_id(std::string* id, std::string* why) override {
+    return cuda_nccl_unique_id(id, why);
+  }
+  bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
+                 std::unique_ptr<NcclCommunicator>* out, std::string* why) override {
+    return cuda_nccl_open(device, ranks, rank, id, timeout_ms, out, why);
   }
 
   // The calling pool thread's stream on device, made current.

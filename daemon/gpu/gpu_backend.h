@@ -20,7 +20,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 7;
+constexpr uint32_t kGpuBackendInterface = 8;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -74,6 +74,7 @@ struct DeviceAllreduce {
   std::vector<const void*> inputs;
   std::vector<void*> outputs;  // outputs[0] may be inputs[0]
   std::vector<int> devices;    // inputs[w] and outputs[w] lie on devices[w]; empty: all on device
+  bool fan_out = true;         // false: allreduce_local leaves the result in outputs[0] only
 };
 
 // Host memory the GPU copies to and from at full speed (page-locked: cudaHostAlloc); freed
@@ -93,6 +94,27 @@ struct CoalescedPush {
   std::vector<float> rows;       // indices.size() x dim: each index's summed gradients
   int64_t first_bad = -1;        // >= 0: the position of an index outside the table (then
   int64_t bad_index = 0;         // empty), and that index
+};
+
+// The bytes of an NCCL unique id (ncclUniqueId), as the cluster protocol carries it.
+constexpr size_t kNcclIdBytes = 128;
+
+// An NCCL communicator across the job's nodes, owned by this daemon: one rank per node, on
+// the GPU that holds the node's sum. Destroying it frees it (aborted if an operation on it
+// failed, or it was aborted).
+class NcclCommunicator {
+ public:
+  virtual ~NcclCommunicator() = default;
+  virtual int device() const = 0;
+  // buffer (count elements, device memory of device()) reduced in place with every other
+  // rank's (op: kSum, kMin or kMax; a mean is summed and divided by the caller). Blocks,
+  // on the pool, until done, until timeout_ms passed, or until abort(): false with why
+  // then, and the communicator is aborted (every later call fails). Calls on one
+  // communicator run one at a time, in the order every rank agreed on.
+  virtual bool allreduce(void* buffer, size_t count, DType dtype, ReduceOp op, int timeout_ms,
+                         std::string* why) = 0;
+  // From any thread: an operation under way or to come fails (the job broke).
+  virtual void abort() = 0;
 };
 
 class GpuBackend {
@@ -121,6 +143,10 @@ class GpuBackend {
   // host (count elements, the final result) copied to every output.
   virtual bool copy_from_host(const DeviceAllreduce& args, const void* host, std::string* why) = 0;
 
+  // outputs[0] holds the job's result (summed across nodes over NCCL): a kMean divided by
+  // mean_divisor there, as the host path divides it, then copied to every other output.
+  virtual bool finish_on_device(const DeviceAllreduce& args, std::string* why) = 0;
+
   // bytes from `from` to `to`, either of them device memory of device or host memory (the
   // runtime tells which: unified addressing); for broadcasts on device memory. Blocks.
   virtual bool copy(int device, void* to, const void* from, size_t bytes, std::string* why) = 0;
@@ -136,6 +162,15 @@ class GpuBackend {
   virtual bool coalesce_push(int device, const int64_t* indices, const float* grads, size_t n,
                              size_t dim, uint64_t row_limit, CoalescedPush* out,
                              std::string* why) = 0;
+
+  // NCCL across nodes (daemon/dense/nccl_allreduce). A fresh unique id (kNcclIdBytes) for a
+  // new communicator, made by the node that will be its rank 0 (it listens for the others
+  // until they joined); false with why in a build without NCCL.
+  virtual bool nccl_unique_id(std::string* id, std::string* why) = 0;
+  // Joins communicator `id` as `rank` of `ranks`, on device. Blocks on the pool until
+  // every rank joined or timeout_ms passed. False with why.
+  virtual bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
+                         std::unique_ptr<NcclCommunicator>* out, std::string* why) = 0;
 };
 
 }  // namespace px::gpu

@@ -8,8 +8,12 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,93 @@ class VectorStaging final : public gpu::HostStaging {
   std::vector<char> memory_;
 };
 
+// NCCL between the nodes of one test process: communicators opened with one id meet in a
+// group; the k-th allreduce of every rank waits for the others' k-th, then each gets the
+// sum in rank order. Ranks that issue their calls in different orders (what the cluster's
+// ordering of NCCL steps prevents) are caught where the k-th calls differ in size: every
+// rank's call fails saying so.
+class FakeNccl {
+ public:
+  struct Group {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int ranks = 0;
+    int joined = 0;
+    bool aborted = false;
+    struct Round {
+      size_t count = 0;
+      int arrived = 0, left = 0;
+      bool mismatch = false;
+      std::vector<std::vector<char>> inputs;
+    };
+    std::map<uint64_t, Round> rounds;  // by call number
+  };
+  static std::shared_ptr<Group> group(const std::string& id, int ranks) {
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<Group>> groups;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto g = groups[id].lock();
+    if (!g) {
+      g = std::make_shared<Group>();
+      g->ranks = ranks;
+      groups[id] = g;
+    }
+    return g;
+  }
+};
+
+class FakeCommunicator final : public gpu::NcclCommunicator {
+ public:
+  FakeCommunicator(std::shared_ptr<FakeNccl::Group> group, int rank, int device)
+      : group_(std::move(group)), rank_(rank), device_(device) {}
+  int device() const override { return device_; }
+  bool allreduce(void* buffer, size_t count, DType dtype, ReduceOp op, int timeout_ms,
+                 std::string* why) override {
+    FakeNccl::Group& g = *group_;
+    size_t bytes = count * dtype_size(dtype);
+    std::unique_lock<std::mutex> lock(g.mutex);
+    uint64_t call = calls_++;
+    auto& round = g.rounds[call];
+    if (round.arrived == 0) {
+      round.count = count;
+      round.inputs.resize(static_cast<size_t>(g.ranks));
+    } else if (round.count != count) {
+      round.mismatch = true;
+    }
+    round.inputs[static_cast<size_t>(rank_)].assign(static_cast<char*>(buffer),
+                                                    static_cast<char*>(buffer) + bytes);
+    ++round.arrived;
+    g.changed.notify_all();
+    bool met = g.changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+      return g.aborted || round.arrived == g.ranks;
+    });
+    if (!met || g.aborted || round.mismatch) {
+      g.aborted = true;
+      g.changed.notify_all();
+      *why = !met ? "fake ncclAllReduce: timed out"
+                  : round.mismatch ? "fake ncclAllReduce: the ranks' calls differ (out of order)"
+                                   : "fake ncclAllReduce: aborted";
+      return false;
+    }
+    std::vector<const void*> inputs;
+    for (auto& in : round.inputs) inputs.push_back(in.data());
+    reduce_buffers(dtype, op, buffer, inputs.data(), inputs.size(), count, 1);
+    if (++round.left == g.ranks) g.rounds.erase(call);
+    return true;
+  }
+  void abort() override {
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    group_->aborted = true;
+    group_->changed.notify_all();
+  }
+
+ private:
+  std::shared_ptr<FakeNccl::Group> group_;
+  int rank_;
+  int device_;
+  uint64_t calls_ = 0;  // under the group's mutex
+};
+
 // The GPU backend on the host: what the plugin does with device_reduce and its copies.
 class HostBackend final : public gpu::GpuBackend {
  public:
@@ -92,6 +183,19 @@ class HostBackend final : public gpu::GpuBackend {
     }
     reduce_buffers(a.dtype, a.op, a.outputs[0], a.inputs.data(), a.inputs.size(), a.count,
                    a.mean_divisor);
+    for (size_t w = 1; a.fan_out && w < a.outputs.size(); ++w)
+      std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
+    return true;
+  }
+  bool finish_on_device(const gpu::DeviceAllreduce& a, std::string* why) override {
+    if (!fail_finish.empty()) {
+      *why = fail_finish;
+      return false;
+    }
+    if (a.op == ReduceOp::kMean) {
+      const void* self[1] = {a.outputs[0]};
+      reduce_buffers(a.dtype, a.op, a.outputs[0], self, 1, a.count, a.mean_divisor);
+    }
     for (size_t w = 1; w < a.outputs.size(); ++w)
       std::memcpy(a.outputs[w], a.outputs[0], a.count * dtype_size(a.dtype));
     return true;
@@ -146,8 +250,37 @@ class HostBackend final : public gpu::GpuBackend {
     out->rows = std::move(rows.values);
     return true;
   }
+  bool nccl_unique_id(std::string* id, std::string* why) override {
+    if (!nccl) {
+      *why = "parallax was built without NCCL";
+      return false;
+    }
+    static std::atomic<int> next{0};
+    *id = "fake nccl id " + std::to_string(next++);
+    id->resize(gpu::kNcclIdBytes);
+    return true;
+  }
+  bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
+                 std::unique_ptr<gpu::NcclCommunicator>* out, std::string* why) override {
+    ++nccl_opens;
+    auto group = FakeNccl::group(id, ranks);
+    std::unique_lock<std::mutex> lock(group->mutex);
+    ++group->joined;
+    group->changed.notify_all();
+    if (!group->changed.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                 [&] { return group->joined >= group->ranks; })) {
+      *why = "fake ncclCommInitRank: the other ranks did not join";
+      return false;
+    }
+    *out = std::make_unique<FakeCommunicator>(group, rank, device);
+    return true;
+  }
+
   gpu::DeviceAllreduce seen;
+  bool nccl = false;  // nccl_unique_id works
+  std::atomic<int> nccl_opens{0};
   std::string fail_with;
+  std::string fail_finish;  // finish_on_device fails with it
   std::atomic<int> allocations{0};
   std::atomic<int> coalesced{0};
   std::atomic<int> copies{0};

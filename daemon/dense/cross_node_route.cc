@@ -1,0 +1,201 @@
+#include "daemon/dense/cross_node_route.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "daemon/common/log.h"
+#include "daemon/common/loop_thread.h"
+#include "daemon/common/serial_queue.h"
+
+namespace px {
+
+// The job's communicators on this node, by the coordinator's number. Each runs its work on
+// a serial queue of its own: opening it first, then the NCCL steps in turn order.
+struct NcclComms {
+  struct Comm {
+    std::shared_ptr<SerialQueue> queue;
+    int device = -1;
+    std::mutex mutex;  // the open task (pool) sets comm, abort_communicators (loop) reads it
+    std::unique_ptr<gpu::NcclCommunicator> comm;
+    std::string failed;  // why it could not be opened
+    bool aborted = false;
+  };
+  std::map<uint32_t, std::shared_ptr<Comm>> by_id;
+};
+
+namespace {
+
+using State = CrossNodeRoute::State;
+
+std::string var_label(const Job& job, const Variable& var) {
+  return "job '" + job.name() + "' variable '" + var.name + "'";
+}
+
+void release(std::vector<CrossNodeRoute::Waiter> waiters, px_status status,
+             const std::string& why) {
+  for (auto& w : waiters) w(status, why);
+}
+
+}  // namespace
+
+void with_cross_node_route(const StepContext& context, const std::shared_ptr<Job>& job,
+                           Variable& var, int device, CrossNodeRoute::Waiter then) {
+  PX_ASSERT_LOOP_THREAD();
+  CrossNodeRoute& route = var.route;
+  if (!context.routes || !job->world().device_routes || var.id == 0 ||
+      route.state == State::kHostRing || route.state == State::kNccl)
+    return then(PX_OK, "");
+  if (var.poison_status != PX_OK) return then(var.poison_status, var.poison_message);
+  if (!job->broken().empty()) return then(PX_ERR_PEER_LOST, job->broken());
+  route.agreeing.push_back(std::move(then));
+  if (route.state == State::kAgreeing) return;
+  if (var.global_id == 0) {  // the nodes have not all registered it yet: report once they did
+    if (route.agreeing.size() == 1)
+      var.awaiting_global_id.push_back([context, job, &var, device] {
+        auto waiting = std::move(var.route.agreeing);
+        var.route.agreeing.clear();
+        for (auto& w : waiting) with_cross_node_route(context, job, var, device, std::move(w));
+      });
+    return;
+  }
+  route.state = State::kAgreeing;
+  route.device = device;
+  NodeDevice part;
+  part.device = device >= 0;
+  part.machine = context.routes->machine();
+  if (device >= 0 && context.gpu) {
+    const gpu::GpuInventory& inventory = context.gpu->inventory();
+    for (const gpu::GpuDevice& d : inventory.devices)
+      if (d.ordinal == device) part.pci_bus_id = d.pci_bus_id;
+    part.nccl = inventory.nccl;
+  }
+  context.routes->report_route(*job, var, part);
+}
+
+void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, Variable& var,
+                   const DeviceRoutes::Route& decided) {
+  PX_ASSERT_LOOP_THREAD();
+  CrossNodeRoute& route = var.route;
+  if (route.state != State::kAgreeing) {
+    PX_LOG_WARN("%s: a route from the coordinator that no step asked for; ignored",
+                var_label(*job, var).c_str());
+    return;
+  }
+  route.comm = decided.comm;
+  route.why = decided.why;
+  route.state = decided.nccl ? State::kNccl : State::kHostRing;
+  if (!decided.nccl) {
+    PX_LOG_INFO("%s: device allreduces cross nodes on the host ring, not NCCL: %s",
+                var_label(*job, var).c_str(), decided.why.c_str());
+  } else {
+    PX_LOG_INFO("%s: device allreduces cross nodes over NCCL (communicator %u%s)",
+                var_label(*job, var).c_str(), decided.comm,
+                decided.unique_id.empty() ? "" : ", new");
+  }
+  if (decided.nccl && !decided.unique_id.empty()) {
+    auto& comms = job->nccl_comms();
+    if (!comms) comms = std::make_shared<NcclComms>();
+    auto comm = std::make_shared<NcclComms::Comm>();
+    comm->queue = std::make_shared<SerialQueue>(context.offload.pool(), context.offload.post());
+    comm->device = route.device;
+    comms->by_id[decided.comm] = comm;
+    gpu::GpuBackend* backend = context.gpu;
+    const JobWorld& world = job->world();
+    int ranks = world.node_count, rank = world.node_index, timeout = context.nccl_timeout_ms;
+    std::string id = decided.unique_id;
+    std::string label = var_label(*job, var);
+    comm->queue->push(
+        true,
+        [comm, backend, ranks, rank, timeout, id] {
+          std::unique_ptr<gpu::NcclCommunicator> opened;
+          std::string why;
+          bool ok = backend ? backend->nccl_open(comm->device, ranks, rank, id, timeout, &opened,
+                                                 &why)
+                            : (why = "this parallaxd has no usable GPU", false);
+          std::lock_guard<std::mutex> lock(comm->mutex);
+          if (ok && comm->aborted) opened->abort();
+          comm->comm = std::move(opened);
+          if (!ok) comm->failed = "opening the NCCL communicator: " + why;
+        },
+        [comm, label] {
+          if (!comm->failed.empty()) PX_LOG_ERROR("%s: %s", label.c_str(), comm->failed.c_str());
+        });
+  }
+  auto waiting = std::move(route.agreeing);
+  route.agreeing.clear();
+  release(std::move(waiting), PX_OK, "");
+}
+
+void await_turn(const StepContext& context, const std::shared_ptr<Job>& job, Variable& var,
+                uint64_t step, CrossNodeRoute::Waiter on_turn) {
+  PX_ASSERT_LOOP_THREAD();
+  if (var.poison_status != PX_OK) return on_turn(var.poison_status, var.poison_message);
+  if (!job->broken().empty()) return on_turn(PX_ERR_PEER_LOST, job->broken());
+  var.route.awaiting_turn[step] = std::move(on_turn);
+  context.routes->report_ready(*job, var, step);
+}
+
+bool turn_arrived(Variable& var, uint64_t step) {
+  PX_ASSERT_LOOP_THREAD();
+  auto it = var.route.awaiting_turn.find(step);
+  if (it == var.route.awaiting_turn.end()) return false;
+  auto waiter = std::move(it->second);
+  var.route.awaiting_turn.erase(it);
+  waiter(PX_OK, "");
+  return true;
+}
+
+void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job,
+                         uint32_t comm_id, CommunicatorWork work,
+                         std::function<void(bool ok, const std::string& why)> then) {
+  PX_ASSERT_LOOP_THREAD();
+  (void)context;
+  auto& comms = job->nccl_comms();
+  std::shared_ptr<NcclComms::Comm> comm;
+  if (comms && comms->by_id.count(comm_id)) comm = comms->by_id[comm_id];
+  if (!comm)
+    return then(false, "NCCL communicator " + std::to_string(comm_id) + " was never created");
+  auto outcome = std::make_shared<std::pair<bool, std::string>>(false, "");
+  comm->queue->push(
+      true,
+      [comm, outcome, work = std::move(work)] {
+        gpu::NcclCommunicator* c = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(comm->mutex);
+          c = comm->comm.get();
+          if (!c) outcome->second = comm->failed.empty() ? "no NCCL communicator" : comm->failed;
+        }
+        if (c) outcome->first = work(*c, &outcome->second);
+      },
+      [outcome, then = std::move(then)] { then(outcome->first, outcome->second); });
+}
+
+int communicator_device(Job& job, uint32_t comm) {
+  auto& comms = job.nccl_comms();
+  if (!comms) return -1;
+  auto it = comms->by_id.find(comm);
+  return it == comms->by_id.end() ? -1 : it->second->device;
+}
+
+void fail_route_waiters(Variable& var, px_status status, const std::string& why) {
+  std::vector<CrossNodeRoute::Waiter> waiting = std::move(var.route.agreeing);
+  var.route.agreeing.clear();
+  for (auto& [step, waiter] : var.route.awaiting_turn) waiting.push_back(std::move(waiter));
+  var.route.awaiting_turn.clear();
+  // A route still being agreed stays so: the coordinator's answer may still come, and a
+  // later step of a failed job fails anyway.
+  release(std::move(waiting), status, why);
+}
+
+void abort_communicators(Job& job) {
+  auto& comms = job.nccl_comms();
+  if (!comms) return;
+  for (auto& [id, comm] : comms->by_id) {
+    std::lock_guard<std::mutex> lock(comm->mutex);
+    comm->aborted = true;
+    if (comm->comm) comm->comm->abort();
+  }
+}
+
+}  // namespace px
