@@ -276,6 +276,15 @@ class HostBackend final : public gpu::GpuBackend {
     return true;
   }
 
+  // The backend has NCCL `version` and device 0 at PCI bus id `bus`.
+  void with_nccl(const std::string& version, const std::string& bus) {
+    nccl = !version.empty();
+    inventory_.nccl = version;
+    gpu::GpuDevice d;
+    d.pci_bus_id = bus;
+    inventory_.devices = {d};
+  }
+
   gpu::DeviceAllreduce seen;
   bool nccl = false;  // nccl_unique_id works
   std::atomic<int> nccl_opens{0};
