@@ -6,16 +6,20 @@ Agreement::Agreement(int node_count, std::function<std::string(int node)> node_l
     : node_count_(node_count), node_label_(std::move(node_label)) {}
 
 std::optional<Agreement::Verdict> Agreement::job_joined(int node, const std::string& job,
-                                                        uint32_t local_size) {
+                                                        uint32_t local_size, bool nccl) {
   auto& sizes = job_sizes_[job];
   sizes.resize(static_cast<size_t>(node_count_));
-  sizes[static_cast<size_t>(node)] = local_size;
+  sizes[static_cast<size_t>(node)] = Joined{local_size, nccl};
   for (auto& s : sizes)
     if (!s) return std::nullopt;
   Verdict world;
   world.kind = Verdict::Kind::kJobWorld;
   world.job = job;
-  for (auto& s : sizes) world.local_sizes.push_back(*s);
+  world.device_routes = true;
+  for (auto& s : sizes) {
+    world.local_sizes.push_back(s->local_size);
+    world.device_routes = world.device_routes && s->nccl;
+  }
   world.id = next_id_++;
   runs_[world.id] = Run{job, std::vector<bool>(static_cast<size_t>(node_count_), false)};
   job_sizes_.erase(job);

@@ -33,6 +33,7 @@ class Agreement {
     std::string var;  // kVarReady, kVarMismatch
     uint32_t id = 0;  // kJobWorld, kJobEnd: the run's barrier id; kVarReady: the global id
     std::vector<uint32_t> local_sizes;  // kJobWorld: workers on each node, by node
+    bool device_routes = false;         // kJobWorld: every node can run NCCL
     std::string message;                // kVarMismatch: why, naming the nodes
   };
 
@@ -40,10 +41,12 @@ class Agreement {
   // message is written, since a node's host may be learnt only when it joins.
   Agreement(int node_count, std::function<std::string(int node)> node_label);
 
-  // Node `node` has local_size workers in `job`. Once every node said so, the job's world
-  // goes to every node under a fresh barrier id, and the job's variables are forgotten: the
-  // run that starts is agreed on afresh (a job re-run under the same name gets new ids).
-  std::optional<Verdict> job_joined(int node, const std::string& job, uint32_t local_size);
+  // Node `node` has local_size workers in `job` (and can run NCCL: nccl). Once every node said
+  // so, the job's world goes to every node under a fresh barrier id, with device routes if
+  // every node can run NCCL, and the job's variables are forgotten: the run that starts is
+  // agreed on afresh (a job re-run under the same name gets new ids).
+  std::optional<Verdict> job_joined(int node, const std::string& job, uint32_t local_size,
+                                    bool nccl = false);
 
   // Node `node` registered `var` of `job` as `fingerprint` (again, with another fingerprint,
   // when its own workers disagree). Once every node registered it: ready under a fresh id if
@@ -93,7 +96,11 @@ class Agreement {
 
   int node_count_;
   std::function<std::string(int)> node_label_;
-  std::map<std::string, std::vector<std::optional<uint32_t>>> job_sizes_;
+  struct Joined {
+    uint32_t local_size = 0;
+    bool nccl = false;
+  };
+  std::map<std::string, std::vector<std::optional<Joined>>> job_sizes_;
   std::map<std::pair<std::string, std::string>, Var> vars_;
   struct Run {
     std::string job;

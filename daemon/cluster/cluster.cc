@@ -74,7 +74,13 @@ Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& f
       config_(config),
       fabric_(fabric),
       events_(std::move(events)),
-      agreement_(config.node_count, [this](int node) { return node_label(node); }) {
+      agreement_(config.node_count, [this](int node) { return node_label(node); }),
+      device_routes_(config.node_count, [this](int node) { return node_label(node); },
+                     [this](std::string* id, std::string* why) {
+                       if (events_.nccl_unique_id) return events_.nccl_unique_id(id, why);
+                       *why = "this daemon cannot make NCCL ids";
+                       return false;
+                     }) {
   coordinator_ = config_.node_index == 0;
   hosts_ = config_.nodes;
   if (hosts_.empty()) {
@@ -285,7 +291,8 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       std::vector<uint32_t> sizes;
       for (auto s : body.getJobWorld().getLocalSizes()) sizes.push_back(s);
       return events_.job_world(body.getJobWorld().getJob(), sizes,
-                               body.getJobWorld().getBarrierId());
+                               body.getJobWorld().getBarrierId(),
+                               body.getJobWorld().getDeviceRoutes());
     }
     case Envelope::Body::VAR_READY:
       return events_.var_ready(body.getVarReady().getJob(), body.getVarReady().getName(),
@@ -304,6 +311,9 @@ void Cluster::member_handle(Envelope::Reader envelope) {
     }
     case Envelope::Body::JOB_END:
       return events_.job_end(body.getJobEnd().getJob(), body.getJobEnd().getBarrierId());
+    case Envelope::Body::DEVICE_ROUTE:
+    case Envelope::Body::NCCL_TURN:
+      return member_device_route(envelope);
     default:
       PX_LOG_WARN("cluster: unexpected message from the coordinator");
   }
@@ -311,11 +321,12 @@ void Cluster::member_handle(Envelope::Reader envelope) {
 
 // --- both --------------------------------------------------------------------------------
 
-void Cluster::join_job(const std::string& job, uint32_t local_size) {
+void Cluster::join_job(const std::string& job, uint32_t local_size, bool nccl) {
   auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto j = b.initJobJoin();
     j.setJob(job);
     j.setLocalSize(local_size);
+    j.setNccl(nccl);
     j.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
   if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());

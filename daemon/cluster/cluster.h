@@ -16,6 +16,7 @@
 
 #include "daemon/cluster/agreement.h"
 #include "daemon/cluster/cluster_config.h"
+#include "daemon/cluster/device_routes.h"
 #include "daemon/common/job.h"
 #include "transport/fabric/cluster_wire.h"
 #include "transport/fabric/fabric_endpoint.h"
@@ -28,7 +29,7 @@ class Cluster {
     std::function<void()> ready;                        // fabric peers set, progress running
     std::function<void(const std::string& why)> fatal;  // rendezvous failed: exit
     std::function<void(const std::string& job, const std::vector<uint32_t>& local_sizes,
-                       uint32_t barrier_id)>
+                       uint32_t barrier_id, bool device_routes)>
         job_world;
     std::function<void(const std::string& job, const std::string& var, uint32_t global_id)>
         var_ready;
@@ -46,6 +47,12 @@ class Cluster {
     // coordinator restarted and every node joined it): new jobs run; the earlier epoch's
     // jobs stay failed.
     std::function<void(uint64_t epoch)> reformed;
+    // Device routes (device_routes.h): a variable's route, an NCCL step's turn (in turn
+    // order); and, on the coordinator, a fresh NCCL unique id (GpuBackend::nccl_unique_id;
+    // unset: none, so every route is the host ring).
+    std::function<void(const DeviceRoutes::Route& route)> device_route;
+    std::function<void(const DeviceRoutes::Turn& turn)> nccl_turn;
+    DeviceRoutes::MakeId nccl_unique_id;
   };
 
   Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
@@ -61,8 +68,9 @@ class Cluster {
   // "node 2 (10.0.0.3:7070)"
   std::string node_label(int node) const;
 
-  // Reports this node's part of a job / a variable registration to the coordinator.
-  void join_job(const std::string& job, uint32_t local_size);
+  // Reports this node's part of a job (nccl: this daemon can run NCCL) / a variable
+  // registration to the coordinator.
+  void join_job(const std::string& job, uint32_t local_size, bool nccl = false);
   void register_var(const std::string& job, const std::string& var, const Fingerprint& fingerprint);
   // Tells every other node that this node's part of a started job broke.
   // clean: a worker left with px_disconnect (news, not a failure).
@@ -71,6 +79,10 @@ class Cluster {
   // Every local worker of the run has left this node (the coordinator ends it once every
   // node said so: job_end).
   void report_job_left(const std::string& job, uint32_t barrier_id);
+  // Device routes (cluster_device_routes.cc): this node's part of a variable's first
+  // cross-node device allreduce, and its part of an NCCL step being ready.
+  void report_device_route(uint32_t barrier_id, uint32_t global_id, const NodeDevice& part);
+  void report_nccl_ready(uint32_t barrier_id, uint32_t global_id, uint64_t step);
 
  private:
   struct Connection;
@@ -100,6 +112,11 @@ class Cluster {
   static void on_connected(uv_connect_t* request, int status);
   static void on_retry_timer(uv_timer_t* timer);
   void member_handle(Envelope::Reader envelope);
+
+  // Device routes (cluster_device_routes.cc): a report on the coordinator, an answer on a
+  // member.
+  void coordinator_device_route(int node, Envelope::Reader envelope);
+  void member_device_route(Envelope::Reader envelope);
 
   // Both.
   void send_to_coordinator(const std::string& frame);
@@ -151,6 +168,7 @@ class Cluster {
   int joined_ = 0;
   uint64_t highest_join_epoch_ = 0;  // of the members that joined (a restarted coordinator)
   Agreement agreement_;              // on jobs and variables; what it decides, deliver() sends
+  DeviceRoutes device_routes_;       // device allreduces' routes and NCCL turns
 };
 
 }  // namespace px

@@ -177,6 +177,7 @@ void Cluster::form() {
   // The coordinator takes it up as a member does (member_handle), which moves epoch_.
   uint64_t epoch = std::max(epoch_, highest_join_epoch_) + 1;
   agreement_.reset();
+  device_routes_.reset();
   // Epoch e's ids start at e x 65,536: a restarted coordinator, whose counter starts at 1,
   // hands out none of the ids the members knew in an earlier epoch (unless one epoch
   // registered more than 65,536 runs and variables).
@@ -201,7 +202,7 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
   switch (body.which()) {
     case Envelope::Body::JOB_JOIN: {
       auto j = body.getJobJoin();
-      if (auto verdict = agreement_.job_joined(node, j.getJob(), j.getLocalSize()))
+      if (auto verdict = agreement_.job_joined(node, j.getJob(), j.getLocalSize(), j.getNccl()))
         deliver(*verdict);
       return;
     }
@@ -240,6 +241,9 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       if (node != 0) member_handle(envelope);
       return;
     }
+    case Envelope::Body::DEVICE_ROUTE_REPORT:
+    case Envelope::Body::NCCL_READY:
+      return coordinator_device_route(node, envelope);
     default:
       PX_LOG_WARN_AT(peer_fields(node), "cluster: unexpected message from %s",
                      node_label(node).c_str());
@@ -257,6 +261,7 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
         for (size_t i = 0; i < verdict.local_sizes.size(); ++i)
           list.set(static_cast<unsigned>(i), verdict.local_sizes[i]);
         world.setBarrierId(verdict.id);
+        world.setDeviceRoutes(verdict.device_routes);
         return;
       }
       case Kind::kVarReady: {
@@ -274,6 +279,7 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
         return;
       }
       case Kind::kJobEnd: {
+        device_routes_.run_ended(verdict.id);
         auto end = b.initJobEnd();
         end.setJob(verdict.job);
         end.setBarrierId(verdict.id);

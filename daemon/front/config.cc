@@ -72,6 +72,10 @@ const char kUsage[] =
     "                         required (refuse to start without a usable GPU)\n"
     "  --gpu-backend PATH     the GPU backend plugin (default libparallax_gpu.so beside\n"
     "                         parallaxd, else LIBDIR/parallax/)\n"
+    "  --gpu-cross-node R     device allreduces across nodes: auto (default: NCCL where\n"
+    "                         every node can run it, else the host ring) or host-ring\n"
+    "  --nccl-timeout-ms N    deadline of an NCCL communicator's creation and of each NCCL\n"
+    "                         step (default 60000)\n"
     "observability:\n"
     "  --metrics-listen H:P   serve Prometheus metrics on http://H:P/metrics (default off;\n"
     "                         127.0.0.1:9464 is the usual; port 0 picks a free one)\n"
@@ -262,6 +266,15 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     }
   } else if (key == "gpu.backend") {
     c->gpu_backend = value;
+  } else if (key == "gpu.cross_node") {
+    if (value != "auto" && value != "host-ring") {
+      *error = key + ": '" + value + "' is not auto or host-ring";
+      return false;
+    }
+    c->gpu_nccl = value == "auto";
+  } else if (key == "gpu.nccl_timeout_ms") {
+    if (!number(100, 86400000)) return false;
+    c->nccl_timeout_ms = static_cast<int64_t>(n);
   } else if (key == "limits.job_variables") {
     if (!number(0, 1u << 24)) return false;  // variable ids have 24 bits on the fabric
     c->job_limits.variables = n;
@@ -428,6 +441,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--checkpoint-keep", "service.checkpoint_keep"},
       {"--gpu", "gpu.mode"},
       {"--gpu-backend", "gpu.backend"},
+      {"--gpu-cross-node", "gpu.cross_node"},
+      {"--nccl-timeout-ms", "gpu.nccl_timeout_ms"},
       {"--job-variables", "limits.job_variables"},
       {"--job-requests-in-flight", "limits.job_requests_in_flight"},
       {"--job-arena-bytes", "limits.job_arena_bytes"},

@@ -90,6 +90,10 @@ struct DaemonConfig {
   // parallaxd, else where it is installed).
   gpu::GpuMode gpu_mode = gpu::GpuMode::kAuto;
   std::string gpu_backend;
+  // Device allreduces across nodes: "auto" (NCCL where every node can run it, else the host
+  // ring through pinned memory) or "host-ring" (never NCCL: this node says it cannot).
+  bool gpu_nccl = true;
+  int64_t nccl_timeout_ms = 60000;  // an NCCL communicator's creation, and each NCCL step
   bool check_only = false;  // --check-config: validate, print a line, exit
 };
 

@@ -125,13 +125,14 @@ bool Server::start_cluster(std::string* error) {
     for (auto& name : jobs_waiting_for_cluster_) {
       auto it = jobs_.find(name);
       if (it != jobs_.end())
-        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()));
+        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()),
+                           can_run_nccl());
     }
     jobs_waiting_for_cluster_.clear();
   };
   events.fatal = [this](const std::string& why) { on_fatal(why); };
   events.job_world = [this](const std::string& name, const std::vector<uint32_t>& sizes,
-                            uint32_t barrier_id) {
+                            uint32_t barrier_id, bool device_routes) {
     auto it = jobs_.find(name);
     if (it == jobs_.end() || !it->second->ready()) return;
     JobWorld world;
@@ -142,6 +143,7 @@ bool Server::start_cluster(std::string* error) {
       world.world_size += static_cast<int>(sizes[i]);
       world.node_sizes.push_back(static_cast<int>(sizes[i]));
     }
+    world.device_routes = device_routes;
     it->second->set_world(world);
     it->second->set_barrier_id(barrier_id);
     it->second->set_epoch(cluster_->epoch());
@@ -208,6 +210,7 @@ bool Server::start_cluster(std::string* error) {
     free_job_state(*it->second);
     ended_here_.erase(it);
   };
+  wire_device_routes(events);
   cluster_ =
       std::make_unique<Cluster>(&loop_, cluster_config(config_), *fabric_, std::move(events));
   return cluster_->start(error);
@@ -488,7 +491,7 @@ void Server::job_complete_locally(const std::shared_ptr<Job>& job) {
   if (!cluster_) return activate(job);
   // Ranks and world size come once every node has its part of the job.
   if (cluster_->ready()) {
-    cluster_->join_job(job->name(), static_cast<uint32_t>(job->local_size()));
+    cluster_->join_job(job->name(), static_cast<uint32_t>(job->local_size()), can_run_nccl());
   } else {
     jobs_waiting_for_cluster_.push_back(job->name());
   }

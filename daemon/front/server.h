@@ -13,6 +13,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/common/job.h"
 #include "daemon/common/thread_pool.h"
+#include "daemon/dense/cross_node_route.h"
 #include "daemon/dense/scheduler.h"
 #include "daemon/front/config.h"
 #include "daemon/front/periodic_checkpoints.h"
@@ -103,6 +104,11 @@ class Server {
   // The job's state here is no longer needed (stop_job_traffic came first): its sparse
   // tables let go of unfinished work that refers back to them, so they are freed with it.
   void free_job_state(Job& job);
+  // Device routes across nodes (server_device_routes.cc): the scheduler's channel to the
+  // coordinator and the cluster's answers; whether this daemon can run NCCL.
+  class ClusterRoutes;
+  void wire_device_routes(Cluster::Events& events);
+  bool can_run_nccl() const;
   // A started run of a job by its barrier id, running or ended here; null if gone.
   std::shared_ptr<Job> find_run(uint32_t barrier_id) const;
   // After a worker left cleanly, how long operations under way get to finish.
@@ -132,6 +138,7 @@ class Server {
   Scheduler scheduler_;
   std::unique_ptr<FabricEndpoint> fabric_;
   std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<RouteChannel> route_channel_;  // a ClusterRoutes
   std::vector<std::string> jobs_waiting_for_cluster_;
   std::string cluster_broken_;  // set once a node is lost
   int lost_node_ = -1;          // which

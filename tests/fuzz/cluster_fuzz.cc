@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/cluster/agreement.h"
+#include "daemon/cluster/device_routes.h"
 #include "fuzz_check.h"
 #include "fuzz_inputs.h"
 #include "transport/fabric/cluster_wire.h"
@@ -57,7 +58,7 @@ uint64_t verdict(const std::optional<Agreement::Verdict>& v) {
 
 // Reads every field a daemon reads, feeding the coordinator's agreement as
 // cluster_coordinator.cc does (a member's reports name the node they come from).
-uint64_t visit(Envelope::Reader e, Agreement& agreement) {
+uint64_t visit(Envelope::Reader e, Agreement& agreement, DeviceRoutes& routes) {
   PX_FUZZ_CHECK(e.getProtocolVersion() == kClusterProtocolVersion);
   auto body = e.getBody();
   PX_FUZZ_CHECK(std::string(e.getCluster()) == kClusterName ||
@@ -130,6 +131,31 @@ uint64_t visit(Envelope::Reader e, Agreement& agreement) {
       return sum + bytes(body.getChallenge().getNonce());
     case Envelope::Body::AUTH_PROOF:
       return sum + bytes(body.getAuthProof().getAuth());
+    case Envelope::Body::DEVICE_ROUTE_REPORT: {
+      auto r = body.getDeviceRouteReport();
+      int node = static_cast<int>(check_node(r.getNodeIndex()));
+      NodeDevice part{r.getDevice(), r.getMachine(), r.getPciBusId(), r.getNccl()};
+      auto route = routes.reported(node, r.getBarrierId(), r.getGlobalId(), part);
+      if (route) PX_FUZZ_CHECK(route->nccl == route->why.empty());
+      return sum + (route ? route->why.size() + route->comm : 0);
+    }
+    case Envelope::Body::DEVICE_ROUTE: {
+      auto d = body.getDeviceRoute();
+      size_t id = d.getUniqueId().size();
+      PX_FUZZ_CHECK(id == 0 || id == kWireNcclIdBytes);
+      return sum + d.getBarrierId() + d.getGlobalId() + d.getNccl() + d.getComm() + id +
+             text(d.getReason());
+    }
+    case Envelope::Body::NCCL_READY: {
+      auto r = body.getNcclReady();
+      int node = static_cast<int>(check_node(r.getNodeIndex()));
+      auto turn = routes.ready(node, r.getBarrierId(), r.getGlobalId(), r.getStep());
+      return sum + (turn ? turn->turn + 1 : 0);
+    }
+    case Envelope::Body::NCCL_TURN: {
+      auto t = body.getNcclTurn();
+      return sum + t.getBarrierId() + t.getGlobalId() + t.getStep() + t.getTurn();
+    }
   }
   return sum;  // a body newer than this schema: the daemon logs it as unexpected
 }
@@ -146,8 +172,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   split = split > n ? n : split;
   px::EnvelopeReader reader(kClusterName, kClusterNodes);
   px::Agreement agreement(kClusterNodes, [](int node) { return "node " + std::to_string(node); });
+  px::DeviceRoutes routes(kClusterNodes, [](int node) { return "node " + std::to_string(node); },
+                         [](std::string* id, std::string*) {
+                           id->assign(px::kWireNcclIdBytes, 'i');
+                           return true;
+                         });
   uint64_t sink = 0;
-  auto on_envelope = [&](Envelope::Reader e) { sink += visit(e, agreement); };
+  auto on_envelope = [&](Envelope::Reader e) { sink += visit(e, agreement, routes); };
   std::string error;
   bool ok = reader.feed(stream, split, on_envelope, &error) &&
             reader.feed(stream + split, n - split, on_envelope, &error);

@@ -229,6 +229,39 @@ void cluster_seeds() {
     j.setReason("worker 0 exited");
   });
   seed("heartbeat", name, [](Envelope::Body::Builder b) { b.initHeartbeat().setNodeIndex(3); });
+  seed("device_route_report", name, [](Envelope::Body::Builder b) {
+    auto r = b.initDeviceRouteReport();
+    r.setBarrierId(1);
+    r.setGlobalId(2);
+    r.setNodeIndex(1);
+    r.setDevice(true);
+    r.setMachine("gpu-node-1/6f1c");
+    r.setPciBusId("0000:19:00.0");
+    r.setNccl("2.28.9");
+  });
+  seed("device_route", name, [](Envelope::Body::Builder b) {
+    auto d = b.initDeviceRoute();
+    d.setBarrierId(1);
+    d.setGlobalId(2);
+    d.setNccl(true);
+    d.setComm(1);
+    std::string id(kWireNcclIdBytes, 'i');
+    d.setUniqueId(kj::arrayPtr(reinterpret_cast<const kj::byte*>(id.data()), id.size()));
+  });
+  seed("nccl_ready", name, [](Envelope::Body::Builder b) {
+    auto r = b.initNcclReady();
+    r.setBarrierId(1);
+    r.setGlobalId(2);
+    r.setStep(7);
+    r.setNodeIndex(2);
+  });
+  seed("nccl_turn", name, [](Envelope::Body::Builder b) {
+    auto t = b.initNcclTurn();
+    t.setBarrierId(1);
+    t.setGlobalId(2);
+    t.setStep(7);
+    t.setTurn(3);
+  });
   write_seed("cluster", "all", stream(all));
   // What reaches the coordinator's verdicts: every node joins a job and registers a variable
   // (node 3 with another shape), then node 1 registers it again differently.

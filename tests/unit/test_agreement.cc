@@ -286,3 +286,18 @@ TEST_CASE("agreement: a run ends once every node's workers left, and its state g
   CHECK(agreement.variables() == 0);
   CHECK(!agreement.job_left(1, "j", run));  // over: a late repeat changes nothing
 }
+
+TEST_CASE("agreement: a job has device routes only when every node can run NCCL") {
+  Agreement agreement(3, label);
+  CHECK_FALSE(agreement.job_joined(0, "gpu", 2, true));
+  CHECK_FALSE(agreement.job_joined(1, "gpu", 2, true));
+  auto world = agreement.job_joined(2, "gpu", 2, true);
+  REQUIRE(world);
+  CHECK(world->device_routes);
+  CHECK_FALSE(agreement.job_joined(0, "mixed", 2, true));
+  CHECK_FALSE(agreement.job_joined(2, "mixed", 2, true));
+  world = agreement.job_joined(1, "mixed", 2, false);
+  REQUIRE(world);
+  CHECK_FALSE(world->device_routes);
+  CHECK_FALSE(join_everywhere(agreement, "host", 1)->device_routes);
+}

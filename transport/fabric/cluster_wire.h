@@ -12,14 +12,17 @@
 
 namespace px {
 
-constexpr uint32_t kClusterProtocolVersion = 9;  // 2: sparse, 3: JobBroken, 4: partitions,
+constexpr uint32_t kClusterProtocolVersion = 10;  // 2: sparse, 3: JobBroken, 4: partitions,
                                                  // 5: sparse header and rows in one message,
                                                  // 6: sparse requests per partition group,
                                                  // 7: Heartbeat (a version-6 daemon would
                                                  // drop a node that sends one),
                                                  // 8: JobLeft/JobEnd, JobBroken.clean,
                                                  // Challenge/AuthProof,
-                                                 // 9: epochs (a cluster re-forms)
+                                                 // 9: epochs (a cluster re-forms),
+                                                 // 10: device routes, NCCL turns
+// An NCCL unique id (ncclUniqueId) in a DeviceRoute: empty or exactly this long.
+constexpr size_t kWireNcclIdBytes = 128;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
 // Workers of one job on one node (the session refuses more): a JobJoin's or JobWorld's local
 // size beyond it is refused on the wire, so a job's world size cannot overflow an int.

@@ -27,6 +27,10 @@ struct Envelope {
     jobEnd @15 :JobEnd;
     challenge @16 :Challenge;
     authProof @17 :AuthProof;
+    deviceRouteReport @18 :DeviceRouteReport;
+    deviceRoute @19 :DeviceRoute;
+    ncclReady @20 :NcclReady;
+    ncclTurn @21 :NcclTurn;
   }
 }
 
@@ -72,6 +76,7 @@ struct JobJoin {
   job @0 :Text;
   localSize @1 :UInt32;
   nodeIndex @2 :UInt32;
+  nccl @3 :Bool;                # this daemon can run NCCL (built with it, a GPU, allowed)
 }
 
 # coordinator -> every node once every node joined the job: local sizes by node.
@@ -79,6 +84,8 @@ struct JobWorld {
   job @0 :Text;
   localSizes @1 :List(UInt32);
   barrierId @2 :UInt32;         # the job barrier's id in bulk-message tags
+  deviceRoutes @3 :Bool;        # every node can run NCCL: device allreduces agree on their
+                                # route across nodes (DeviceRouteReport); else the host ring
 }
 
 # node -> coordinator: a variable's fingerprint as registered on this node.
@@ -149,4 +156,43 @@ struct JobEnd {
 # is lost.
 struct Heartbeat {
   nodeIndex @0 :UInt32;         # the sender's
+}
+
+# node -> coordinator, in a job with device routes: this node's part of a dense variable's
+# first cross-node allreduce (daemon/cluster/device_routes.h).
+struct DeviceRouteReport {
+  barrierId @0 :UInt32;         # the job's run
+  globalId @1 :UInt32;          # the variable
+  nodeIndex @2 :UInt32;
+  device @3 :Bool;              # in device memory (else host memory)
+  machine @4 :Text;             # host name and boot id: daemons of one machine share GPUs
+  pciBusId @5 :Text;            # the GPU holding the node's sum
+  nccl @6 :Text;                # NCCL's version on the node; "" without
+}
+
+# coordinator -> every node once every node reported: the variable's route for the run.
+struct DeviceRoute {
+  barrierId @0 :UInt32;
+  globalId @1 :UInt32;
+  nccl @2 :Bool;                # over NCCL; else the host ring through pinned memory
+  comm @3 :UInt32;              # NCCL: the run's communicator, from 1
+  uniqueId @4 :Data;            # NCCL, a new communicator: its ncclUniqueId (128 bytes)
+  reason @5 :Text;              # the host ring: why not NCCL
+}
+
+# node -> coordinator: this node's part of a step of an NCCL variable is ready.
+struct NcclReady {
+  barrierId @0 :UInt32;
+  globalId @1 :UInt32;
+  step @2 :UInt64;
+  nodeIndex @3 :UInt32;
+}
+
+# coordinator -> every node once every node's part is ready: the step's turn. Every node
+# issues the run's NCCL steps in the order their turns arrive (the same on every node).
+struct NcclTurn {
+  barrierId @0 :UInt32;
+  globalId @1 :UInt32;
+  step @2 :UInt64;
+  turn @3 :UInt64;              # 0, 1, 2, ... within the run
 }
