@@ -75,12 +75,13 @@ Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& f
       fabric_(fabric),
       events_(std::move(events)),
       agreement_(config.node_count, [this](int node) { return node_label(node); }),
-      device_routes_(config.node_count, [this](int node) { return node_label(node); },
-                     [this](std::string* id, std::string* why) {
-                       if (events_.nccl_unique_id) return events_.nccl_unique_id(id, why);
-                       *why = "this daemon cannot make NCCL ids";
-                       return false;
-                     }) {
+      device_routes_(
+          config.node_count, [this](int node) { return node_label(node); },
+          [this](std::string* id, std::string* why) {
+            if (events_.nccl_unique_id) return events_.nccl_unique_id(id, why);
+            *why = "this daemon cannot make NCCL ids";
+            return false;
+          }) {
   coordinator_ = config_.node_index == 0;
   hosts_ = config_.nodes;
   if (hosts_.empty()) {

@@ -17,8 +17,7 @@ kj::ArrayPtr<const kj::byte> bytes_of(const std::string& s) {
 
 }  // namespace
 
-void Cluster::report_device_route(uint32_t barrier_id, uint32_t global_id,
-                                  const NodeDevice& part) {
+void Cluster::report_device_route(uint32_t barrier_id, uint32_t global_id, const NodeDevice& part) {
   auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
     auto r = b.initDeviceRouteReport();
     r.setBarrierId(barrier_id);

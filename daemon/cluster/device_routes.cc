@@ -21,8 +21,8 @@ std::string DeviceRoutes::why_not_nccl(const std::vector<std::optional<NodeDevic
       const NodeDevice& x = *parts[static_cast<size_t>(a)];
       const NodeDevice& y = *parts[static_cast<size_t>(b)];
       if (x.machine == y.machine && x.pci_bus_id == y.pci_bus_id)
-        return node_label_(a) + " and " + node_label_(b) + " reduce on one GPU (" +
-               x.pci_bus_id + "), and NCCL takes one rank per GPU";
+        return node_label_(a) + " and " + node_label_(b) + " reduce on one GPU (" + x.pci_bus_id +
+               "), and NCCL takes one rank per GPU";
     }
   return "";
 }

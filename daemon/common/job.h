@@ -92,8 +92,8 @@ struct CrossNodeRoute {
   std::string why;    // kHostRing: why not NCCL
   // Told PX_OK once the route, or an NCCL step's turn, is known; or the job's failure.
   using Waiter = std::function<void(px_status status, const std::string& message)>;
-  std::vector<Waiter> agreeing;               // steps waiting for the route
-  std::map<uint64_t, Waiter> awaiting_turn;   // NCCL steps waiting for their turn, by step
+  std::vector<Waiter> agreeing;              // steps waiting for the route
+  std::map<uint64_t, Waiter> awaiting_turn;  // NCCL steps waiting for their turn, by step
 };
 
 struct Variable {

@@ -8,8 +8,8 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
-#include "daemon/dense/cross_node_allreduce.h"
 #include "daemon/dense/admission.h"
+#include "daemon/dense/cross_node_allreduce.h"
 #include "daemon/dense/cross_node_route.h"
 #include "daemon/dense/device_allreduce_step.h"
 #include "daemon/observe/step_trace.h"
@@ -146,15 +146,15 @@ void ring(const std::shared_ptr<Run>& run) {
 // step in device memory on every node, which this step cannot join).
 void cross_node(const std::shared_ptr<Run>& run) {
   with_cross_node_route(
-      run->context, run->job, *run->var, -1,
-      [run](px_status status, const std::string& message) {
+      run->context, run->job, *run->var, -1, [run](px_status status, const std::string& message) {
         Variable& var = *run->var;
         std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), run->step);
         if (status != PX_OK) return finish(*run, status, message + suffix);
         if (var.route.state != CrossNodeRoute::State::kNccl) return ring(run);
         std::string why =
             "this node gave host memory, but the variable crosses nodes over NCCL (agreed on "
-            "its first step, in device memory on every node)" + suffix;
+            "its first step, in device memory on every node)" +
+            suffix;
         finish(*run, PX_ERR_INVALID, why);
         end_job_for_local_failure(run->context, *run->job, why);
       });

@@ -110,9 +110,9 @@ void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, 
         [comm, backend, ranks, rank, timeout, id] {
           std::unique_ptr<gpu::NcclCommunicator> opened;
           std::string why;
-          bool ok = backend ? backend->nccl_open(comm->device, ranks, rank, id, timeout, &opened,
-                                                 &why)
-                            : (why = "this parallaxd has no usable GPU", false);
+          bool ok = backend
+                        ? backend->nccl_open(comm->device, ranks, rank, id, timeout, &opened, &why)
+                        : (why = "this parallaxd has no usable GPU", false);
           std::lock_guard<std::mutex> lock(comm->mutex);
           if (ok && comm->aborted) opened->abort();
           comm->comm = std::move(opened);

@@ -55,8 +55,8 @@ bool turn_arrived(Variable& var, uint64_t step);
 // work on the job's communicator `comm`, on the pool, after every earlier call's work (the
 // communicator's serial queue: the turn order); then on the loop with its outcome.
 using CommunicatorWork = std::function<bool(gpu::NcclCommunicator& comm, std::string* why)>;
-void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job,
-                         uint32_t comm, CommunicatorWork work,
+void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job, uint32_t comm,
+                         CommunicatorWork work,
                          std::function<void(bool ok, const std::string& why)> then);
 // The GPU the job's communicator `comm` is on, or -1 if there is none.
 int communicator_device(Job& job, uint32_t comm);

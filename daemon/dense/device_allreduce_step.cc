@@ -102,34 +102,38 @@ void nccl_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& s
       [run, suffix, comm] {
         if (!run->ok) return fail_before_cross_node(*run, PX_ERR_INTERNAL, run->why + suffix);
         trace_stage(run->trace, "nccl_turn");
-        await_turn(run->context, run->job, *run->var, run->step,
-                   [run, suffix, comm](px_status status, const std::string& message) {
-          if (status != PX_OK) return finish(*run, status, message + suffix);
-          trace_stage(run->trace, "nccl_allreduce");
-          int timeout = run->context.nccl_timeout_ms;
-          run_on_communicator(
-              run->context, run->job, comm,
-              [run, timeout](gpu::NcclCommunicator& c, std::string* why) {
-                return c.allreduce(run->args.outputs[0], run->args.count, run->args.dtype,
-                                   run->args.op, timeout, why);
-              },
-              [run, suffix](bool ok, const std::string& why) {
-                if (!ok) {
-                  // The communicator is gone for every later step too: the job ends.
-                  std::string message = "the allreduce across nodes over NCCL failed: " + why;
-                  return fail_before_cross_node(*run, PX_ERR_PEER_LOST, message + suffix);
-                }
-                trace_stage(run->trace, "gpu_fan_out");
-                run->args.op = run->op;
-                gpu::GpuBackend* backend = run->context.gpu;
-                run->context.offload.run(
-                    true, [run, backend] { run->ok = backend->finish_on_device(run->args, &run->why); },
-                    [run, suffix] {
-                      if (!run->ok) return finish(*run, PX_ERR_INTERNAL, run->why + suffix);
-                      finish(*run, PX_OK, "");
-                    });
-              });
-        });
+        await_turn(
+            run->context, run->job, *run->var, run->step,
+            [run, suffix, comm](px_status status, const std::string& message) {
+              if (status != PX_OK) return finish(*run, status, message + suffix);
+              trace_stage(run->trace, "nccl_allreduce");
+              int timeout = run->context.nccl_timeout_ms;
+              run_on_communicator(
+                  run->context, run->job, comm,
+                  [run, timeout](gpu::NcclCommunicator& c, std::string* why) {
+                    return c.allreduce(run->args.outputs[0], run->args.count, run->args.dtype,
+                                       run->args.op, timeout, why);
+                  },
+                  [run, suffix](bool ok, const std::string& why) {
+                    if (!ok) {
+                      // The communicator is gone for every later step too: the job ends.
+                      std::string message = "the allreduce across nodes over NCCL failed: " + why;
+                      return fail_before_cross_node(*run, PX_ERR_PEER_LOST, message + suffix);
+                    }
+                    trace_stage(run->trace, "gpu_fan_out");
+                    run->args.op = run->op;
+                    gpu::GpuBackend* backend = run->context.gpu;
+                    run->context.offload.run(
+                        true,
+                        [run, backend] {
+                          run->ok = backend->finish_on_device(run->args, &run->why);
+                        },
+                        [run, suffix] {
+                          if (!run->ok) return finish(*run, PX_ERR_INTERNAL, run->why + suffix);
+                          finish(*run, PX_OK, "");
+                        });
+                  });
+            });
       });
 }
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/device_routes.h"
 #include "daemon/common/completer.h"
 #include "daemon/common/job.h"
 #include "daemon/common/offload.h"
-#include "daemon/cluster/device_routes.h"
 #include "daemon/dense/step_context.h"
 #include "daemon/dense/step_matcher.h"
 #include "daemon/gpu/gpu_backend.h"
@@ -85,8 +85,8 @@ class Scheduler {
   SparseRouter sparse_;
 
   StepContext context() const {
-    return StepContext{offload_, fabric_, chunk_bytes_, gpu_, abort_job_, routes_,
-                       nccl_timeout_ms_};
+    return StepContext{offload_,   fabric_, chunk_bytes_,    gpu_,
+                       abort_job_, routes_, nccl_timeout_ms_};
   }
 };
 

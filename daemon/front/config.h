@@ -94,7 +94,7 @@ struct DaemonConfig {
   // ring through pinned memory) or "host-ring" (never NCCL: this node says it cannot).
   bool gpu_nccl = true;
   int64_t nccl_timeout_ms = 60000;  // an NCCL communicator's creation, and each NCCL step
-  bool check_only = false;  // --check-config: validate, print a line, exit
+  bool check_only = false;          // --check-config: validate, print a line, exit
 };
 
 // Reads a TOML file into config (keys as in the README). Unknown keys and bad values are

@@ -125,8 +125,7 @@ bool Server::start_cluster(std::string* error) {
     for (auto& name : jobs_waiting_for_cluster_) {
       auto it = jobs_.find(name);
       if (it != jobs_.end())
-        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()),
-                           can_run_nccl());
+        cluster_->join_job(name, static_cast<uint32_t>(it->second->local_size()), can_run_nccl());
     }
     jobs_waiting_for_cluster_.clear();
   };

@@ -35,10 +35,12 @@ class Server::ClusterRoutes final : public RouteChannel {
   explicit ClusterRoutes(Server& server) : server_(server), machine_(this_machine()) {}
   const std::string& machine() const override { return machine_; }
   void report_route(const Job& job, const Variable& var, const NodeDevice& part) override {
-    if (server_.cluster_) server_.cluster_->report_device_route(job.barrier_id(), var.global_id, part);
+    if (server_.cluster_)
+      server_.cluster_->report_device_route(job.barrier_id(), var.global_id, part);
   }
   void report_ready(const Job& job, const Variable& var, uint64_t step) override {
-    if (server_.cluster_) server_.cluster_->report_nccl_ready(job.barrier_id(), var.global_id, step);
+    if (server_.cluster_)
+      server_.cluster_->report_nccl_ready(job.barrier_id(), var.global_id, step);
   }
 
  private:

@@ -33,22 +33,41 @@ bool nccl_failed(std::string* why, const std::string& what, ncclResult_t r, nccl
 
 bool nccl_type(DType dtype, ncclDataType_t* out) {
   switch (dtype) {
-    case DType::kF32: *out = ncclFloat32; return true;
-    case DType::kF64: *out = ncclFloat64; return true;
-    case DType::kF16: *out = ncclFloat16; return true;
-    case DType::kBF16: *out = ncclBfloat16; return true;
-    case DType::kI32: *out = ncclInt32; return true;
-    case DType::kI64: *out = ncclInt64; return true;
+    case DType::kF32:
+      *out = ncclFloat32;
+      return true;
+    case DType::kF64:
+      *out = ncclFloat64;
+      return true;
+    case DType::kF16:
+      *out = ncclFloat16;
+      return true;
+    case DType::kBF16:
+      *out = ncclBfloat16;
+      return true;
+    case DType::kI32:
+      *out = ncclInt32;
+      return true;
+    case DType::kI64:
+      *out = ncclInt64;
+      return true;
   }
   return false;
 }
 
 bool nccl_op(ReduceOp op, ncclRedOp_t* out) {
   switch (op) {
-    case ReduceOp::kSum: *out = ncclSum; return true;
-    case ReduceOp::kMin: *out = ncclMin; return true;
-    case ReduceOp::kMax: *out = ncclMax; return true;
-    case ReduceOp::kMean: return false;  // summed, then divided by the caller
+    case ReduceOp::kSum:
+      *out = ncclSum;
+      return true;
+    case ReduceOp::kMin:
+      *out = ncclMin;
+      return true;
+    case ReduceOp::kMax:
+      *out = ncclMax;
+      return true;
+    case ReduceOp::kMean:
+      return false;  // summed, then divided by the caller
   }
   return false;
 }

@@ -172,11 +172,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   split = split > n ? n : split;
   px::EnvelopeReader reader(kClusterName, kClusterNodes);
   px::Agreement agreement(kClusterNodes, [](int node) { return "node " + std::to_string(node); });
-  px::DeviceRoutes routes(kClusterNodes, [](int node) { return "node " + std::to_string(node); },
-                         [](std::string* id, std::string*) {
-                           id->assign(px::kWireNcclIdBytes, 'i');
-                           return true;
-                         });
+  px::DeviceRoutes routes(
+      kClusterNodes, [](int node) { return "node " + std::to_string(node); },
+      [](std::string* id, std::string*) {
+        id->assign(px::kWireNcclIdBytes, 'i');
+        return true;
+      });
   uint64_t sink = 0;
   auto on_envelope = [&](Envelope::Reader e) { sink += visit(e, agreement, routes); };
   std::string error;

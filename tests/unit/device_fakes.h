@@ -136,15 +136,14 @@ class FakeCommunicator final : public gpu::NcclCommunicator {
                                                     static_cast<char*>(buffer) + bytes);
     ++round.arrived;
     g.changed.notify_all();
-    bool met = g.changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
-      return g.aborted || round.arrived == g.ranks;
-    });
+    bool met = g.changed.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                  [&] { return g.aborted || round.arrived == g.ranks; });
     if (!met || g.aborted || round.mismatch) {
       g.aborted = true;
       g.changed.notify_all();
-      *why = !met ? "fake ncclAllReduce: timed out"
-                  : round.mismatch ? "fake ncclAllReduce: the ranks' calls differ (out of order)"
-                                   : "fake ncclAllReduce: aborted";
+      *why = !met             ? "fake ncclAllReduce: timed out"
+             : round.mismatch ? "fake ncclAllReduce: the ranks' calls differ (out of order)"
+                              : "fake ncclAllReduce: aborted";
       return false;
     }
     std::vector<const void*> inputs;

@@ -24,8 +24,9 @@ namespace {
 
 // A free port below the ephemeral range (as the integration harness picks its ports).
 int free_port() {
-  std::mt19937 rng(static_cast<unsigned>(getpid()) ^
-                   static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937 rng(
+      static_cast<unsigned>(getpid()) ^
+      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
   for (;;) {
     int port = 20000 + static_cast<int>(rng() % 12000);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -135,7 +136,8 @@ TEST_CASE("cluster device routes: job, route and turns travel between the daemon
   two.clusters[0]->join_job("gpu", 2, true);
   two.clusters[0]->join_job("mixed", 1, true);
   two.clusters[1]->join_job("mixed", 1, false);
-  REQUIRE(two.run_until([&] { return two.heard[0].worlds.size() == 2 && two.heard[1].worlds.size() == 2; }));
+  REQUIRE(two.run_until(
+      [&] { return two.heard[0].worlds.size() == 2 && two.heard[1].worlds.size() == 2; }));
   for (const Heard& h : two.heard) {
     CHECK(h.worlds[0] == std::make_pair(std::string("gpu"), true));
     CHECK(h.worlds[1] == std::make_pair(std::string("mixed"), false));
@@ -145,7 +147,8 @@ TEST_CASE("cluster device routes: job, route and turns travel between the daemon
   two.clusters[0]->report_device_route(run, 5, NodeDevice{true, "m0", "0000:19:00.0", "2.28.9"});
   two.clusters[0]->report_device_route(run, 6, NodeDevice{true, "m0", "0000:19:00.0", "2.28.9"});
   two.clusters[1]->report_device_route(run, 6, NodeDevice{false, "m1", "", ""});
-  REQUIRE(two.run_until([&] { return two.heard[0].routes.size() == 2 && two.heard[1].routes.size() == 2; }));
+  REQUIRE(two.run_until(
+      [&] { return two.heard[0].routes.size() == 2 && two.heard[1].routes.size() == 2; }));
   CHECK(two.ids_made == 1);
   for (const Heard& h : two.heard) {
     CHECK(h.routes[0].var == 5);
@@ -165,7 +168,8 @@ TEST_CASE("cluster device routes: job, route and turns travel between the daemon
   two.clusters[1]->report_nccl_ready(run, 5, 1);
   two.clusters[1]->report_nccl_ready(run, 5, 0);
   two.clusters[0]->report_nccl_ready(run, 5, 1);
-  REQUIRE(two.run_until([&] { return two.heard[0].turns.size() == 2 && two.heard[1].turns.size() == 2; }));
+  REQUIRE(two.run_until(
+      [&] { return two.heard[0].turns.size() == 2 && two.heard[1].turns.size() == 2; }));
   for (const Heard& h : two.heard) {
     CHECK(h.turns[0].turn == 0);
     CHECK(h.turns[1].turn == 1);

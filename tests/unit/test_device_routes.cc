@@ -3,11 +3,11 @@
 // reduce on one GPU, else the host ring with the reason; one communicator per device set
 // of a run, its unique id made once; NCCL steps' turns handed out once every node is ready,
 // in one order for every node.
-#include "daemon/cluster/device_routes.h"
-
 #include <doctest/doctest.h>
 
 #include <string>
+
+#include "daemon/cluster/device_routes.h"
 
 using namespace px;
 

@@ -44,10 +44,9 @@ struct Node;
 struct Coordinator {
   std::mutex mutex;
   HostBackend* node0_backend = nullptr;
-  DeviceRoutes routes{kNodes, [](int n) { return "node " + std::to_string(n); },
-                      [this](std::string* id, std::string* why) {
-                        return node0_backend->nccl_unique_id(id, why);
-                      }};
+  DeviceRoutes routes{
+      kNodes, [](int n) { return "node " + std::to_string(n); },
+      [this](std::string* id, std::string* why) { return node0_backend->nccl_unique_id(id, why); }};
   Node* nodes[kNodes] = {};
   void reported(int node, uint32_t var, const NodeDevice& part);
   void ready(int node, uint32_t var, uint64_t step);
@@ -76,7 +75,9 @@ class Channel final : public RouteChannel {
 struct Node {
   Node(Coordinator& c, int index, CollectiveTransport& fabric, uint64_t count,
        const std::string& machine, const std::string& nccl, ReduceOp op)
-      : pool(2), scheduler(pool, loop.poster()), job(std::make_shared<Job>("j", 2)),
+      : pool(2),
+        scheduler(pool, loop.poster()),
+        job(std::make_shared<Job>("j", 2)),
         channel(c, index, machine) {
     job->mark_ready();
     JobWorld world;
@@ -121,11 +122,13 @@ struct Node {
       DeviceWorker& w = *workers[r];
       float* in = device ? w.floats(at) : w.host_floats(at);
       int rank = 2 * job->world().node_index + static_cast<int>(r);
-      for (uint64_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 5));
+      for (uint64_t i = 0; i < count; ++i)
+        in[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 5));
       BufferRef a = device ? w.device(at, bytes) : w.host(at, bytes);
       BufferRef b = device ? w.device(at + bytes, bytes) : w.host(at + bytes, bytes);
-      scheduler.submit(job, static_cast<int>(r), workers[r],
-                       entry(++request, vars[static_cast<size_t>(v)], Opcode::kAllreduce, step, a, b));
+      scheduler.submit(
+          job, static_cast<int>(r), workers[r],
+          entry(++request, vars[static_cast<size_t>(v)], Opcode::kAllreduce, step, a, b));
     }
   }
   const float* out(size_t r, int v, uint64_t base) const {

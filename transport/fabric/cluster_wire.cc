@@ -64,15 +64,15 @@ bool check_envelope(Envelope::Reader envelope, int node_count, std::string* erro
     case Envelope::Body::JOB_LEFT:
       return check_node("JobLeft", body.getJobLeft().getNodeIndex(), node_count, error);
     case Envelope::Body::DEVICE_ROUTE_REPORT:
-      return check_node("DeviceRouteReport", body.getDeviceRouteReport().getNodeIndex(),
-                        node_count, error);
+      return check_node("DeviceRouteReport", body.getDeviceRouteReport().getNodeIndex(), node_count,
+                        error);
     case Envelope::Body::NCCL_READY:
       return check_node("NcclReady", body.getNcclReady().getNodeIndex(), node_count, error);
     case Envelope::Body::DEVICE_ROUTE: {
       size_t id = body.getDeviceRoute().getUniqueId().size();
       if (id != 0 && id != kWireNcclIdBytes) {
-        *error = "DeviceRoute carries an NCCL unique id of " + std::to_string(id) +
-                 " bytes, not " + std::to_string(kWireNcclIdBytes);
+        *error = "DeviceRoute carries an NCCL unique id of " + std::to_string(id) + " bytes, not " +
+                 std::to_string(kWireNcclIdBytes);
         return false;
       }
       return true;

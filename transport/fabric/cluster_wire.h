@@ -13,14 +13,14 @@
 namespace px {
 
 constexpr uint32_t kClusterProtocolVersion = 10;  // 2: sparse, 3: JobBroken, 4: partitions,
-                                                 // 5: sparse header and rows in one message,
-                                                 // 6: sparse requests per partition group,
-                                                 // 7: Heartbeat (a version-6 daemon would
-                                                 // drop a node that sends one),
-                                                 // 8: JobLeft/JobEnd, JobBroken.clean,
-                                                 // Challenge/AuthProof,
-                                                 // 9: epochs (a cluster re-forms),
-                                                 // 10: device routes, NCCL turns
+                                                  // 5: sparse header and rows in one message,
+                                                  // 6: sparse requests per partition group,
+                                                  // 7: Heartbeat (a version-6 daemon would
+                                                  // drop a node that sends one),
+                                                  // 8: JobLeft/JobEnd, JobBroken.clean,
+                                                  // Challenge/AuthProof,
+                                                  // 9: epochs (a cluster re-forms),
+                                                  // 10: device routes, NCCL turns
 // An NCCL unique id (ncclUniqueId) in a DeviceRoute: empty or exactly this long.
 constexpr size_t kWireNcclIdBytes = 128;
 constexpr uint32_t kMaxClusterFrameBytes = 16u << 20;
