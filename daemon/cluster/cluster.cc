@@ -323,20 +323,18 @@ void Cluster::member_handle(Envelope::Reader envelope) {
 // --- both --------------------------------------------------------------------------------
 
 void Cluster::join_job(const std::string& job, uint32_t local_size, bool nccl) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto j = b.initJobJoin();
     j.setJob(job);
     j.setLocalSize(local_size);
     j.setNccl(nccl);
     j.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
-  send_to_coordinator(frame_envelope(*message));
 }
 
 void Cluster::register_var(const std::string& job, const std::string& var,
                            const Fingerprint& fingerprint) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto r = b.initRegisterVar();
     r.setJob(job);
     r.setName(var);
@@ -348,13 +346,11 @@ void Cluster::register_var(const std::string& job, const std::string& var,
     r.setOptions(fingerprint.options);
     r.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
-  send_to_coordinator(frame_envelope(*message));
 }
 
 void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id, const std::string& why,
                                 bool clean) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto broken = b.initJobBroken();
     broken.setJob(job);
     broken.setBarrierId(barrier_id);
@@ -362,17 +358,19 @@ void Cluster::report_job_broken(const std::string& job, uint32_t barrier_id, con
     broken.setReason(why);
     broken.setClean(clean);
   });
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
-  send_to_coordinator(frame_envelope(*message));
 }
 
 void Cluster::report_job_left(const std::string& job, uint32_t barrier_id) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto left = b.initJobLeft();
     left.setJob(job);
     left.setBarrierId(barrier_id);
     left.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
+}
+
+void Cluster::report(const std::function<void(Envelope::Body::Builder)>& fill) {
+  auto message = build(config_.cluster, epoch_, fill);
   if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
   send_to_coordinator(frame_envelope(*message));
 }

@@ -119,6 +119,9 @@ class Cluster {
   void member_device_route(Envelope::Reader envelope);
 
   // Both.
+  // A report for the coordinator, its body filled by fill: handled here on the
+  // coordinator, sent to it from a member.
+  void report(const std::function<void(Envelope::Body::Builder)>& fill);
   void send_to_coordinator(const std::string& frame);
   // close_after: close the connection once the frame is handed to the kernel.
   void write(Connection& c, const std::string& frame, bool close_after = false);

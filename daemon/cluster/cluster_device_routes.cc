@@ -18,7 +18,7 @@ kj::ArrayPtr<const kj::byte> bytes_of(const std::string& s) {
 }  // namespace
 
 void Cluster::report_device_route(uint32_t barrier_id, uint32_t global_id, const NodeDevice& part) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto r = b.initDeviceRouteReport();
     r.setBarrierId(barrier_id);
     r.setGlobalId(global_id);
@@ -28,20 +28,16 @@ void Cluster::report_device_route(uint32_t barrier_id, uint32_t global_id, const
     r.setPciBusId(part.pci_bus_id);
     r.setNccl(part.nccl);
   });
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
-  send_to_coordinator(frame_envelope(*message));
 }
 
 void Cluster::report_nccl_ready(uint32_t barrier_id, uint32_t global_id, uint64_t step) {
-  auto message = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
+  report([&](Envelope::Body::Builder b) {
     auto r = b.initNcclReady();
     r.setBarrierId(barrier_id);
     r.setGlobalId(global_id);
     r.setStep(step);
     r.setNodeIndex(static_cast<uint32_t>(config_.node_index));
   });
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
-  send_to_coordinator(frame_envelope(*message));
 }
 
 void Cluster::coordinator_device_route(int node, Envelope::Reader envelope) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sharding/coalesce.h"
+#include "tests/unit/gpu_device_check.h"
 #include "tests/unit/gpu_test_data.h"
 #include "transport/kernels/cuda/device_coalesce.h"
 #include "transport/kernels/cuda/device_probe.h"
@@ -22,20 +23,9 @@ using px::DType;
 using px::ReduceOp;
 using namespace px::gpu;
 using pxt::gpu::Bytes;
+using pxt::gpu::have_device;
 
 namespace {
-
-bool have_device() {
-  std::string why;
-  if (cuda_device_count(&why) > 0) return true;
-  const char* required = std::getenv("PX_REQUIRE_GPU");
-  if (required && std::string(required) == "1") {
-    FAIL_CHECK("no CUDA device and PX_REQUIRE_GPU=1: " << why);
-  } else {
-    MESSAGE("gpu test skipped: no CUDA device (" << why << ")");
-  }
-  return false;
-}
 
 #define CUDA_OK(call)                                                                             \
   do {                                                                                            \

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "daemon/gpu/cuda_nccl.h"
+#include "tests/unit/gpu_device_check.h"
 #include "transport/kernels/cuda/device_probe.h"
 
 using namespace px;
 using namespace px::gpu;
+using pxt::gpu::have_device;
 
 TEST_CASE("host: nccl: a unique id is made without a GPU, or the build says it has no NCCL") {
   std::string id, why;
@@ -51,22 +53,6 @@ TEST_CASE("host: nccl: opening a communicator fails clearly with a bad id or wit
   CHECK(why.find("cudaSetDevice") != std::string::npos);
   CHECK_FALSE(comm);
 }
-
-namespace {
-
-bool have_device() {
-  std::string why;
-  if (cuda_device_count(&why) > 0) return true;
-  const char* required = std::getenv("PX_REQUIRE_GPU");
-  if (required && std::string(required) == "1") {
-    FAIL_CHECK("no CUDA device and PX_REQUIRE_GPU=1: " << why);
-  } else {
-    MESSAGE("gpu test skipped: no CUDA device (" << why << ")");
-  }
-  return false;
-}
-
-}  // namespace
 
 TEST_CASE("device: nccl: a communicator of one rank reduces in place; aborted, it refuses") {
   if (!have_device()) return;
