@@ -131,6 +131,7 @@ DaemonState collect_daemon_state(Server& server) {
       v.pending_steps = static_cast<uint32_t>(var->pending.size());
       if (var->poison_status != PX_OK) v.failed = var->poison_message;
       v.route = var->stats.route;  // dense: set by device steps only
+      v.route_reason = var->route.why;
       if (var->sparse) {
         v.route = route_label(var->sparse->options);
         SparseCounters sc = sparse_counters(*var->sparse);
@@ -236,11 +237,12 @@ fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState
 fb::Offset<control::AdminVariable> variable_table(fb::FlatBufferBuilder& b,
                                                   const VariableState& v) {
   auto job = text(b, v.job), name = text(b, v.name), kind = text(b, v.sparse ? "sparse" : "dense"),
-       shape = text(b, v.shape), route = text(b, v.route), failed = text(b, v.failed);
+       shape = text(b, v.shape), route = text(b, v.route), failed = text(b, v.failed),
+       reason = text(b, v.route_reason);
   return control::CreateAdminVariable(
       b, job, name, v.id, kind, shape, route, v.ops, v.bytes, v.wait_ns, v.reduce_ns, v.pull_steps,
       v.push_steps, v.rows_pulled, v.rows_unique, v.rows_applied, v.bytes_sent, v.bytes_received,
-      v.alpha, v.unique_alpha, v.pending_steps, failed);
+      v.alpha, v.unique_alpha, v.pending_steps, failed, reason);
 }
 
 fb::Offset<control::AdminStall> stall_table(fb::FlatBufferBuilder& b, const Stall& s) {

@@ -33,6 +33,7 @@ struct VariableState {
   double unique_alpha = 0;  // rows_unique / (pull_steps * rows)
   uint32_t pending_steps = 0;
   std::string failed;  // the variable's failure (mismatch, restore), empty if none
+  std::string route_reason;  // device memory across nodes: why the host ring, not NCCL
 };
 
 struct JobState {

@@ -160,6 +160,7 @@ std::string variable_json(const control::AdminVariable& v) {
       .add("kind", str(v.kind()))
       .add("shape", str(v.shape()))
       .add("route", str(v.route()))
+      .add("route_reason", str(v.route_reason()))
       .add("ops", v.ops())
       .add("bytes", v.bytes())
       .add("wait_ns", v.wait_ns())
