@@ -53,6 +53,13 @@ TEST_CASE("device: px_allreduce_ex on device memory across 2 daemons on one GPU 
     if (skipped(results)) return;
     CHECK(all_ok(results));
   }
+  // With NCCL in the build both daemons can run it, so each variable's route was agreed
+  // through the coordinator, which chose the host ring for this shape and said why.
+  std::string log = cluster.node(0).log();
+  if (log.find("; NCCL ") != std::string::npos) {
+    CHECK(log.find("cross nodes on the host ring, not NCCL: node 0") != std::string::npos);
+    CHECK(log.find("reduce on one GPU") != std::string::npos);
+  }
 }
 
 TEST_CASE("device: sparse pull and push steps on device memory, 2 workers and 2 daemons x 2") {
