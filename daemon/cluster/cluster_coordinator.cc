@@ -262,6 +262,7 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
           list.set(static_cast<unsigned>(i), verdict.local_sizes[i]);
         world.setBarrierId(verdict.id);
         world.setDeviceRoutes(verdict.device_routes);
+        if (verdict.device_routes) device_routes_.run_started(verdict.id);
         return;
       }
       case Kind::kVarReady: {

@@ -29,8 +29,10 @@ std::string DeviceRoutes::why_not_nccl(const std::vector<std::optional<NodeDevic
 
 std::optional<DeviceRoutes::Route> DeviceRoutes::reported(int node, uint32_t run, uint32_t var,
                                                           const NodeDevice& part) {
-  if (node < 0 || node >= node_count_) return std::nullopt;
-  Run& r = runs_[run];
+  auto it = runs_.find(run);
+  if (node < 0 || node >= node_count_ || it == runs_.end()) return std::nullopt;
+  Run& r = it->second;
+  if (r.routed.count(var)) return std::nullopt;
   auto& parts = r.reports[var];
   parts.resize(static_cast<size_t>(node_count_));
   if (parts[static_cast<size_t>(node)]) return std::nullopt;
@@ -56,13 +58,17 @@ std::optional<DeviceRoutes::Route> DeviceRoutes::reported(int node, uint32_t run
   }
   route.nccl = route.why.empty();
   r.reports.erase(var);
+  r.routed[var] = route.nccl;
   return route;
 }
 
 std::optional<DeviceRoutes::Turn> DeviceRoutes::ready(int node, uint32_t run, uint32_t var,
                                                       uint64_t step) {
-  if (node < 0 || node >= node_count_) return std::nullopt;
-  Run& r = runs_[run];
+  auto it = runs_.find(run);
+  if (node < 0 || node >= node_count_ || it == runs_.end()) return std::nullopt;
+  Run& r = it->second;
+  auto routed = r.routed.find(var);
+  if (routed == r.routed.end() || !routed->second) return std::nullopt;
   auto& nodes = r.ready[{var, step}];
   nodes.resize(static_cast<size_t>(node_count_));
   nodes[static_cast<size_t>(node)] = true;

@@ -60,11 +60,15 @@ class DeviceRoutes {
 
   DeviceRoutes(int node_count, std::function<std::string(int node)> node_label, MakeId make_id);
 
+  // A run of a job with device routes started (JobWorld): only its reports are taken.
+  void run_started(uint32_t run) { runs_[run]; }
   // Node `node` reported its part of `var`'s first cross-node allreduce in `run`. Once every
-  // node did: the route, for every node. A second report from a node is ignored.
+  // node did: the route, for every node. A second report from a node, or a report for a run
+  // not started or a variable already routed, is ignored.
   std::optional<Route> reported(int node, uint32_t run, uint32_t var, const NodeDevice& part);
   // Node `node`'s part of `step` of NCCL variable `var` is ready. Once every node's is: the
-  // step's turn, for every node.
+  // step's turn, for every node. Ignored for a variable not routed over NCCL in a started
+  // run.
   std::optional<Turn> ready(int node, uint32_t run, uint32_t var, uint64_t step);
   // The run ended everywhere (JobEnd): its routes, communicators and turns are forgotten.
   void run_ended(uint32_t run) { runs_.erase(run); }
@@ -78,6 +82,7 @@ class DeviceRoutes {
     std::map<uint32_t, std::vector<std::optional<NodeDevice>>> reports;  // by var, undecided
     std::map<std::vector<std::string>, uint32_t> comms;                  // by device set
     std::map<std::pair<uint32_t, uint64_t>, std::vector<bool>> ready;    // by (var, step)
+    std::map<uint32_t, bool> routed;                                     // var: over NCCL
     uint64_t next_turn = 0;
   };
   // "" when the parts may meet in NCCL, else why not.

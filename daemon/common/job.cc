@@ -68,6 +68,18 @@ Variable* Job::find(uint32_t id) {
   return id < variables_.size() ? variables_[id].get() : nullptr;
 }
 
+Variable* Job::find_global(uint32_t global_id) {
+  auto it = global_ids_.find(global_id);
+  if (it != global_ids_.end() && variables_[it->second]->global_id == global_id)
+    return variables_[it->second].get();
+  for (auto& var : variables_)  // first asked (ids are set once, when every node agreed)
+    if (var->global_id == global_id && global_id != 0) {
+      global_ids_[global_id] = var->id;
+      return var.get();
+    }
+  return nullptr;
+}
+
 Variable* Job::find(const std::string& name) {
   auto it = ids_.find(name);
   return it == ids_.end() ? nullptr : variables_[it->second].get();

@@ -193,6 +193,8 @@ class Job {
   // Variable 0 is the job's barrier; registered variables are numbered from 1.
   Variable* find(uint32_t id);
   Variable* find(const std::string& name);
+  // By the id every node uses for it (Variable::global_id); null if none has it.
+  Variable* find_global(uint32_t global_id);
   Variable& add(std::string name, Fingerprint fingerprint, std::string defined_by);
   std::vector<std::unique_ptr<Variable>>& variables() { return variables_; }
   // The bytes of its sparse tables, rows x dim x dtype summed (whole tables, on any node).
@@ -214,6 +216,7 @@ class Job {
   std::vector<std::shared_ptr<Completer>> members_;
   std::vector<std::unique_ptr<Variable>> variables_;
   std::unordered_map<std::string, uint32_t> ids_;
+  std::unordered_map<uint32_t, uint32_t> global_ids_;  // global id -> id, as find_global met them
   JobUsage usage_;
   std::shared_ptr<NcclComms> nccl_comms_;
 };

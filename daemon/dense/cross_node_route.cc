@@ -1,5 +1,6 @@
 #include "daemon/dense/cross_node_route.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -10,17 +11,20 @@
 
 namespace px {
 
-// The job's communicators on this node, by the coordinator's number. Each runs its work on
-// a serial queue of its own: opening it first, then the NCCL steps in turn order.
+// The job's communicators on this node, by the coordinator's number, and the one queue all
+// their work runs on, on the pool, one task at a time: opening a communicator, the NCCL
+// steps in turn order (across communicators too: NCCL warns that operations of two
+// communicators on one GPU, issued in different orders on different ranks, can deadlock),
+// and freeing them. So a job's NCCL work holds one pool thread at most.
 struct NcclComms {
   struct Comm {
-    std::shared_ptr<SerialQueue> queue;
     int device = -1;
+    std::atomic<bool> aborted{false};  // the job ended: an open or a step under way returns
     std::mutex mutex;  // the open task (pool) sets comm, abort_communicators (loop) reads it
     std::unique_ptr<gpu::NcclCommunicator> comm;
     std::string failed;  // why it could not be opened
-    bool aborted = false;
   };
+  std::shared_ptr<SerialQueue> queue;
   std::map<uint32_t, std::shared_ptr<Comm>> by_id;
 };
 
@@ -30,6 +34,14 @@ using State = CrossNodeRoute::State;
 
 std::string var_label(const Job& job, const Variable& var) {
   return "job '" + job.name() + "' variable '" + var.name + "'";
+}
+
+void abort_communicators_of(NcclComms& comms) {
+  for (auto& [id, comm] : comms.by_id) {
+    comm->aborted = true;
+    std::lock_guard<std::mutex> lock(comm->mutex);
+    if (comm->comm) comm->comm->abort();
+  }
 }
 
 void release(std::vector<CrossNodeRoute::Waiter> waiters, px_status status,
@@ -95,9 +107,11 @@ void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, 
   }
   if (decided.nccl && !decided.unique_id.empty()) {
     auto& comms = job->nccl_comms();
-    if (!comms) comms = std::make_shared<NcclComms>();
+    if (!comms) {
+      comms = std::make_shared<NcclComms>();
+      comms->queue = std::make_shared<SerialQueue>(context.offload.pool(), context.offload.post());
+    }
     auto comm = std::make_shared<NcclComms::Comm>();
-    comm->queue = std::make_shared<SerialQueue>(context.offload.pool(), context.offload.post());
     comm->device = route.device;
     comms->by_id[decided.comm] = comm;
     gpu::GpuBackend* backend = context.gpu;
@@ -105,21 +119,24 @@ void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, 
     int ranks = world.node_count, rank = world.node_index, timeout = context.nccl_timeout_ms;
     std::string id = decided.unique_id;
     std::string label = var_label(*job, var);
-    comm->queue->push(
+    comms->queue->push(
         true,
         [comm, backend, ranks, rank, timeout, id] {
           std::unique_ptr<gpu::NcclCommunicator> opened;
           std::string why;
-          bool ok = backend
-                        ? backend->nccl_open(comm->device, ranks, rank, id, timeout, &opened, &why)
-                        : (why = "this parallaxd has no usable GPU", false);
+          bool ok = backend ? backend->nccl_open(comm->device, ranks, rank, id, timeout,
+                                                 &comm->aborted, &opened, &why)
+                            : (why = "this parallaxd has no usable GPU", false);
           std::lock_guard<std::mutex> lock(comm->mutex);
           if (ok && comm->aborted) opened->abort();
           comm->comm = std::move(opened);
           if (!ok) comm->failed = "opening the NCCL communicator: " + why;
         },
-        [comm, label] {
-          if (!comm->failed.empty()) PX_LOG_ERROR("%s: %s", label.c_str(), comm->failed.c_str());
+        [comm, label, context, job] {
+          if (comm->failed.empty()) return;
+          // Every node opens it together: where it failed, the others cannot use it either.
+          PX_LOG_ERROR("%s: %s", label.c_str(), comm->failed.c_str());
+          end_job_for_local_failure(context, *job, label + ": " + comm->failed);
         });
   }
   auto waiting = std::move(route.agreeing);
@@ -132,6 +149,8 @@ void await_turn(const StepContext& context, const std::shared_ptr<Job>& job, Var
   PX_ASSERT_LOOP_THREAD();
   if (var.poison_status != PX_OK) return on_turn(var.poison_status, var.poison_message);
   if (!job->broken().empty()) return on_turn(PX_ERR_PEER_LOST, job->broken());
+  if (!job->nccl_comms())  // created with the first NCCL route: gone, the run ended here
+    return on_turn(PX_ERR_PEER_LOST, "the job's NCCL communicators are gone (its run ended here)");
   var.route.awaiting_turn[step] = std::move(on_turn);
   context.routes->report_ready(*job, var, step);
 }
@@ -157,7 +176,7 @@ void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>&
   if (!comm)
     return then(false, "NCCL communicator " + std::to_string(comm_id) + " was never created");
   auto outcome = std::make_shared<std::pair<bool, std::string>>(false, "");
-  comm->queue->push(
+  comms->queue->push(
       true,
       [comm, outcome, work = std::move(work)] {
         gpu::NcclCommunicator* c = nullptr;
@@ -189,13 +208,24 @@ void fail_route_waiters(Variable& var, px_status status, const std::string& why)
 }
 
 void abort_communicators(Job& job) {
-  auto& comms = job.nccl_comms();
-  if (!comms) return;
-  for (auto& [id, comm] : comms->by_id) {
-    std::lock_guard<std::mutex> lock(comm->mutex);
-    comm->aborted = true;
-    if (comm->comm) comm->comm->abort();
+  if (job.nccl_comms()) abort_communicators_of(*job.nccl_comms());
+}
+
+void end_device_routes(Job& job, px_status status, const std::string& why) {
+  for (auto& var : job.variables()) {
+    fail_route_waiters(*var, status, why);
+    // A route still to come opens nothing any more.
+    if (var->route.state == State::kAgreeing) var->route.state = State::kHostRing;
   }
+  std::shared_ptr<NcclComms> comms = std::move(job.nccl_comms());
+  job.nccl_comms().reset();
+  if (!comms) return;
+  abort_communicators_of(*comms);
+  // Freed on the pool after whatever of the job's NCCL work is still queued (it returns at
+  // once, aborted): ncclCommAbort joins NCCL's threads, no work for the loop.
+  auto queue = comms->queue;
+  queue->push(
+      true, [comms] { comms->by_id.clear(); }, [] {});
 }
 
 }  // namespace px

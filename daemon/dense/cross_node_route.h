@@ -66,5 +66,9 @@ void fail_route_waiters(Variable& var, px_status status, const std::string& why)
 // The job failed: its communicators are aborted (operations under way return, later ones
 // fail).
 void abort_communicators(Job& job);
+// The job's run is over here (its workers left, or it ended everywhere): every step waiting
+// for a route or turn fails with status and why, the communicators are aborted and freed on
+// the pool, and the job holds none any more (which also ends the waiters' hold on it).
+void end_device_routes(Job& job, px_status status, const std::string& why);
 
 }  // namespace px

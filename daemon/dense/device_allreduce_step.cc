@@ -88,6 +88,9 @@ void nccl_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& s
   Job& job = *run->job;
   uint32_t comm = run->var->route.comm;
   int comm_device = communicator_device(job, comm);
+  if (comm_device < 0)  // made with the variable's route: gone, the run ended here
+    return finish(*run, PX_ERR_PEER_LOST,
+                  "the job's NCCL communicators are gone (its run ended here)" + suffix);
   if (comm_device != run->args.device)
     return fail_before_cross_node(
         *run, PX_ERR_INVALID,

@@ -280,6 +280,8 @@ void Server::worker_left(Job& job, const std::string& why, bool here) {
     for (auto& var : left->variables())
       if (!var->fingerprint.sparse && var->global_id != 0) ids.push_back(var->global_id);
     fabric_->fail_variables(ids, why);
+    // Device steps waiting for a route or an NCCL turn, and the job's communicators.
+    end_device_routes(*left, PX_ERR_PEER_LOST, why);
   });
 }
 
@@ -557,6 +559,7 @@ void Server::leave_job(Session& session, const std::string& why) {
 
 void Server::free_job_state(Job& job) {
   for (auto& var : job.variables()) scheduler_.sparse().release(*var);
+  end_device_routes(job, PX_ERR_PEER_LOST, "job '" + job.name() + "' ended");
 }
 
 std::shared_ptr<Job> Server::find_run(uint32_t barrier_id) const {

@@ -22,12 +22,6 @@ std::string this_machine() {
   return std::string(host) + "/" + boot;
 }
 
-Variable* find_global(Job& job, uint32_t global_id) {
-  for (auto& var : job.variables())
-    if (var->global_id == global_id) return var.get();
-  return nullptr;
-}
-
 }  // namespace
 
 class Server::ClusterRoutes final : public RouteChannel {
@@ -67,18 +61,19 @@ void Server::wire_device_routes(Cluster::Events& events) {
   };
   events.device_route = [this](const DeviceRoutes::Route& route) {
     std::shared_ptr<Job> job = find_run(route.run);
-    Variable* var = job ? find_global(*job, route.var) : nullptr;
+    Variable* var = job ? job->find_global(route.var) : nullptr;
     if (var) scheduler_.route_decided(job, *var, route);
   };
   events.nccl_turn = [this](const DeviceRoutes::Turn& turn) {
     std::shared_ptr<Job> job = find_run(turn.run);
-    Variable* var = job ? find_global(*job, turn.var) : nullptr;
-    // No step waits for it when the step failed here meanwhile (the job fails everywhere).
-    if (var && !scheduler_.turn_arrived(*var, turn.step))
-      PX_LOG_DEBUG("job '%s' variable '%s': NCCL turn %llu for step %llu, which no step awaits",
-                   job->name().c_str(), var->name.c_str(),
-                   static_cast<unsigned long long>(turn.turn),
-                   static_cast<unsigned long long>(turn.step));
+    Variable* var = job ? job->find_global(turn.var) : nullptr;
+    if (!var || scheduler_.turn_arrived(*var, turn.step)) return;
+    // The step failed here after it said it was ready: the other nodes issue it on the
+    // communicator, and this node, issuing the next turn in its place, would pair another
+    // variable's data with it. So the job ends (its communicators aborted) everywhere.
+    abort_job(*job, "job '" + job->name() + "' variable '" + var->name + "': step " +
+                        std::to_string(turn.step) + " failed on " + node_label() +
+                        " after its NCCL turn was asked for");
   };
 }
 

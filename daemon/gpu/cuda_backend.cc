@@ -311,8 +311,9 @@ class CudaBackend final : public GpuBackend {
     return cuda_nccl_unique_id(id, why);
   }
   bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
-                 std::unique_ptr<NcclCommunicator>* out, std::string* why) override {
-    return cuda_nccl_open(device, ranks, rank, id, timeout_ms, out, why);
+                 const std::atomic<bool>* abort, std::unique_ptr<NcclCommunicator>* out,
+                 std::string* why) override {
+    return cuda_nccl_open(device, ranks, rank, id, timeout_ms, abort, out, why);
   }
 
   // The calling pool thread's stream on device, made current.

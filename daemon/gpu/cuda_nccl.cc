@@ -99,11 +99,10 @@ class Communicator final : public NcclCommunicator {
   Communicator(ncclComm_t comm, cudaStream_t stream, int device)
       : comm_(comm), stream_(stream), device_(device) {}
   ~Communicator() override {
+    // ncclCommAbort, not ncclCommDestroy: destroying waits until every rank is done with the
+    // communicator, which a node whose peer is slow or gone must not.
     cudaSetDevice(device_);
-    if (comm_ && aborted_.load())
-      ncclCommAbort(comm_);
-    else if (comm_)
-      ncclCommDestroy(comm_);
+    if (comm_) ncclCommAbort(comm_);
     cudaStreamDestroy(stream_);
   }
   int device() const override { return device_; }
@@ -133,7 +132,6 @@ class Communicator final : public NcclCommunicator {
       if (err == cudaSuccess) return true;
       if (err != cudaErrorNotReady)
         return fail(cuda_failed(why, "nccl allreduce: the stream", err));
-      cudaGetLastError();  // cudaErrorNotReady is not an error to keep
       if (!settle(comm_, deadline, aborted_, "ncclAllReduce", why)) return fail(false);
       if (Clock::now() > deadline) {
         *why = "ncclAllReduce: not done after " + std::to_string(timeout_ms) + " ms";
@@ -172,7 +170,8 @@ bool cuda_nccl_unique_id(std::string* id, std::string* why) {
 }
 
 bool cuda_nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
-                    std::unique_ptr<NcclCommunicator>* out, std::string* why) {
+                    const std::atomic<bool>* abort, std::unique_ptr<NcclCommunicator>* out,
+                    std::string* why) {
   if (id.size() != sizeof(ncclUniqueId)) {
     *why = "an NCCL unique id of " + std::to_string(id.size()) + " bytes, not " +
            std::to_string(sizeof(ncclUniqueId));
@@ -192,7 +191,7 @@ bool cuda_nccl_open(int device, int ranks, int rank, const std::string& id, int 
   ncclResult_t r = ncclCommInitRankConfig(&comm, ranks, uid, rank, &config);
   std::atomic<bool> never{false};
   bool ok = r == ncclSuccess || r == ncclInProgress
-                ? settle(comm, deadline, never, "ncclCommInitRank", why)
+                ? settle(comm, deadline, abort ? *abort : never, "ncclCommInitRank", why)
                 : nccl_failed(why, "ncclCommInitRank", r, comm);
   if (!ok) {
     *why += " (rank " + std::to_string(rank) + " of " + std::to_string(ranks) + ", device " +
@@ -216,8 +215,8 @@ bool cuda_nccl_unique_id(std::string*, std::string* why) {
   return false;
 }
 
-bool cuda_nccl_open(int, int, int, const std::string&, int, std::unique_ptr<NcclCommunicator>*,
-                    std::string* why) {
+bool cuda_nccl_open(int, int, int, const std::string&, int, const std::atomic<bool>*,
+                    std::unique_ptr<NcclCommunicator>*, std::string* why) {
   *why = kNoNccl;
   return false;
 }

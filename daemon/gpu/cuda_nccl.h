@@ -11,6 +11,7 @@ namespace px::gpu {
 
 bool cuda_nccl_unique_id(std::string* id, std::string* why);
 bool cuda_nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
-                    std::unique_ptr<NcclCommunicator>* out, std::string* why);
+                    const std::atomic<bool>* abort, std::unique_ptr<NcclCommunicator>* out,
+                    std::string* why);
 
 }  // namespace px::gpu

@@ -9,6 +9,7 @@
 // another build.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -100,8 +101,8 @@ struct CoalescedPush {
 constexpr size_t kNcclIdBytes = 128;
 
 // An NCCL communicator across the job's nodes, owned by this daemon: one rank per node, on
-// the GPU that holds the node's sum. Destroying it frees it (aborted if an operation on it
-// failed, or it was aborted).
+// the GPU that holds the node's sum. Destroying it frees it with ncclCommAbort, which waits
+// for no other rank: a job's end never hangs on another node.
 class NcclCommunicator {
  public:
   virtual ~NcclCommunicator() = default;
@@ -168,9 +169,11 @@ class GpuBackend {
   // until they joined); false with why in a build without NCCL.
   virtual bool nccl_unique_id(std::string* id, std::string* why) = 0;
   // Joins communicator `id` as `rank` of `ranks`, on device. Blocks on the pool until
-  // every rank joined or timeout_ms passed. False with why.
+  // every rank joined, timeout_ms passed, or *abort turned true (the job ended). False with
+  // why.
   virtual bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
-                         std::unique_ptr<NcclCommunicator>* out, std::string* why) = 0;
+                         const std::atomic<bool>* abort, std::unique_ptr<NcclCommunicator>* out,
+                         std::string* why) = 0;
 };
 
 }  // namespace px::gpu

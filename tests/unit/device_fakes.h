@@ -260,16 +260,24 @@ class HostBackend final : public gpu::GpuBackend {
     return true;
   }
   bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
-                 std::unique_ptr<gpu::NcclCommunicator>* out, std::string* why) override {
+                 const std::atomic<bool>* abort, std::unique_ptr<gpu::NcclCommunicator>* out,
+                 std::string* why) override {
     ++nccl_opens;
+    if (!fail_open.empty()) {
+      *why = fail_open;
+      return false;
+    }
     auto group = FakeNccl::group(id, ranks);
     std::unique_lock<std::mutex> lock(group->mutex);
     ++group->joined;
     group->changed.notify_all();
-    if (!group->changed.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                                 [&] { return group->joined >= group->ranks; })) {
-      *why = "fake ncclCommInitRank: the other ranks did not join";
-      return false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (group->joined < group->ranks) {  // polled: abort is a flag, nobody notifies it
+      if ((abort && abort->load()) || std::chrono::steady_clock::now() > deadline) {
+        *why = "fake ncclCommInitRank: the other ranks did not join";
+        return false;
+      }
+      group->changed.wait_for(lock, std::chrono::milliseconds(5));
     }
     *out = std::make_unique<FakeCommunicator>(group, rank, device);
     return true;
@@ -285,7 +293,8 @@ class HostBackend final : public gpu::GpuBackend {
   }
 
   gpu::DeviceAllreduce seen;
-  bool nccl = false;  // nccl_unique_id works
+  bool nccl = false;      // nccl_unique_id works
+  std::string fail_open;  // nccl_open fails with it
   std::atomic<int> nccl_opens{0};
   std::string fail_with;
   std::string fail_finish;  // finish_on_device fails with it

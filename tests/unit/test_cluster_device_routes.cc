@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -44,7 +45,7 @@ struct Heard {
   bool ready = false;
   std::string fatal;
   std::vector<std::pair<std::string, bool>> worlds;  // job, device routes
-  uint32_t barrier = 0;
+  std::map<std::string, uint32_t> barriers;          // by job
   std::vector<DeviceRoutes::Route> routes;
   std::vector<DeviceRoutes::Turn> turns;
 };
@@ -74,7 +75,7 @@ struct TwoClusters {
       events.job_world = [&h](const std::string& job, const std::vector<uint32_t>&,
                               uint32_t barrier, bool device_routes) {
         h.worlds.emplace_back(job, device_routes);
-        h.barrier = barrier;
+        h.barriers[job] = barrier;
       };
       events.var_ready = [](const std::string&, const std::string&, uint32_t) {};
       events.var_mismatch = [](const std::string&, const std::string&, const std::string&) {};
@@ -142,7 +143,7 @@ TEST_CASE("cluster device routes: job, route and turns travel between the daemon
     CHECK(h.worlds[0] == std::make_pair(std::string("gpu"), true));
     CHECK(h.worlds[1] == std::make_pair(std::string("mixed"), false));
   }
-  uint32_t run = 7;  // the ids need not be the job's for the routes' bookkeeping
+  uint32_t run = two.heard[1].barriers["gpu"];  // the run with device routes
   two.clusters[1]->report_device_route(run, 5, NodeDevice{true, "m1", "0000:19:00.0", "2.28.9"});
   two.clusters[0]->report_device_route(run, 5, NodeDevice{true, "m0", "0000:19:00.0", "2.28.9"});
   two.clusters[0]->report_device_route(run, 6, NodeDevice{true, "m0", "0000:19:00.0", "2.28.9"});
@@ -178,4 +179,11 @@ TEST_CASE("cluster device routes: job, route and turns travel between the daemon
     CHECK(h.turns[0].var == 5);
     CHECK(h.turns[0].run == run);
   }
+  // The run without device routes takes no reports.
+  two.clusters[1]->report_device_route(two.heard[1].barriers["mixed"], 5, NodeDevice{});
+  two.clusters[0]->report_device_route(two.heard[0].barriers["mixed"], 5, NodeDevice{});
+  two.clusters[0]->report_nccl_ready(run, 5, 2);
+  two.clusters[1]->report_nccl_ready(run, 5, 2);
+  REQUIRE(two.run_until([&] { return two.heard[1].turns.size() == 3; }));
+  CHECK(two.heard[1].routes.size() == 2);
 }

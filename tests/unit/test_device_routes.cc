@@ -23,6 +23,10 @@ NodeDevice gpu(const std::string& machine, const std::string& bus = "0000:19:00.
 }
 
 struct Routes {
+  Routes() {
+    routes.run_started(7);
+    routes.run_started(8);
+  }
   int ids = 0;
   bool id_fails = false;
   DeviceRoutes routes{3, label, [this](std::string* id, std::string* why) {
@@ -95,10 +99,18 @@ TEST_CASE("device routes: the host ring otherwise, saying why") {
   CHECK_FALSE(r.routes.reported(3, 7, 9, gpu("x")));
   CHECK_FALSE(r.routes.reported(1, 7, 9, gpu("b")));
   CHECK(r.routes.reported(2, 7, 9, gpu("c"))->why.find("no NCCL unique id") == 0);
+  // Once routed, a variable takes no more reports; a run not started takes none.
+  CHECK_FALSE(r.routes.reported(0, 7, 9, gpu("a")));
+  CHECK_FALSE(r.routes.reported(0, 99, 1, gpu("a")));
+  CHECK(r.routes.runs() == 2);
 }
 
 TEST_CASE("device routes: a step's turn once every node is ready, numbered in one order") {
   Routes r;
+  r.all(1, gpu("a"), gpu("b"), gpu("c"));
+  r.all(2, gpu("a"), gpu("b"), gpu("c"));
+  r.all(1, gpu("a"), gpu("b"), gpu("c"), 8);
+  r.all(3, gpu("a"), NodeDevice{}, gpu("c"));  // the host ring
   // Node 0 is ready for var 1 first, nodes 1 and 2 for var 2: var 2 gets the first turn.
   CHECK_FALSE(r.routes.ready(0, 7, 1, 0));
   CHECK_FALSE(r.routes.ready(1, 7, 2, 0));
@@ -118,6 +130,12 @@ TEST_CASE("device routes: a step's turn once every node is ready, numbered in on
   for (int n = 0; n < 2; ++n) CHECK_FALSE(r.routes.ready(n, 8, 1, 0));
   CHECK(r.routes.ready(2, 8, 1, 0)->turn == 0);
   CHECK_FALSE(r.routes.ready(5, 8, 1, 1));  // no such node
+  // Steps of a host-ring variable, of a variable never routed, of a run not started: no turns.
+  for (int n = 0; n < 3; ++n) {
+    CHECK_FALSE(r.routes.ready(n, 7, 3, 0));
+    CHECK_FALSE(r.routes.ready(n, 7, 4, 0));
+    CHECK_FALSE(r.routes.ready(n, 99, 1, 0));
+  }
   CHECK(r.routes.runs() == 2);
   r.routes.run_ended(7);
   CHECK(r.routes.runs() == 1);

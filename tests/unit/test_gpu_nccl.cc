@@ -41,14 +41,14 @@ TEST_CASE("host: nccl: a unique id is made without a GPU, or the build says it h
 TEST_CASE("host: nccl: opening a communicator fails clearly with a bad id or without a device") {
   std::unique_ptr<NcclCommunicator> comm;
   std::string why;
-  CHECK_FALSE(cuda_nccl_open(0, 2, 0, "short", 1000, &comm, &why));
+  CHECK_FALSE(cuda_nccl_open(0, 2, 0, "short", 1000, nullptr, &comm, &why));
   CHECK(why.find("an NCCL unique id of 5 bytes") != std::string::npos);
   std::string none;
   if (cuda_device_count(&none) > 0) return;  // the rest is about a machine without one
   std::string id;
   if (!cuda_nccl_unique_id(&id, &why)) return;  // built without NCCL: said above
   auto start = std::chrono::steady_clock::now();
-  CHECK_FALSE(cuda_nccl_open(0, 2, 0, id, 2000, &comm, &why));
+  CHECK_FALSE(cuda_nccl_open(0, 2, 0, id, 2000, nullptr, &comm, &why));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
   CHECK(why.find("cudaSetDevice") != std::string::npos);
   CHECK_FALSE(comm);
@@ -59,7 +59,7 @@ TEST_CASE("device: nccl: a communicator of one rank reduces in place; aborted, i
   std::string id, why;
   REQUIRE_MESSAGE(cuda_nccl_unique_id(&id, &why), why);
   std::unique_ptr<NcclCommunicator> comm;
-  REQUIRE_MESSAGE(cuda_nccl_open(0, 1, 0, id, 30000, &comm, &why), why);
+  REQUIRE_MESSAGE(cuda_nccl_open(0, 1, 0, id, 30000, nullptr, &comm, &why), why);
   CHECK(comm->device() == 0);
   std::vector<float> host(1000);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i) * 0.5f;

@@ -48,6 +48,7 @@ struct Coordinator {
       kNodes, [](int n) { return "node " + std::to_string(n); },
       [this](std::string* id, std::string* why) { return node0_backend->nccl_unique_id(id, why); }};
   Node* nodes[kNodes] = {};
+  Coordinator() { routes.run_started(kRun); }
   void reported(int node, uint32_t var, const NodeDevice& part);
   void ready(int node, uint32_t var, uint64_t step);
 };
@@ -339,4 +340,67 @@ TEST_CASE("nccl route: a host-memory step on an NCCL variable is refused and end
   // Node 0 waited for the step's turn: it fails with the job instead.
   const auto& failed = two.nodes[0]->workers[0]->done.back();
   CHECK(failed.status == PX_ERR_PEER_LOST);
+}
+
+TEST_CASE("nccl route: a communicator that cannot be opened ends the job on every node") {
+  uint64_t count = 100;
+  TwoNodes two(count, {"m0", "m1"}, {"2.28.9", "2.28.9"});
+  two.nodes[1]->backend.fail_open = "fake ncclCommInitRank: unhandled cuda error";
+  std::vector<std::string> aborted(2);
+  for (int i = 0; i < kNodes; ++i)
+    two.nodes[static_cast<size_t>(i)]->scheduler.set_abort_job(
+        [&, i](Job&, const std::string& why) {
+          if (!aborted[static_cast<size_t>(i)].empty()) return;
+          aborted[static_cast<size_t>(i)] = why;
+          // As the cluster's report of the broken job does on every daemon.
+          for (auto& n : two.nodes) {
+            Node* node = n.get();
+            node->loop.post([node, why] {
+              if (!node->job->broken().empty()) return;
+              node->job->mark_broken(why);
+              node->scheduler.fail_job(*node->job, PX_ERR_PEER_LOST, why);
+            });
+          }
+        });
+  two.run([&](Node& n) {
+    n.submit(0, 0, count);
+    n.wait(1);
+  });
+  CHECK(aborted[1].find("opening the NCCL communicator: fake ncclCommInitRank: unhandled cuda "
+                        "error") != std::string::npos);
+  for (auto& n : two.nodes)
+    for (auto& w : n->workers) {
+      INFO(w->done.back().message);
+      CHECK(w->done.back().status == PX_ERR_PEER_LOST);
+    }
+}
+
+TEST_CASE(
+    "nccl route: the run's end fails the steps waiting for a turn and frees the communicators") {
+  uint64_t count = 100;
+  TwoNodes two(count, {"m0", "m1"}, {"2.28.9", "2.28.9"});
+  two.run([&](Node& n) {
+    n.submit(0, 0, count);  // routes agreed, communicator opened
+    n.wait(1);
+    if (n.job->world().node_index == 1) return;  // node 1's workers submit no more
+    n.submit(0, 1, count);
+    // Node 0's step waits for a turn that cannot come; its run ends here (its workers left,
+    // as Server::worker_left's grace ends it): the step fails, the communicators go.
+    Variable& a = *n.job->find(n.vars[0]);
+    REQUIRE(n.loop.run_until([&] { return !a.route.awaiting_turn.empty(); }));
+    end_device_routes(*n.job, PX_ERR_PEER_LOST, "a worker of node 1 left");
+    n.wait(2);
+    for (auto& w : n.workers) {
+      CHECK(w->done.back().status == PX_ERR_PEER_LOST);
+      CHECK(w->done.back().message.find("a worker of node 1 left") != std::string::npos);
+    }
+    CHECK_FALSE(n.job->nccl_comms());
+    CHECK(a.route.awaiting_turn.empty());
+    // A later step finds no communicator and fails at once.
+    n.submit(0, 2, count);
+    n.wait(3);
+    INFO(n.workers[0]->done.back().message);
+    CHECK(n.workers[0]->done.back().message.find("NCCL communicators are gone") !=
+          std::string::npos);
+  });
 }
