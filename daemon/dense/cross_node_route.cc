@@ -223,9 +223,18 @@ void end_device_routes(Job& job, px_status status, const std::string& why) {
   abort_communicators_of(*comms);
   // Freed on the pool after whatever of the job's NCCL work is still queued (it returns at
   // once, aborted): ncclCommAbort joins NCCL's threads, no work for the loop.
+  // Each communicator is freed here even where a finished step's closure still holds its
+  // Comm until that closure's `then` ran on the loop.
   auto queue = comms->queue;
   queue->push(
-      true, [comms] { comms->by_id.clear(); }, [] {});
+      true,
+      [comms] {
+        for (auto& [id, comm] : comms->by_id) {
+          std::lock_guard<std::mutex> lock(comm->mutex);
+          comm->comm.reset();
+        }
+      },
+      [] {});
 }
 
 }  // namespace px
