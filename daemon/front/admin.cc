@@ -68,6 +68,10 @@ DaemonState collect_daemon_state(Server& server) {
   s.gpu_devices = gpu.device_count();
   s.gpu = gpu.summary();
   if (gpu.backend()) s.nccl = gpu.backend()->inventory().nccl;
+  s.gpu_cross_node = server.can_run_nccl() ? "nccl"
+                     : !c.gpu_nccl          ? "host ring (gpu.cross_node = host-ring)"
+                     : gpu.device_count() == 0 ? "host ring (no usable GPU)"
+                                               : "host ring (built without NCCL)";
   const Cluster* cluster = server.cluster();
   bool ready = cluster && cluster->ready();
   if (c.node_count == 1)
@@ -213,13 +217,13 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
        cluster = text(b, s.cluster), state = text(b, s.cluster_state),
        label = text(b, s.node_label), url = text(b, s.metrics_url),
        timeline = text(b, s.timeline_path), gpu_mode = text(b, s.gpu_mode), gpu = text(b, s.gpu),
-       nccl = text(b, s.nccl);
+       nccl = text(b, s.nccl), cross_node = text(b, s.gpu_cross_node);
   uint32_t variables = static_cast<uint32_t>(s.variables.size());
   return control::CreateAdminStatus(
       b, version, abi, s.pid, s.uptime_ms, socket, cluster, state, s.node_index, s.node_count,
       label, s.nodes_up, s.workers, static_cast<uint32_t>(s.jobs.size()), variables,
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
-      s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl);
+      s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

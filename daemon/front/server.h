@@ -73,6 +73,9 @@ class Server {
   const Cluster* cluster() const { return cluster_.get(); }
   FabricEndpoint* fabric() const { return fabric_.get(); }  // null on a single node
   const gpu::LoadedGpu& gpu() const { return gpu_; }
+  // Whether this daemon offers NCCL for device allreduces across nodes (built with it, a
+  // GPU, gpu.cross_node = auto): a job uses it where every node does.
+  bool can_run_nccl() const;
   const std::string& cluster_broken() const { return cluster_broken_; }
   int lost_node() const { return lost_node_; }  // -1: none
 
@@ -108,7 +111,6 @@ class Server {
   // coordinator and the cluster's answers; whether this daemon can run NCCL.
   class ClusterRoutes;
   void wire_device_routes(Cluster::Events& events);
-  bool can_run_nccl() const;
   // A started run of a job by its barrier id, running or ended here; null if gone.
   std::shared_ptr<Job> find_run(uint32_t barrier_id) const;
   // After a worker left cleanly, how long operations under way get to finish.

@@ -81,6 +81,7 @@ struct DaemonState {
   int gpu_devices = 0;
   std::string gpu;
   std::string nccl;  // NCCL's version, "" without it
+  std::string gpu_cross_node;  // "nccl" (this daemon offers it) or "host ring (why)"
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;
   std::vector<PeerState> peers;

@@ -39,8 +39,14 @@ def test_gpu_status_and_metrics_report_what_the_backend_found(daemons, scratch):
         assert s["gpu_devices"] == 0
         assert s["gpu"].startswith("none: cudaGetDeviceCount: cuda"), s
         assert s["nccl"], s  # the plugin loaded and NCCL answered its version
+    # What this daemon offers device allreduces across nodes.
+    if HAS_GPU and s["nccl"]:
+        assert s["gpu_cross_node"] == "nccl", s
+    else:
+        assert s["gpu_cross_node"] == "host ring (no usable GPU)", s
     text = pxctl(d, "status", json_output=False).stdout
     assert ("gpu         " + s["gpu"] + " (gpu.mode auto)") in text, text
+    assert ("cross-node  " + s["gpu_cross_node"] + " (device allreduces)") in text, text
     assert ("gpu: " + s["gpu"]) in d.log()
 
 

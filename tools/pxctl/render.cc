@@ -70,6 +70,7 @@ std::string status_json(const control::AdminStatus& s) {
       .add("gpu_devices", s.gpu_devices())
       .add("gpu", str(s.gpu()))
       .add("nccl", str(s.nccl()))
+      .add("gpu_cross_node", str(s.gpu_cross_node()))
       .str();
 }
 
@@ -101,6 +102,7 @@ std::string status_text(const control::AdminStatus& s) {
                     " operations, ", std::to_string(s.timeline_dropped()), " dropped)"});
   t.row({"timeline", timeline});
   t.row({"gpu", cat({str(s.gpu()), " (gpu.mode ", str(s.gpu_mode()), ")"})});
+  t.row({"cross-node", cat({str(s.gpu_cross_node()), " (device allreduces)"})});
   t.row({"step stall", s.step_stall_ms() > 0 ? cat({std::to_string(s.step_stall_ms()),
                                                     " ms (a step waiting this long fails)"})
                                              : "off"});
