@@ -90,8 +90,16 @@ void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, 
   PX_ASSERT_LOOP_THREAD();
   CrossNodeRoute& route = var.route;
   if (route.state != State::kAgreeing) {
-    PX_LOG_WARN("%s: a route from the coordinator that no step asked for; ignored",
-                var_label(*job, var).c_str());
+    // Its run ended or broke here first (the state moved on), or a duplicate.
+    PX_LOG_DEBUG("%s: a route from the coordinator no step waits for; ignored",
+                 var_label(*job, var).c_str());
+    return;
+  }
+  if (!job->broken().empty() || !job->departed().empty()) {
+    // Too late: no step of this run can use it, and a communicator opened now would keep a
+    // pool thread in ncclCommInitRank for nothing.
+    route.state = State::kHostRing;
+    route.why = "the job's run broke or lost a worker before the route came";
     return;
   }
   route.comm = decided.comm;
@@ -133,7 +141,8 @@ void route_decided(const StepContext& context, const std::shared_ptr<Job>& job, 
           if (!ok) comm->failed = "opening the NCCL communicator: " + why;
         },
         [comm, label, context, job] {
-          if (comm->failed.empty()) return;
+          // Aborted: the job failed or its run ended, which ended or ends it everywhere.
+          if (comm->failed.empty() || comm->aborted) return;
           // Every node opens it together: where it failed, the others cannot use it either.
           PX_LOG_ERROR("%s: %s", label.c_str(), comm->failed.c_str());
           end_job_for_local_failure(context, *job, label + ": " + comm->failed);
@@ -166,15 +175,15 @@ bool turn_arrived(Variable& var, uint64_t step) {
 }
 
 void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job,
-                         uint32_t comm_id, CommunicatorWork work,
-                         std::function<void(bool ok, const std::string& why)> then) {
+                         uint32_t comm_id, CommunicatorWork work, CommunicatorDone then) {
   PX_ASSERT_LOOP_THREAD();
   (void)context;
   auto& comms = job->nccl_comms();
   std::shared_ptr<NcclComms::Comm> comm;
   if (comms && comms->by_id.count(comm_id)) comm = comms->by_id[comm_id];
   if (!comm)
-    return then(false, "NCCL communicator " + std::to_string(comm_id) + " was never created");
+    return then(false, false,
+                "NCCL communicator " + std::to_string(comm_id) + " was never created");
   auto outcome = std::make_shared<std::pair<bool, std::string>>(false, "");
   comms->queue->push(
       true,
@@ -187,7 +196,9 @@ void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>&
         }
         if (c) outcome->first = work(*c, &outcome->second);
       },
-      [outcome, then = std::move(then)] { then(outcome->first, outcome->second); });
+      [comm, outcome, then = std::move(then)] {
+        then(outcome->first, comm->aborted.load(), outcome->second);
+      });
 }
 
 int communicator_device(Job& job, uint32_t comm) {
@@ -211,16 +222,26 @@ void abort_communicators(Job& job) {
   if (job.nccl_comms()) abort_communicators_of(*job.nccl_comms());
 }
 
-void end_device_routes(Job& job, px_status status, const std::string& why) {
+void end_device_routes(Job& job, px_status status, const std::string& why, bool free_on_pool) {
   for (auto& var : job.variables()) {
     fail_route_waiters(*var, status, why);
     // A route still to come opens nothing any more.
-    if (var->route.state == State::kAgreeing) var->route.state = State::kHostRing;
+    if (var->route.state == State::kAgreeing) {
+      var->route.state = State::kHostRing;
+      var->route.why = "the job's run ended before its route came";
+    }
   }
   std::shared_ptr<NcclComms> comms = std::move(job.nccl_comms());
   job.nccl_comms().reset();
   if (!comms) return;
   abort_communicators_of(*comms);
+  if (!free_on_pool) {  // the daemon's exit: the loop is gone, nothing may post to it
+    for (auto& [id, comm] : comms->by_id) {
+      std::lock_guard<std::mutex> lock(comm->mutex);
+      comm->comm.reset();
+    }
+    return;
+  }
   // Freed on the pool after whatever of the job's NCCL work is still queued (it returns at
   // once, aborted): ncclCommAbort joins NCCL's threads, no work for the loop.
   // Each communicator is freed here even where a finished step's closure still holds its

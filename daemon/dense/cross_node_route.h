@@ -53,11 +53,13 @@ void await_turn(const StepContext& context, const std::shared_ptr<Job>& job, Var
 bool turn_arrived(Variable& var, uint64_t step);
 
 // work on the job's communicator `comm`, on the pool, after every earlier call's work (the
-// communicator's serial queue: the turn order); then on the loop with its outcome.
+// job's NCCL queue: the turn order); then on the loop with its outcome. then's aborted: the
+// communicator was aborted (the job failed or its run ended), so a failure is that, not
+// this node's to report.
 using CommunicatorWork = std::function<bool(gpu::NcclCommunicator& comm, std::string* why)>;
+using CommunicatorDone = std::function<void(bool ok, bool aborted, const std::string& why)>;
 void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job, uint32_t comm,
-                         CommunicatorWork work,
-                         std::function<void(bool ok, const std::string& why)> then);
+                         CommunicatorWork work, CommunicatorDone then);
 // The GPU the job's communicator `comm` is on, or -1 if there is none.
 int communicator_device(Job& job, uint32_t comm);
 
@@ -68,7 +70,9 @@ void fail_route_waiters(Variable& var, px_status status, const std::string& why)
 void abort_communicators(Job& job);
 // The job's run is over here (its workers left, or it ended everywhere): every step waiting
 // for a route or turn fails with status and why, the communicators are aborted and freed on
-// the pool, and the job holds none any more (which also ends the waiters' hold on it).
-void end_device_routes(Job& job, px_status status, const std::string& why);
+// the pool (here with free_on_pool false: the daemon's exit, its loop gone), and the job
+// holds none any more (which also ends the waiters' hold on it).
+void end_device_routes(Job& job, px_status status, const std::string& why,
+                       bool free_on_pool = true);
 
 }  // namespace px

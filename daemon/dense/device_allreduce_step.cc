@@ -117,12 +117,13 @@ void nccl_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& s
                     return c.allreduce(run->args.outputs[0], run->args.count, run->args.dtype,
                                        run->args.op, timeout, why);
                   },
-                  [run, suffix](bool ok, const std::string& why) {
-                    if (!ok) {
-                      // The communicator is gone for every later step too: the job ends.
-                      std::string message = "the allreduce across nodes over NCCL failed: " + why;
+                  [run, suffix](bool ok, bool aborted, const std::string& why) {
+                    std::string message = "the allreduce across nodes over NCCL failed: " + why;
+                    // Aborted: the job failed or its run ended (each ends it everywhere).
+                    if (!ok && aborted) return finish(*run, PX_ERR_PEER_LOST, message + suffix);
+                    // Else the communicator is gone for every later step too: the job ends.
+                    if (!ok)
                       return fail_before_cross_node(*run, PX_ERR_PEER_LOST, message + suffix);
-                    }
                     trace_stage(run->trace, "gpu_fan_out");
                     run->args.op = run->op;
                     gpu::GpuBackend* backend = run->context.gpu;

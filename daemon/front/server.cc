@@ -326,6 +326,7 @@ int Server::run() {
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();
   // What is left is freed with the server; unfinished work would keep tables alive.
+  exiting_ = true;  // the loop is gone: nothing more may be posted to it
   for (auto& [name, job] : jobs_) free_job_state(*job);
   for (auto& [id, job] : ended_here_) free_job_state(*job);
   return exit_code_;
@@ -559,7 +560,7 @@ void Server::leave_job(Session& session, const std::string& why) {
 
 void Server::free_job_state(Job& job) {
   for (auto& var : job.variables()) scheduler_.sparse().release(*var);
-  end_device_routes(job, PX_ERR_PEER_LOST, "job '" + job.name() + "' ended");
+  end_device_routes(job, PX_ERR_PEER_LOST, "job '" + job.name() + "' ended", !exiting_);
 }
 
 std::shared_ptr<Job> Server::find_run(uint32_t barrier_id) const {

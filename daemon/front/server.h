@@ -125,6 +125,7 @@ class Server {
   int listen_fd_ = -1;
   gid_t allowed_gid_ = static_cast<gid_t>(-1);
   bool stopping_ = false;
+  bool exiting_ = false;  // run() returns: the loop stopped
   uint64_t next_session_id_ = 1;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

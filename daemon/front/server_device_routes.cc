@@ -68,6 +68,8 @@ void Server::wire_device_routes(Cluster::Events& events) {
     std::shared_ptr<Job> job = find_run(turn.run);
     Variable* var = job ? job->find_global(turn.var) : nullptr;
     if (!var || scheduler_.turn_arrived(*var, turn.step)) return;
+    // Its run ended here (communicators aborted, or a worker left): nothing can be paired.
+    if (!job->nccl_comms() || !job->departed().empty()) return;
     // The step failed here after it said it was ready: the other nodes issue it on the
     // communicator, and this node, issuing the next turn in its place, would pair another
     // variable's data with it. So the job ends (its communicators aborted) everywhere.

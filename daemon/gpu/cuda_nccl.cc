@@ -132,6 +132,9 @@ class Communicator final : public NcclCommunicator {
       if (err == cudaSuccess) return true;
       if (err != cudaErrorNotReady)
         return fail(cuda_failed(why, "nccl allreduce: the stream", err));
+      // The runtime keeps cudaErrorNotReady as this thread's last error: the next kernel
+      // launch checked with cudaGetLastError on this pool thread would fail on it.
+      cudaGetLastError();
       if (!settle(comm_, deadline, aborted_, "ncclAllReduce", why)) return fail(false);
       if (Clock::now() > deadline) {
         *why = "ncclAllReduce: not done after " + std::to_string(timeout_ms) + " ms";
