@@ -141,23 +141,29 @@ void ring(const std::shared_ptr<Run>& run) {
                              });
 }
 
+// The step once its route is known: the ring, or a refusal (nothing is built on the way to
+// the ring: this is every host step's path).
+void after_route(const std::shared_ptr<Run>& run, px_status status, const std::string& message) {
+  Variable& var = *run->var;
+  if (status == PX_OK && var.route.state != CrossNodeRoute::State::kNccl) return ring(run);
+  std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), run->step);
+  if (status != PX_OK) return finish(*run, status, message + suffix);
+  std::string why =
+      "this node gave host memory, but the variable crosses nodes over NCCL (agreed on "
+      "its first step, in device memory on every node)" +
+      suffix;
+  finish(*run, PX_ERR_INVALID, why);
+  end_job_for_local_failure(run->context, *run->job, why);
+}
+
 // In a job whose nodes can all run NCCL the variable's route is agreed first (this node's
 // part is host memory: the host ring, unless the route was agreed as NCCL by an earlier
 // step in device memory on every node, which this step cannot join).
 void cross_node(const std::shared_ptr<Run>& run) {
+  if (!route_pending(run->context, *run->job, *run->var)) return after_route(run, PX_OK, "");
   with_cross_node_route(
-      run->context, run->job, *run->var, -1, [run](px_status status, const std::string& message) {
-        Variable& var = *run->var;
-        std::string suffix = step_suffix(var, static_cast<uint16_t>(Opcode::kAllreduce), run->step);
-        if (status != PX_OK) return finish(*run, status, message + suffix);
-        if (var.route.state != CrossNodeRoute::State::kNccl) return ring(run);
-        std::string why =
-            "this node gave host memory, but the variable crosses nodes over NCCL (agreed on "
-            "its first step, in device memory on every node)" +
-            suffix;
-        finish(*run, PX_ERR_INVALID, why);
-        end_job_for_local_failure(run->context, *run->job, why);
-      });
+      run->context, run->job, *run->var, -1,
+      [run](px_status status, const std::string& message) { after_route(run, status, message); });
 }
 
 }  // namespace

@@ -55,9 +55,7 @@ void with_cross_node_route(const StepContext& context, const std::shared_ptr<Job
                            Variable& var, int device, CrossNodeRoute::Waiter then) {
   PX_ASSERT_LOOP_THREAD();
   CrossNodeRoute& route = var.route;
-  if (!context.routes || !job->world().device_routes || var.id == 0 ||
-      route.state == State::kHostRing || route.state == State::kNccl)
-    return then(PX_OK, "");
+  if (!route_pending(context, *job, var)) return then(PX_OK, "");
   if (var.poison_status != PX_OK) return then(var.poison_status, var.poison_message);
   if (!job->broken().empty()) return then(PX_ERR_PEER_LOST, job->broken());
   route.agreeing.push_back(std::move(then));
@@ -174,10 +172,9 @@ bool turn_arrived(Variable& var, uint64_t step) {
   return true;
 }
 
-void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job,
-                         uint32_t comm_id, CommunicatorWork work, CommunicatorDone then) {
+void run_on_communicator(const std::shared_ptr<Job>& job, uint32_t comm_id, CommunicatorWork work,
+                         CommunicatorDone then) {
   PX_ASSERT_LOOP_THREAD();
-  (void)context;
   auto& comms = job->nccl_comms();
   std::shared_ptr<NcclComms::Comm> comm;
   if (comms && comms->by_id.count(comm_id)) comm = comms->by_id[comm_id];

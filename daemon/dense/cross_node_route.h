@@ -32,6 +32,15 @@ class RouteChannel {
   virtual void report_ready(const Job& job, const Variable& var, uint64_t step) = 0;
 };
 
+// Whether var's route across nodes is still to be agreed (with_cross_node_route would wait):
+// only in a job with device routes, on a variable's first cross-node step. The hot path
+// checks this before building a waiter.
+inline bool route_pending(const StepContext& context, const Job& job, const Variable& var) {
+  using State = CrossNodeRoute::State;
+  return context.routes && job.world().device_routes && var.id != 0 &&
+         var.route.state != State::kHostRing && var.route.state != State::kNccl;
+}
+
 // then(PX_OK, "") once var's route across nodes is known (var.route.state): at once outside
 // a job with device routes (the host ring), else after the agreement, which this node's part
 // (device memory on GPU `device`, or host memory: device < 0) joins. then(status, why) if
@@ -58,8 +67,8 @@ bool turn_arrived(Variable& var, uint64_t step);
 // this node's to report.
 using CommunicatorWork = std::function<bool(gpu::NcclCommunicator& comm, std::string* why)>;
 using CommunicatorDone = std::function<void(bool ok, bool aborted, const std::string& why)>;
-void run_on_communicator(const StepContext& context, const std::shared_ptr<Job>& job, uint32_t comm,
-                         CommunicatorWork work, CommunicatorDone then);
+void run_on_communicator(const std::shared_ptr<Job>& job, uint32_t comm, CommunicatorWork work,
+                         CommunicatorDone then);
 // The GPU the job's communicator `comm` is on, or -1 if there is none.
 int communicator_device(Job& job, uint32_t comm);
 

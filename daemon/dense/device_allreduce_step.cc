@@ -112,7 +112,7 @@ void nccl_cross_node(const std::shared_ptr<DeviceRun>& run, const std::string& s
               trace_stage(run->trace, "nccl_allreduce");
               int timeout = run->context.nccl_timeout_ms;
               run_on_communicator(
-                  run->context, run->job, comm,
+                  run->job, comm,
                   [run, timeout](gpu::NcclCommunicator& c, std::string* why) {
                     return c.allreduce(run->args.outputs[0], run->args.count, run->args.dtype,
                                        run->args.op, timeout, why);
