@@ -219,6 +219,37 @@ TEST_CASE("config: the GPU backend's mode and path, flags and [gpu]") {
   CHECK(contains(o.err, "parallaxd: --gpu: gpu.mode: 'on' is not auto, off or required"));
 }
 
+TEST_CASE("config: device allreduces across nodes, gpu.cross_node and gpu.nccl_timeout_ms") {
+  SocketEnv env;
+  DaemonConfig d = parse({});
+  CHECK(d.gpu_nccl);
+  CHECK(d.nccl_timeout_ms == 60000);
+  DaemonConfig c = parse({"--gpu-cross-node", "host-ring", "--nccl-timeout-ms", "5000"});
+  CHECK_FALSE(c.gpu_nccl);
+  CHECK(c.nccl_timeout_ms == 5000);
+  CHECK(parse({"--gpu-cross-node", "auto"}).gpu_nccl);
+  TempDir dir;
+  std::string path = dir.file("gpu.toml");
+  write_text(path, "[gpu]\ncross_node = \"host-ring\"\nnccl_timeout_ms = 250\n");
+  DaemonConfig f;
+  std::string error;
+  REQUIRE_MESSAGE(load_config_file(path, &f, &error), error);
+  CHECK_FALSE(f.gpu_nccl);
+  CHECK(f.nccl_timeout_ms == 250);
+  write_text(path, "[gpu]\ncross_node = \"nccl\"\n");
+  DaemonConfig g;
+  CHECK_FALSE(load_config_file(path, &g, &error));
+  CHECK(contains(error, "gpu.cross_node: 'nccl' is not auto or host-ring"));
+  write_text(path, "[gpu]\nnccl_timeout_ms = 10\n");
+  DaemonConfig h;
+  CHECK_FALSE(load_config_file(path, &h, &error));
+  CHECK(contains(error, "gpu.nccl_timeout_ms"));
+  Outcome o = parse_in_child({"--gpu-cross-node", "ring"});
+  CHECK(o.exit_code == 2);
+  CHECK(contains(o.err,
+                 "parallaxd: --gpu-cross-node: gpu.cross_node: 'ring' is not auto or host-ring"));
+}
+
 TEST_CASE("config: every flag is parsed") {
   SocketEnv env;
   DaemonConfig c = parse({"--socket",
