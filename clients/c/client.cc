@@ -322,7 +322,8 @@ PX_API px_status px_disconnect(px_client* handle) {
     if (c->closed) return succeed();
     c->closed = true;
   }
-  remove_client_handles(*c);  // no later call finds it, its variables or its requests
+  remove_client_handles(*c);     // no later call finds it, its variables or its requests
+  release_device_operations(c);  // its queued host functions end at once (closed)
   // A goodbye tells the daemon this worker left rather than died. Not while another thread
   // is inside a control call: its frame must not be interleaved with ours.
   if (c->control_mutex.try_lock()) {

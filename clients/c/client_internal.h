@@ -214,6 +214,12 @@ px_status alloc_device_memory(Client* client, uint64_t bytes, int device, void**
 
 // --- operations on device memory (device_operations.cc) ------------------------------
 struct VarRef;
+// CUDA may run a process's host functions one at a time, whatever their streams, and each
+// of a device operation's waits for its step, which needs every worker's: so one client per
+// process queues device operations. True if c may (it is the one, or none is); px_disconnect
+// lets go.
+bool claim_device_operations(const Client* c);
+void release_device_operations(const Client* c);
 // px_allreduce_ex with PX_MEMORY_CUDA: in and out device memory (outside px_alloc_ex: staged),
 // ordered on stream (a cudaStream_t; null: the legacy default stream). device: options' (-1: any).
 px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,

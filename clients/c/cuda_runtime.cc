@@ -56,7 +56,10 @@ const CudaApi* cuda_api() {
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
         const char* name = info->dlpi_name;
-        if (!name || !std::strstr(name, "libcudart.so")) return 0;
+        const char* base = name ? std::strrchr(name, '/') : nullptr;
+        base = base ? base + 1 : name;
+        // libcudart.so.13, or a copy a Python wheel renamed (libcudart-1a2b3c4d.so.12).
+        if (!base || std::strncmp(base, "libcudart", 9) != 0 || !std::strstr(base, ".so")) return 0;
         *static_cast<std::string*>(out) = name;
         return 1;
       },
@@ -97,6 +100,16 @@ const CudaApi* cuda_api() {
   return &a;
 }
 
+const CudaApi* cuda_api_loading() {
+  if (const CudaApi* api = cuda_api()) return api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char* soname : {"libcudart.so.13", "libcudart.so.12"})
+      if (dlopen(soname, RTLD_LAZY | RTLD_LOCAL)) return;  // kept open, as the process's own
+  });
+  return cuda_api();  // among the loaded objects now
+}
+
 std::string cuda_error_text(const CudaApi& api, const char* what, int error) {
   api.get_last_error();
   const char* name = api.get_error_name(error);
@@ -125,14 +138,26 @@ bool is_cuda_device_pointer(const void* p) {
   return cuda_pointer_device(p) >= 0;
 }
 
-bool cuda_range_in_one_allocation(const void* p, size_t bytes) {
+bool cuda_range_is_device_memory(const void* p, size_t bytes) {
   const CudaApi* api = cuda_api();
   if (!api || !api->mem_get_address_range) return true;
-  unsigned long long base = 0;
-  size_t size = 0;
   auto at = reinterpret_cast<unsigned long long>(p);
-  if (api->mem_get_address_range(&base, &size, at) != 0) return false;
-  return at >= base && bytes <= size - (at - base);
+  unsigned long long end = at + bytes;
+  // Allocation after allocation while they are adjacent: memory mapped in pieces (PyTorch's
+  // expandable segments map 2 or 20 MiB chunks) holds tensors across their seams.
+  for (int pieces = 0; pieces < 4096; ++pieces) {
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (api->mem_get_address_range(&base, &size, at) != 0) {  // a driver error: nothing kept
+      // The first: the driver cannot say (e.g. no context current on this thread), and the
+      // pointer is device memory already; a later one: nothing mapped past the last piece.
+      return pieces == 0;
+    }
+    if (base > at || size == 0) return pieces == 0;
+    if (end - base <= size) return true;
+    at = base + size;
+  }
+  return false;
 }
 
 }  // namespace px

@@ -1,6 +1,7 @@
-// The CUDA runtime as libparallax uses it: looked up in the copy the process has loaded
-// (the framework's), never loaded by libparallax itself, which must run where there is no
-// CUDA. No CUDA header: the few functions are declared here with plain C types.
+// The CUDA runtime as libparallax uses it: the copy the process has loaded (the
+// framework's); loaded by libparallax itself only for a PX_MEMORY_CUDA call in a process
+// without a shared copy, since libparallax must run where there is no CUDA. No CUDA header: the few
+// functions are declared here with plain C types.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,11 @@ constexpr int kCudaMemcpyDeviceToDevice = 3;
 // The process's CUDA runtime, or null if it has not loaded one (re-checked cheaply when
 // objects were loaded since: frameworks load CUDA lazily).
 const CudaApi* cuda_api();
+// For PX_MEMORY_CUDA calls only: the process's runtime, or else one loaded by soname
+// (libcudart.so.13, then .12; tried once): an application linking the runtime statically,
+// nvcc's default, has no shared copy to find. Streams and device pointers are the driver's,
+// the same for every copy of the runtime in the process. Null if none loads.
+const CudaApi* cuda_api_loading();
 
 // "cudaMalloc: cudaErrorMemoryAllocation: out of memory". Also clears the runtime's last
 // error: a failure libparallax handles must not surface in the framework's next check.
@@ -47,8 +53,9 @@ bool is_cuda_device_pointer(const void* p);
 // The device holding p if it is CUDA device memory; -1 otherwise (and with a runtime older
 // than CUDA 11, whose cudaPointerAttributes is laid out differently).
 int cuda_pointer_device(const void* p);
-// Whether [p, p + bytes) lies in one device allocation; true where the driver cannot be
-// asked (no cuMemGetAddressRange: the check is skipped).
-bool cuda_range_in_one_allocation(const void* p, size_t bytes);
+// Whether [p, p + bytes) is mapped device memory: in one allocation, or in adjacent ones
+// (memory mapped in pieces); true where the driver cannot be asked (no cuMemGetAddressRange,
+// or an error on p itself, which is device memory already: the check is skipped).
+bool cuda_range_is_device_memory(const void* p, size_t bytes);
 
 }  // namespace px

@@ -18,6 +18,8 @@ using px::succeed;
 namespace px {
 namespace {
 
+constexpr size_t kIpcGranularity = size_t{2} << 20;  // device allocations are rounded up to it
+
 // A device memory request the daemon did not answer in time: its late reply would be taken
 // for the next control call's, and whether it mapped the memory is unknown. The connection
 // is given up (every request fails with why) and the memory is left allocated.
@@ -60,12 +62,12 @@ px_status alloc_device_memory(Client* c, uint64_t bytes, int device, void** out_
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who + ": parallaxd on node " + std::to_string(c->world.node_index) +
                     " has no usable GPU: " + c->daemon_gpu_why);
-  const CudaApi* cuda = cuda_api();
+  const CudaApi* cuda = cuda_api_loading();
   if (!cuda)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who +
-                    ": this process has not loaded the CUDA runtime (libcudart); "
-                    "libparallax uses the process's own and never loads it");
+                    ": no CUDA runtime: this process has not loaded one (libcudart) and "
+                    "neither libcudart.so.13 nor libcudart.so.12 loads");
   if (bytes == 0) return fail(c, PX_ERR_INVALID, who + ": 0 bytes");
   int previous = 0;
   int err = cuda->get_device(&previous);
@@ -88,7 +90,10 @@ px_status alloc_device_memory(Client* c, uint64_t bytes, int device, void** out_
   if (device != previous && (err = cuda->set_device(device)) != 0)
     return fail(c, PX_ERR_INVALID, who + ": " + cuda_error_text(*cuda, "cudaSetDevice", err));
   void* ptr = nullptr;
-  err = cuda->malloc(&ptr, bytes);
+  // Whole 2 MiB units: the driver may carve a smaller cudaMalloc out of a larger block, and
+  // CUDA IPC then shares (and maps in the daemon) the whole block, other allocations
+  // included; CUDA's programming guide asks for 2 MiB-aligned sizes for IPC.
+  err = cuda->malloc(&ptr, (bytes + kIpcGranularity - 1) / kIpcGranularity * kIpcGranularity);
   unsigned char handle[kIpcHandleBytes] = {0};
   if (err == 0) err = cuda->ipc_get_mem_handle(handle, ptr);
   if (device != previous) cuda->set_device(previous);

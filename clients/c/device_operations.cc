@@ -15,6 +15,7 @@
 // allocator sub-allocates, so its tensors cannot be handed over by IPC one by one) goes
 // through a px_alloc_ex allocation of the variable's: copied in on the stream before the
 // host function, copied back after it, as ordinary host memory is staged in the arena.
+#include <atomic>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -126,7 +127,7 @@ std::string outside_allocation(const Client* c, const void* p, uint64_t bytes, i
   }
   *device = cuda_pointer_device(p);
   if (*device < 0) return "is not CUDA device memory (host or managed memory as PX_MEMORY_CUDA?)";
-  if (!cuda_range_in_one_allocation(p, bytes))
+  if (!cuda_range_is_device_memory(p, bytes))
     return "runs past the end of its device allocation (cuMemGetAddressRange)";
   return "";
 }
@@ -208,10 +209,12 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
                 who + ": PX_MEMORY_CUDA: parallaxd on node " + std::to_string(c->world.node_index) +
                     " has no usable GPU: " + c->daemon_gpu_why);
-  const CudaApi* cuda = cuda_api();
+  const CudaApi* cuda = cuda_api_loading();
   if (!cuda)
     return fail(c, PX_ERR_NOT_IMPLEMENTED,
-                who + ": PX_MEMORY_CUDA: this process has not loaded the CUDA runtime");
+                who +
+                    ": PX_MEMORY_CUDA: no CUDA runtime (this process has none loaded, and "
+                    "neither libcudart.so.13 nor libcudart.so.12 loads)");
   bool empty = op.in_bytes == 0;  // a sparse step of no rows: no buffer at all
   if (!empty && (!op.in || !op.out)) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
   int stream_device = -1;
@@ -230,6 +233,13 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
                     ": the stream is being captured into a CUDA graph (or cannot be asked): "
                     "device operations cannot be captured");
   }
+  if (!claim_device_operations(c))
+    return fail(c, PX_ERR_INVALID,
+                who +
+                    ": another px_client of this process queues device operations: CUDA may "
+                    "run a process's host functions one at a time, and each waits for its "
+                    "step, so two workers in one process would wait on each other; one "
+                    "worker per process on device memory (px_disconnect the other first)");
   // Memory outside px_alloc_ex allocations is copied through the variable's staging one.
   int in_device = -1, out_device = -1;
   if (!empty) {
@@ -396,7 +406,18 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
   return PX_OK;
 }
 
+std::atomic<const Client*> device_operations_owner{nullptr};
+
 }  // namespace
+
+bool claim_device_operations(const Client* c) {
+  const Client* owner = nullptr;
+  return device_operations_owner.compare_exchange_strong(owner, c) || owner == c;
+}
+
+void release_device_operations(const Client* c) {
+  device_operations_owner.compare_exchange_strong(c, nullptr);
+}
 
 px_status submit_device_allreduce(const VarRef& ref, const std::string& who, const void* in,
                                   void* out, int device, void* stream, uint8_t priority,

@@ -1,5 +1,6 @@
 // A worker's device memory (px_alloc_ex with PX_MEMORY_CUDA): registering it (the CUDA IPC
-// handle opened once, on the pool: it takes milliseconds) and releasing it before px_free.
+// handle opened once, on the pool: it takes milliseconds) and releasing it before px_free
+// (closed on the pool too: closing may wait for the device).
 #include <vector>
 
 #include "daemon/front/server.h"
@@ -44,8 +45,13 @@ void Session::handle_register_device_memory(const control::RegisterDeviceMemory&
       },
       [self = shared_from_this(), region, opened, where, who] {
         bool ok = opened->mapping != nullptr;
+        if (self->closed()) {  // the worker is gone: closed again on the pool
+          self->device_regions_.finish(region, nullptr);
+          std::vector<std::shared_ptr<gpu::DeviceMapping>> late;
+          late.emplace_back(std::move(opened->mapping));
+          return release_mappings(self->server_.scheduler().offload(), &late);
+        }
         self->device_regions_.finish(region, std::move(opened->mapping));
-        if (self->closed()) return;  // the mapping goes with the session
         if (!ok)
           return self->reply_device_memory(PX_ERR_INVALID,
                                            where + " cannot map " + who + ": " + opened->why);
@@ -55,9 +61,14 @@ void Session::handle_register_device_memory(const control::RegisterDeviceMemory&
 
 void Session::handle_release_device_memory(const control::ReleaseDeviceMemory& request) {
   std::string who = "device memory region " + std::to_string(request.region()) + " of " + label();
-  switch (device_regions_.release(request.region())) {
+  std::vector<std::shared_ptr<gpu::DeviceMapping>> released(1);
+  switch (device_regions_.release(request.region(), &released[0])) {
     case gpu::DeviceRegions::Release::kReleased:
-      return reply_device_memory(PX_OK, "");
+      // The worker's cudaFree may follow the reply: the mapping is closed first.
+      return release_mappings(server_.scheduler().offload(), &released,
+                              [self = shared_from_this()] {
+                                if (!self->closed()) self->reply_device_memory(PX_OK, "");
+                              });
     case gpu::DeviceRegions::Release::kInUse:
       return reply_device_memory(PX_ERR_BUSY, who +
                                                   " is in use by a step under way: wait for "

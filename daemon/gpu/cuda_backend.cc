@@ -3,8 +3,15 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "daemon/gpu/cuda_nccl.h"
 #include "daemon/gpu/gpu_backend.h"
@@ -62,21 +69,70 @@ class IpcMapping final : public DeviceMapping {
   int device_;
 };
 
+// cudaFreeHost synchronizes with the device, which may be running an NCCL step that waits
+// for other nodes, and a staging buffer's last owner may be the daemon's loop (a variable
+// ending with its job, a step's buffer the variable does not keep): frees go to a thread of
+// the plugin's own. It holds no reference to itself, so its owners' last one joins it.
+class HostFreer {
+ public:
+  HostFreer() : thread_([this] { run(); }) {}
+  ~HostFreer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();  // after the frees queued
+  }
+  void free(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(p);
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      void* p = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<void*> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest is built
+};
+
 class PinnedHost final : public HostStaging {
  public:
-  PinnedHost(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
-  ~PinnedHost() override { cudaFreeHost(data_); }
+  PinnedHost(void* data, size_t bytes, std::shared_ptr<HostFreer> freer)
+      : data_(data), bytes_(bytes), freer_(std::move(freer)) {}
+  ~PinnedHost() override { freer_->free(data_); }
   void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
 
  private:
   void* data_;
   size_t bytes_;
+  std::shared_ptr<HostFreer> freer_;
 };
 
 class CudaBackend final : public GpuBackend {
  public:
-  CudaBackend() { inventory_ = take_inventory(); }
+  CudaBackend() {
+    inventory_ = take_inventory();
+    if (!inventory_.devices.empty()) host_freer_ = std::make_shared<HostFreer>();
+  }
   const GpuInventory& inventory() const override { return inventory_; }
 
   bool open_ipc_memory(const std::string& pci_bus_id, const void* handle, size_t handle_bytes,
@@ -111,9 +167,12 @@ class CudaBackend final : public GpuBackend {
       *why = "cannot ask the driver the mapped allocation's size (cuMemGetAddressRange)";
       return false;
     }
-    if (base != reinterpret_cast<unsigned long long>(pointer) || size < bytes) {
-      *why = "the handle opens an allocation of " + std::to_string(size) + " bytes, not the " +
-             std::to_string(bytes) + " announced";
+    // Inside what the driver mapped: where it carved the worker's allocation out of a
+    // larger block (one under 2 MiB from another client), the block is what is mapped.
+    auto at = reinterpret_cast<unsigned long long>(pointer);
+    if (at < base || bytes > size - (at - base)) {
+      *why = "the handle opens " + std::to_string(size - std::min<size_t>(size, at - base)) +
+             " bytes, not the " + std::to_string(bytes) + " announced";
       return false;
     }
     *out = std::move(mapping);
@@ -187,7 +246,7 @@ class CudaBackend final : public GpuBackend {
     if (err != cudaSuccess) return cuda_failed(why, "pinned staging: cudaSetDevice", err);
     err = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
     if (err != cudaSuccess) return cuda_failed(why, "pinned staging (cudaHostAlloc)", err);
-    *out = std::make_unique<PinnedHost>(p, bytes);
+    *out = std::make_unique<PinnedHost>(p, bytes, host_freer_);
     return true;
   }
 
@@ -380,9 +439,12 @@ class CudaBackend final : public GpuBackend {
     if (scratch_bytes > 0 &&
         (err = cudaMallocAsync(&scratch, scratch_bytes, stream)) != cudaSuccess)
       ok = cuda_failed(why, "gpu reduce: scratch", err);
-    if (ok && remote > 0 &&
-        (err = cudaMallocAsync(&gathered, remote * slice * elem, stream)) != cudaSuccess)
-      ok = cuda_failed(why, "gpu reduce: room for other GPUs' inputs", err);
+    if (ok && remote > 0) {
+      for (size_t w = 0; w < a.inputs.size(); ++w)
+        if (device_of(a, w) != a.device) grant_pool_access(a.device, device_of(a, w));
+      if ((err = cudaMallocAsync(&gathered, remote * slice * elem, stream)) != cudaSuccess)
+        ok = cuda_failed(why, "gpu reduce: room for other GPUs' inputs", err);
+    }
     for (size_t begin = 0; ok && begin < a.count; begin += slice) {
       size_t len = std::min(slice, a.count - begin);
       for (size_t w = 0, at = 0; ok && w < a.inputs.size(); ++w) {
@@ -405,6 +467,27 @@ class CudaBackend final : public GpuBackend {
     if (scratch) cudaFreeAsync(scratch, stream);
     if (gathered) cudaFreeAsync(gathered, stream);
     return ok;
+  }
+
+  // Memory from a device's pool (cudaMallocAsync) is reachable from that device only, peer
+  // access or not, until the pool grants it (cudaMemPoolSetAccess); the room for other GPUs'
+  // inputs is written by peer copies the driver may run from their side. Once per pair;
+  // where the GPUs have no peer access the copy goes through the host and needs no grant.
+  static void grant_pool_access(int pool_device, int peer) {
+    static std::mutex mutex;
+    static std::set<std::pair<int, int>> granted;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!granted.insert({pool_device, peer}).second) return;
+    int can = 0;
+    cudaMemPool_t pool = nullptr;
+    cudaMemAccessDesc access{};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = peer;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    if (cudaDeviceCanAccessPeer(&can, peer, pool_device) != cudaSuccess || !can ||
+        cudaDeviceGetMemPool(&pool, pool_device) != cudaSuccess ||
+        cudaMemPoolSetAccess(pool, &access, 1) != cudaSuccess)
+      cudaGetLastError();  // no grant: a copy the driver then cannot run fails with why
   }
 
   // outputs[0] (on a.device) copied to every other output, on whichever GPU it is.
@@ -431,6 +514,9 @@ class CudaBackend final : public GpuBackend {
   static bool finished(cudaStream_t stream, bool ok, const char* what, std::string* why) {
     cudaError_t err = cudaStreamSynchronize(stream);
     if (ok && err != cudaSuccess) ok = cuda_failed(why, what, err);
+    // Whatever is left (a failed step's synchronize, an unchecked cudaFreeAsync) would be
+    // reported by the next launch check on this pool thread as that step's failure.
+    cudaGetLastError();
     return ok;
   }
 
@@ -441,6 +527,7 @@ class CudaBackend final : public GpuBackend {
   }
 
   GpuInventory inventory_;
+  std::shared_ptr<HostFreer> host_freer_;  // with a device: pinned buffers are freed there
 };
 
 }  // namespace
