@@ -283,8 +283,8 @@ typedef struct px_sparse_options {
   int32_t alltoall_split;     /* (1.5) PX_SPLIT_ROWS (0, default) or PX_SPLIT_COLUMNS (1): how
                                  PX_ROUTE_ALLTOALL divides the table */
   /* (1.5) px_dtype of pulled rows and pushed gradients between nodes: PX_F32 (default),
-   * PX_BF16 or PX_F16 (ps, hybrid and alltoall routes). Lossy: a pull's rows and a node's summed push
-   * gradients are rounded once (to nearest even; f16 saturates at +-65504), on every node
+   * PX_BF16 or PX_F16 (ps, hybrid and alltoall routes). Lossy: a pull's rows and a node's summed
+   * push gradients are rounded once (to nearest even; f16 saturates at +-65504), on every node
    * alike, and the shards keep f32. Loads and reads stay f32. Half the bytes of the rows. */
   int32_t wire_dtype;
   /* (1.6) 1: the next pull step may be issued before this push step, and its rows that no
@@ -364,10 +364,11 @@ PX_API px_status px_alloc(px_client* client, uint64_t bytes, void** out_ptr);
 PX_API px_status px_free(px_client* client, void* ptr);
 /* (1.8) Fills options with the defaults (host memory, device -1). */
 PX_API void px_alloc_options_init(px_alloc_options* options);
-/* (1.8) px_alloc, or with PX_MEMORY_CUDA device memory (cudaMalloc) handed to the daemon
- * once with CUDA IPC, 256-byte aligned. The process must have loaded the CUDA runtime
- * (libparallax never loads it) and the daemon must have the device ([GPUs] in the README):
- * otherwise PX_ERR_NOT_IMPLEMENTED naming why. options may be NULL (host memory). */
+/* (1.8) px_alloc, or with PX_MEMORY_CUDA device memory (cudaMalloc, in whole 2 MiB units)
+ * handed to the daemon once with CUDA IPC, 256-byte aligned. Needs a CUDA runtime (the
+ * process's own, or else libcudart.so.13 or .12, loaded then) and the device on the daemon
+ * ([GPUs] in the README): otherwise PX_ERR_NOT_IMPLEMENTED naming why. options may be NULL
+ * (host memory). */
 PX_API px_status px_alloc_ex(px_client* client, uint64_t bytes, const px_alloc_options* options,
                              void** out_ptr);
 

@@ -321,9 +321,9 @@ PX_API px_status px_disconnect(px_client* handle) {
     std::lock_guard<std::mutex> lock(c->mutex);
     if (c->closed) return succeed();
     c->closed = true;
+    release_device_operations(c);  // its queued host functions end at once (closed)
   }
-  remove_client_handles(*c);     // no later call finds it, its variables or its requests
-  release_device_operations(c);  // its queued host functions end at once (closed)
+  remove_client_handles(*c);  // no later call finds it, its variables or its requests
   // A goodbye tells the daemon this worker left rather than died. Not while another thread
   // is inside a control call: its frame must not be interleaved with ours.
   if (c->control_mutex.try_lock()) {

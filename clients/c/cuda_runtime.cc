@@ -138,26 +138,16 @@ bool is_cuda_device_pointer(const void* p) {
   return cuda_pointer_device(p) >= 0;
 }
 
-bool cuda_range_is_device_memory(const void* p, size_t bytes) {
+bool cuda_range_in_one_allocation(const void* p, size_t bytes) {
   const CudaApi* api = cuda_api();
   if (!api || !api->mem_get_address_range) return true;
+  unsigned long long base = 0;
+  size_t size = 0;
   auto at = reinterpret_cast<unsigned long long>(p);
-  unsigned long long end = at + bytes;
-  // Allocation after allocation while they are adjacent: memory mapped in pieces (PyTorch's
-  // expandable segments map 2 or 20 MiB chunks) holds tensors across their seams.
-  for (int pieces = 0; pieces < 4096; ++pieces) {
-    unsigned long long base = 0;
-    size_t size = 0;
-    if (api->mem_get_address_range(&base, &size, at) != 0) {  // a driver error: nothing kept
-      // The first: the driver cannot say (e.g. no context current on this thread), and the
-      // pointer is device memory already; a later one: nothing mapped past the last piece.
-      return pieces == 0;
-    }
-    if (base > at || size == 0) return pieces == 0;
-    if (end - base <= size) return true;
-    at = base + size;
-  }
-  return false;
+  // A driver error (e.g. no context current on this thread) leaves the question open: p is
+  // device memory already (cudaPointerGetAttributes said so), and the copy will say more.
+  if (api->mem_get_address_range(&base, &size, at) != 0) return true;
+  return at >= base && bytes <= size - (at - base);
 }
 
 }  // namespace px

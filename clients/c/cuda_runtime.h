@@ -53,9 +53,10 @@ bool is_cuda_device_pointer(const void* p);
 // The device holding p if it is CUDA device memory; -1 otherwise (and with a runtime older
 // than CUDA 11, whose cudaPointerAttributes is laid out differently).
 int cuda_pointer_device(const void* p);
-// Whether [p, p + bytes) is mapped device memory: in one allocation, or in adjacent ones
-// (memory mapped in pieces); true where the driver cannot be asked (no cuMemGetAddressRange,
-// or an error on p itself, which is device memory already: the check is skipped).
-bool cuda_range_is_device_memory(const void* p, size_t bytes);
+// Whether [p, p + bytes) lies in one device allocation; true where the driver cannot be
+// asked (no cuMemGetAddressRange, or an error: the check is skipped). Memory mapped in
+// pieces (PyTorch's expandable segments) is refused across a piece's end: adjacent
+// cudaMalloc allocations cannot be told from pieces of one.
+bool cuda_range_in_one_allocation(const void* p, size_t bytes);
 
 }  // namespace px

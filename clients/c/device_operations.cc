@@ -127,7 +127,7 @@ std::string outside_allocation(const Client* c, const void* p, uint64_t bytes, i
   }
   *device = cuda_pointer_device(p);
   if (*device < 0) return "is not CUDA device memory (host or managed memory as PX_MEMORY_CUDA?)";
-  if (!cuda_range_is_device_memory(p, bytes))
+  if (!cuda_range_in_one_allocation(p, bytes))
     return "runs past the end of its device allocation (cuMemGetAddressRange)";
   return "";
 }
@@ -233,13 +233,6 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
                     ": the stream is being captured into a CUDA graph (or cannot be asked): "
                     "device operations cannot be captured");
   }
-  if (!claim_device_operations(c))
-    return fail(c, PX_ERR_INVALID,
-                who +
-                    ": another px_client of this process queues device operations: CUDA may "
-                    "run a process's host functions one at a time, and each waits for its "
-                    "step, so two workers in one process would wait on each other; one "
-                    "worker per process on device memory (px_disconnect the other first)");
   // Memory outside px_alloc_ex allocations is copied through the variable's staging one.
   int in_device = -1, out_device = -1;
   if (!empty) {
@@ -315,6 +308,15 @@ px_status submit_device_op(const VarRef& ref, const std::string& who, const Devi
                       "stream; one stream per variable until they are submitted");
     px_status status;
     if ((status = usable(c)) != PX_OK || (status = check_in_flight(c, who)) != PX_OK) return status;
+    // Under c->mutex, once usable (not closed): px_disconnect lets go under it.
+    if (!claim_device_operations(c))
+      return fail(c, PX_ERR_INVALID,
+                  who +
+                      ": another px_client of this process queues device operations: CUDA may "
+                      "run a process's host functions one at a time, and each waits for its "
+                      "step, so two workers in one process would wait on each other; one "
+                      "worker per process on device memory (px_disconnect the other first)");
+
     std::shared_ptr<Request> request;
     if ((status = new_request(c, who, 0, &request)) != PX_OK) return status;
     Request* r = request.get();

@@ -5,12 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "daemon/common/offload.h"
 #include "daemon/gpu/device_regions.h"
 #include "parallax_c.h"
 #include "transport/ipc/shm_arena.h"
@@ -42,27 +39,6 @@ inline std::shared_ptr<gpu::DeviceMapping> find_device_buffer(const Completer& w
     return nullptr;
   }
   return regions->find(ref.region, ref.offset, ref.bytes, why);
-}
-
-// Loop thread: lets go of *mappings (cleared). Those of which these are the last references
-// are closed on the pool (cudaIpcCloseMemHandle may wait for the device, which may be
-// running a step that waits for other nodes); then `then`, if any, on the loop, once they
-// are. Exact: outside the pool's closing, mappings are held and dropped on the loop only.
-inline void release_mappings(const Offload& offload,
-                             std::vector<std::shared_ptr<gpu::DeviceMapping>>* mappings,
-                             std::function<void()> then = nullptr) {
-  auto last = std::make_shared<std::vector<std::shared_ptr<gpu::DeviceMapping>>>();
-  for (auto& m : *mappings)
-    if (m && m.use_count() == 1) last->push_back(std::move(m));
-  mappings->clear();
-  if (last->empty()) {
-    if (then) then();
-  } else if (then) {
-    offload.run(
-        true, [last] { last->clear(); }, std::move(then));
-  } else {
-    offload.pool().submit([last] { last->clear(); });  // nothing to post back: safe at exit
-  }
 }
 
 }  // namespace px

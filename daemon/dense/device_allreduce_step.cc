@@ -56,8 +56,7 @@ void finish(DeviceRun& run, px_status status, const std::string& message) {
   var.stats.route = run.route;
   trace_finished(run.trace, run.route, status, status == PX_OK ? bytes : 0);
   keep_staging(var, &run.staging);
-  // On the loop, before the workers hear: a px_free after it may close them.
-  release_mappings(run.context.offload, &run.held);
+  run.held.clear();  // on the loop, before the workers hear: a px_free after it may close them
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
 }

@@ -44,6 +44,10 @@ Server::Server(DaemonConfig config)
 
 Server::~Server() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  {
+    std::lock_guard<std::mutex> lock(posted_mutex_);
+    loop_closed_ = true;
+  }
   uv_loop_close(&loop_);
 }
 
@@ -358,11 +362,12 @@ void Server::shutdown() {
 }
 
 void Server::post(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(posted_mutex_);
-    posted_.push_back(std::move(fn));
-  }
-  uv_async_send(&async_);
+  std::lock_guard<std::mutex> lock(posted_mutex_);
+  posted_.push_back(std::move(fn));
+  // Not once the loop is closed: pool work, or a GPU release, finishing as the daemon exits
+  // (libuv aborts on a send to a closed loop). Under the lock, so ~Server cannot close it
+  // between the check and the send.
+  if (!loop_closed_) uv_async_send(&async_);
 }
 
 void Server::on_async(uv_async_t* handle) {

@@ -134,6 +134,7 @@ class Server {
   std::map<uint32_t, std::shared_ptr<Job>> ended_here_;
   std::mutex posted_mutex_;
   std::vector<std::function<void()>> posted_;
+  bool loop_closed_ = false;  // by ~Server; guarded by posted_mutex_
   // Before pool_: destroyed after it, so tasks the pool still drains at exit (mappings being
   // opened, device steps) never call a deleted backend.
   gpu::LoadedGpu gpu_;

@@ -674,8 +674,6 @@ void Session::close(const std::string& reason) {
   if (reason != "refused" && !was_admin)
     PX_LOG_INFO_AT(log_fields(), "%s %s", label().c_str(), reason.c_str());
   if (was_member && job_) server_.leave_job(*this, reason);
-  auto regions = device_regions_.take_all();  // closed on the pool, or by the last step
-  release_mappings(server_.scheduler().offload(), &regions);
   uv_poll_stop(&socket_poll_);
   uv_close(reinterpret_cast<uv_handle_t*>(&socket_poll_), on_handle_closed);
   if (doorbell_polling_) {

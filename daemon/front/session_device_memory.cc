@@ -1,6 +1,6 @@
 // A worker's device memory (px_alloc_ex with PX_MEMORY_CUDA): registering it (the CUDA IPC
 // handle opened once, on the pool: it takes milliseconds) and releasing it before px_free
-// (closed on the pool too: closing may wait for the device).
+// (answered once the backend closed it).
 #include <vector>
 
 #include "daemon/front/server.h"
@@ -45,13 +45,8 @@ void Session::handle_register_device_memory(const control::RegisterDeviceMemory&
       },
       [self = shared_from_this(), region, opened, where, who] {
         bool ok = opened->mapping != nullptr;
-        if (self->closed()) {  // the worker is gone: closed again on the pool
-          self->device_regions_.finish(region, nullptr);
-          std::vector<std::shared_ptr<gpu::DeviceMapping>> late;
-          late.emplace_back(std::move(opened->mapping));
-          return release_mappings(self->server_.scheduler().offload(), &late);
-        }
         self->device_regions_.finish(region, std::move(opened->mapping));
+        if (self->closed()) return;  // the mapping goes with the session
         if (!ok)
           return self->reply_device_memory(PX_ERR_INVALID,
                                            where + " cannot map " + who + ": " + opened->why);
@@ -61,14 +56,20 @@ void Session::handle_register_device_memory(const control::RegisterDeviceMemory&
 
 void Session::handle_release_device_memory(const control::ReleaseDeviceMemory& request) {
   std::string who = "device memory region " + std::to_string(request.region()) + " of " + label();
-  std::vector<std::shared_ptr<gpu::DeviceMapping>> released(1);
-  switch (device_regions_.release(request.region(), &released[0])) {
-    case gpu::DeviceRegions::Release::kReleased:
-      // The worker's cudaFree may follow the reply: the mapping is closed first.
-      return release_mappings(server_.scheduler().offload(), &released,
-                              [self = shared_from_this()] {
-                                if (!self->closed()) self->reply_device_memory(PX_OK, "");
-                              });
+  switch (device_regions_.release(request.region())) {
+    case gpu::DeviceRegions::Release::kReleased: {
+      // The worker's cudaFree follows the reply: only once the mapping is closed (on the
+      // backend's release thread: closing may wait for the device).
+      gpu::GpuBackend* backend = server_.gpu().backend();
+      if (!backend) return reply_device_memory(PX_OK, "");
+      PostToLoop post = server_.scheduler().offload().post();
+      backend->after_releases([post, self = shared_from_this()]() mutable {
+        post([self = std::move(self)] {  // no reference left here: the session ends on the loop
+          if (!self->closed()) self->reply_device_memory(PX_OK, "");
+        });
+      });
+      return;
+    }
     case gpu::DeviceRegions::Release::kInUse:
       return reply_device_memory(PX_ERR_BUSY, who +
                                                   " is in use by a step under way: wait for "

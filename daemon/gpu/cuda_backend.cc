@@ -3,18 +3,17 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "daemon/gpu/cuda_nccl.h"
 #include "daemon/gpu/gpu_backend.h"
+#include "daemon/gpu/release_thread.h"
 #include "transport/kernels/cuda/cuda_error.h"
 #include "transport/kernels/cuda/device_coalesce.h"
 #include "transport/kernels/cuda/device_probe.h"
@@ -49,15 +48,14 @@ MemGetAddressRangeFn mem_get_address_range() {
 
 class IpcMapping final : public DeviceMapping {
  public:
-  IpcMapping(void* pointer, uint64_t bytes, int device)
-      : pointer_(pointer), bytes_(bytes), device_(device) {}
+  IpcMapping(void* pointer, uint64_t bytes, int device, std::shared_ptr<ReleaseThread> releases)
+      : pointer_(pointer), bytes_(bytes), device_(device), releases_(std::move(releases)) {}
   ~IpcMapping() override {
-    // The current device of whichever thread frees it: set it to the mapping's.
-    int previous = 0;
-    bool restore = cudaGetDevice(&previous) == cudaSuccess && previous != device_;
-    cudaSetDevice(device_);
-    cudaIpcCloseMemHandle(pointer_);
-    if (restore) cudaSetDevice(previous);
+    releases_->queue([pointer = pointer_, device = device_] {
+      // The release thread's current device may be another: set the mapping's.
+      if (cudaSetDevice(device) != cudaSuccess || cudaIpcCloseMemHandle(pointer) != cudaSuccess)
+        cudaGetLastError();
+    });
   }
   void* pointer() const override { return pointer_; }
   uint64_t bytes() const override { return bytes_; }
@@ -67,71 +65,32 @@ class IpcMapping final : public DeviceMapping {
   void* pointer_;
   uint64_t bytes_;
   int device_;
-};
-
-// cudaFreeHost synchronizes with the device, which may be running an NCCL step that waits
-// for other nodes, and a staging buffer's last owner may be the daemon's loop (a variable
-// ending with its job, a step's buffer the variable does not keep): frees go to a thread of
-// the plugin's own. It holds no reference to itself, so its owners' last one joins it.
-class HostFreer {
- public:
-  HostFreer() : thread_([this] { run(); }) {}
-  ~HostFreer() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_one();
-    thread_.join();  // after the frees queued
-  }
-  void free(void* p) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(p);
-    }
-    wake_.notify_one();
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      void* p = queue_.front();
-      queue_.pop_front();
-      lock.unlock();
-      if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<void*> queue_;
-  bool stop_ = false;
-  std::thread thread_;  // last: started once the rest is built
+  std::shared_ptr<ReleaseThread> releases_;
 };
 
 class PinnedHost final : public HostStaging {
  public:
-  PinnedHost(void* data, size_t bytes, std::shared_ptr<HostFreer> freer)
-      : data_(data), bytes_(bytes), freer_(std::move(freer)) {}
-  ~PinnedHost() override { freer_->free(data_); }
+  PinnedHost(void* data, size_t bytes, std::shared_ptr<ReleaseThread> releases)
+      : data_(data), bytes_(bytes), releases_(std::move(releases)) {}
+  ~PinnedHost() override {
+    releases_->queue([data = data_] {
+      if (cudaFreeHost(data) != cudaSuccess) cudaGetLastError();
+    });
+  }
   void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
 
  private:
   void* data_;
   size_t bytes_;
-  std::shared_ptr<HostFreer> freer_;
+  std::shared_ptr<ReleaseThread> releases_;
 };
 
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend() {
     inventory_ = take_inventory();
-    if (!inventory_.devices.empty()) host_freer_ = std::make_shared<HostFreer>();
+    if (!inventory_.devices.empty()) releases_ = std::make_shared<ReleaseThread>();
   }
   const GpuInventory& inventory() const override { return inventory_; }
 
@@ -159,7 +118,7 @@ class CudaBackend final : public GpuBackend {
     void* pointer = nullptr;
     err = cudaIpcOpenMemHandle(&pointer, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) return cuda_failed(why, "cudaIpcOpenMemHandle", err);
-    auto mapping = std::make_unique<IpcMapping>(pointer, bytes, device);
+    auto mapping = std::make_unique<IpcMapping>(pointer, bytes, device, releases_);
     MemGetAddressRangeFn range = mem_get_address_range();
     unsigned long long base = 0;
     size_t size = 0;
@@ -167,12 +126,13 @@ class CudaBackend final : public GpuBackend {
       *why = "cannot ask the driver the mapped allocation's size (cuMemGetAddressRange)";
       return false;
     }
-    // Inside what the driver mapped: where it carved the worker's allocation out of a
-    // larger block (one under 2 MiB from another client), the block is what is mapped.
-    auto at = reinterpret_cast<unsigned long long>(pointer);
-    if (at < base || bytes > size - (at - base)) {
-      *why = "the handle opens " + std::to_string(size - std::min<size_t>(size, at - base)) +
-             " bytes, not the " + std::to_string(bytes) + " announced";
+    // Exactly the worker's allocation: where the driver carved it out of a larger block
+    // (under 2 MiB: libparallax rounds its allocations up to avoid that), the handle may
+    // open the block, and the pointer would not be the worker's buffer.
+    if (base != reinterpret_cast<unsigned long long>(pointer) || size < bytes) {
+      *why = "the handle opens an allocation of " + std::to_string(size) +
+             " bytes at another address or smaller than the " + std::to_string(bytes) +
+             " announced";
       return false;
     }
     *out = std::move(mapping);
@@ -246,7 +206,7 @@ class CudaBackend final : public GpuBackend {
     if (err != cudaSuccess) return cuda_failed(why, "pinned staging: cudaSetDevice", err);
     err = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
     if (err != cudaSuccess) return cuda_failed(why, "pinned staging (cudaHostAlloc)", err);
-    *out = std::make_unique<PinnedHost>(p, bytes, host_freer_);
+    *out = std::make_unique<PinnedHost>(p, bytes, releases_);
     return true;
   }
 
@@ -364,6 +324,13 @@ class CudaBackend final : public GpuBackend {
     }
     cudaFreeAsync(block, stream);
     return finished(stream, ok, "gpu coalescing", why);
+  }
+
+  void after_releases(std::function<void()> done) override {
+    if (releases_)
+      releases_->after(std::move(done));
+    else
+      done();
   }
 
   bool nccl_unique_id(std::string* id, std::string* why) override {
@@ -527,7 +494,9 @@ class CudaBackend final : public GpuBackend {
   }
 
   GpuInventory inventory_;
-  std::shared_ptr<HostFreer> host_freer_;  // with a device: pinned buffers are freed there
+  // With a device: mappings are closed and pinned buffers freed there, never by their last
+  // owner (the loop, or a pool thread NCCL work needs), since either may wait for the device.
+  std::shared_ptr<ReleaseThread> releases_;
 };
 
 }  // namespace

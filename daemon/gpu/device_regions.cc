@@ -38,23 +38,14 @@ void DeviceRegions::finish(uint32_t region, std::shared_ptr<DeviceMapping> mappi
   if (mapping) regions_[region] = std::move(mapping);
 }
 
-DeviceRegions::Release DeviceRegions::release(uint32_t region,
-                                              std::shared_ptr<DeviceMapping>* mapping) {
+DeviceRegions::Release DeviceRegions::release(uint32_t region) {
   auto it = regions_.find(region);
   if (it == regions_.end()) return Release::kUnknown;
   // Steps hold their mappings only on the loop thread (they let go before completing), so
   // the count is exact here.
   if (it->second.use_count() > 1) return Release::kInUse;
-  *mapping = std::move(it->second);
   regions_.erase(it);
   return Release::kReleased;
-}
-
-std::vector<std::shared_ptr<DeviceMapping>> DeviceRegions::take_all() {
-  std::vector<std::shared_ptr<DeviceMapping>> all;
-  for (auto& [region, mapping] : regions_) all.push_back(std::move(mapping));
-  regions_.clear();
-  return all;
 }
 
 std::shared_ptr<DeviceMapping> DeviceRegions::find(uint32_t region, uint64_t offset, uint64_t bytes,

@@ -9,7 +9,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "daemon/gpu/gpu_backend.h"
 #include "parallax_c.h"
@@ -30,14 +29,10 @@ class DeviceRegions {
   // The mapping opened (or, null, failed): the region is held, or forgotten.
   void finish(uint32_t region, std::shared_ptr<DeviceMapping> mapping);
 
-  // Drops a region: kInUse while a step under way holds it (the worker must not free memory
-  // the daemon may still write), kUnknown if not registered. On kReleased, *mapping is the
-  // last reference: closing it (cudaIpcCloseMemHandle) may wait for the device, so the
-  // caller closes it on the pool, and only then lets the worker cudaFree.
+  // Drops a region and closes its mapping: kInUse while a step under way holds it (the
+  // worker must not free memory the daemon may still write), kUnknown if not registered.
   enum class Release { kReleased, kInUse, kUnknown };
-  Release release(uint32_t region, std::shared_ptr<DeviceMapping>* mapping);
-  // Every region handed over, held by a step or not (the worker is gone).
-  std::vector<std::shared_ptr<DeviceMapping>> take_all();
+  Release release(uint32_t region);
 
   // [offset, offset + bytes) of a region, or null with why (an unknown region, or past its
   // end).

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@
 namespace px::gpu {
 
 // Bumped whenever GpuBackend or the types below change.
-constexpr uint32_t kGpuBackendInterface = 8;
+constexpr uint32_t kGpuBackendInterface = 9;
 
 // The plugin's one exported symbol: px_gpu_backend_create(interface, &why) returns a new
 // backend (deleted by the caller), or null with why.
@@ -51,8 +52,8 @@ struct GpuInventory {
 using px::kIpcHandleBytes;
 
 // A worker's device memory mapped into the daemon (cudaIpcOpenMemHandle); the destructor
-// closes the mapping. The worker must not free the memory before it is closed
-// (px_free asks the daemon first).
+// has the mapping closed (queued: GpuBackend::after_releases says when it is). The worker
+// must not free the memory before it is closed (px_free asks the daemon first).
 class DeviceMapping {
  public:
   virtual ~DeviceMapping() = default;
@@ -174,6 +175,11 @@ class GpuBackend {
   virtual bool nccl_open(int device, int ranks, int rank, const std::string& id, int timeout_ms,
                          const std::atomic<bool>* abort, std::unique_ptr<NcclCommunicator>* out,
                          std::string* why) = 0;
+  // done, on a thread of the backend's, once the mappings and host buffers dropped before
+  // this call are given back: a DeviceMapping's or HostStaging's destructor only queues its
+  // release (release_thread.h), since it may wait for the device. A backend that releases
+  // in its destructors calls done at once.
+  virtual void after_releases(std::function<void()> done) { done(); }
 };
 
 }  // namespace px::gpu

@@ -60,7 +60,7 @@ class DeviceRowsWorker final : public Completer,
 
  private:
   void answer(uint64_t request_id, px_status status, const std::string& message) {
-    release_mappings(offload_, &held);  // before the worker hears: a px_free may close them
+    held.clear();  // before the worker hears: a px_free after it may close them
     worker_->complete(request_id, status, message);
   }
 

@@ -3,17 +3,10 @@
 // host memory stands in for the IPC mapping: these checks never touch the memory).
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <chrono>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "daemon/common/completer.h"
-#include "daemon/common/thread_pool.h"
 #include "daemon/gpu/device_regions.h"
 #include "tests/unit/host_device_mapping.h"
 
@@ -79,85 +72,13 @@ TEST_CASE("gpu: device regions: buffers inside a region; a release waits for ste
   // worker never frees memory the daemon may still write.
   using Release = DeviceRegions::Release;
   std::shared_ptr<DeviceMapping> held = regions.find(3, 0, 8, &why);
-  std::shared_ptr<DeviceMapping> released;
-  CHECK(regions.release(3, &released) == Release::kInUse);
-  CHECK(released == nullptr);
+  CHECK(regions.release(3) == Release::kInUse);
   CHECK(closed == 0);
   held.reset();
-  // Released: the caller gets the last reference, to close where it chooses (the pool).
-  CHECK(regions.release(3, &released) == Release::kReleased);
-  CHECK(closed == 0);
-  CHECK(released.use_count() == 1);
-  released.reset();
+  CHECK(regions.release(3) == Release::kReleased);
   CHECK(closed == 1);
-  CHECK(regions.release(3, &released) == Release::kUnknown);
+  CHECK(regions.release(3) == Release::kUnknown);
   CHECK(regions.size() == 0);
-}
-
-TEST_CASE("gpu: device regions: mappings are closed on the pool, and only their last holder's") {
-  // cudaIpcCloseMemHandle may wait for the device: the loop never closes a mapping itself.
-  px::ThreadPool pool(1);
-  std::mutex mutex;
-  std::vector<std::function<void()>> posted;
-  px::Offload offload(pool, [&](std::function<void()> fn) {
-    std::lock_guard<std::mutex> lock(mutex);
-    posted.push_back(std::move(fn));
-  });
-  auto wait_posted = [&](size_t n) {
-    for (int i = 0; i < 5000; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (posted.size() >= n) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return false;
-  };
-  std::atomic<int> closed{0};
-  std::thread::id closed_on;
-  struct Recorded final : public DeviceMapping {
-    std::atomic<int>* closed;
-    std::thread::id* on;
-    Recorded(std::atomic<int>* c, std::thread::id* o) : closed(c), on(o) {}
-    ~Recorded() override {
-      *on = std::this_thread::get_id();
-      ++*closed;
-    }
-    void* pointer() const override { return nullptr; }
-    uint64_t bytes() const override { return 1; }
-    int device() const override { return 0; }
-  };
-  // Two mappings: the worker's regions still hold one (not closed), a step the other's last.
-  auto kept = std::make_shared<Recorded>(&closed, &closed_on);
-  std::vector<std::shared_ptr<DeviceMapping>> held = {
-      kept, std::make_shared<Recorded>(&closed, &closed_on)};
-  bool then_ran = false;
-  px::release_mappings(offload, &held, [&] { then_ran = true; });
-  CHECK(held.empty());
-  REQUIRE(wait_posted(1));
-  CHECK(closed == 1);
-  CHECK(closed_on != std::this_thread::get_id());
-  CHECK_FALSE(then_ran);  // the loop runs it
-  posted[0]();
-  CHECK(then_ran);
-  CHECK(kept.use_count() == 1);
-
-  // Nothing of which these are the last: `then` at once, no pool round trip.
-  std::vector<std::shared_ptr<DeviceMapping>> shared = {kept};
-  then_ran = false;
-  px::release_mappings(offload, &shared, [&] { then_ran = true; });
-  CHECK(then_ran);
-  CHECK(closed == 1);
-
-  // No `then` (a worker gone, the daemon exiting): closed on the pool, nothing posted.
-  std::vector<std::shared_ptr<DeviceMapping>> last = {std::move(kept)};
-  px::release_mappings(offload, &last);
-  for (int i = 0; i < 5000 && closed < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  CHECK(closed == 2);
-  CHECK(closed_on != std::this_thread::get_id());
-  std::lock_guard<std::mutex> lock(mutex);
-  CHECK(posted.size() == 1);
 }
 
 TEST_CASE("gpu: device regions: a worker holds at most kMaxRegions") {
