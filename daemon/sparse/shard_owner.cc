@@ -235,6 +235,10 @@ void ShardOwner::handle_valid(ShardRequest r) {
       return;
     }
     case SparseOp::kRead:
+      if (!ready(r)) {  // after the push steps its node sent before it (sync)
+        waiting_pulls_.push_back(std::move(r));
+        return;
+      }
       return serve(std::move(r));
     case SparseOp::kCheckpoint:
       if (!ready(r)) {
@@ -349,6 +353,8 @@ bool ShardOwner::applied_through(uint64_t step) const {
 }
 
 bool ShardOwner::ready(const ShardRequest& r) {
+  if (r.op == SparseOp::kRead)  // step: the push steps its node sent before it
+    return options_.consistency != Consistency::kSync || applied_through(r.step);
   return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(*unit_of(r), r.step);
 }
 

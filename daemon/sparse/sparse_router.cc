@@ -348,6 +348,11 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     if (table.map.nodes() > 1) sample_route(table, *run);
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
+  // A read sees the push steps this node sent before it (sent in order: send_order), once
+  // their owners applied them: a table read after training (state_dict, an export) is the
+  // trained one even where the last pushes are still on their way to an owner or waiting
+  // for another node's part of their step (sync consistency; shard_owner.cc).
+  if (run->op == SparseOp::kRead) run->step = table.push_steps;
   if (table.columns) return send_columns(run);
   // Every partition hears of every push step (empty or not): sync and bounded owners count
   // them (and, with prefetch, of every pull step). A replica hears only of this node's pushes

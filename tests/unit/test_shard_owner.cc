@@ -98,6 +98,29 @@ TEST_CASE("sync: each partition applies a step once every node pushed it, and an
   CHECK(p2 == std::vector<float>{-3, -3});
 }
 
+TEST_CASE("sync: a read sees the push steps its node sent before it, once they are applied") {
+  // Node 1 pushed step 0 and reads: its read says so (step 1), and arrives while node 0's
+  // part of step 0 has not (a table read right after training, state_dict).
+  Harness h;
+  h.owner->handle(make(SparseOp::kPush, 1, 0, 0, {4}, {10, 10}, nullptr, nullptr));
+  h.owner->handle(make(SparseOp::kPush, 1, 2, 0, {}, {}, nullptr, nullptr));
+  h.drain();
+  std::vector<float> before, after;
+  Outcome read_before, read_after;
+  h.owner->handle(make(SparseOp::kRead, 0, 0, 0, {4}, {}, &before, &read_before));
+  h.owner->handle(make(SparseOp::kRead, 1, 0, 1, {4}, {}, &after, &read_after));
+  h.drain();
+  REQUIRE(read_before.done);  // a read after no push: what is there
+  CHECK(before == std::vector<float>{0, 0});
+  CHECK_FALSE(read_after.done);
+  h.owner->handle(make(SparseOp::kPush, 0, 0, 0, {4}, {2, 2}, nullptr, nullptr));
+  h.owner->handle(make(SparseOp::kPush, 0, 2, 0, {}, {}, nullptr, nullptr));
+  h.drain();
+  REQUIRE(read_after.done);
+  CHECK(read_after.status == PX_OK);
+  CHECK(after == std::vector<float>{-12, -12});
+}
+
 TEST_CASE("requests for a partition this node does not hold, or rows outside it, are refused") {
   Harness h;
   std::vector<float> out;
