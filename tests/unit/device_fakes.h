@@ -175,7 +175,11 @@ class HostBackend final : public gpu::GpuBackend {
     return false;
   }
   bool allreduce_local(const gpu::DeviceAllreduce& a, std::string* why) override {
-    seen = a;
+    {
+      // Two nodes of a test may share this backend, their pools calling it at once.
+      std::lock_guard<std::mutex> lock(seen_mutex);
+      seen = a;
+    }
     if (!fail_with.empty()) {
       *why = fail_with;
       return false;
@@ -292,9 +296,10 @@ class HostBackend final : public gpu::GpuBackend {
     inventory_.devices = {d};
   }
 
-  gpu::DeviceAllreduce seen;
-  bool nccl = false;      // nccl_unique_id works
-  std::string fail_open;  // nccl_open fails with it
+  std::mutex seen_mutex;
+  gpu::DeviceAllreduce seen;  // the last allreduce_local (read once the steps are done)
+  bool nccl = false;          // nccl_unique_id works
+  std::string fail_open;      // nccl_open fails with it
   std::atomic<int> nccl_opens{0};
   std::string fail_with;
   std::string fail_finish;  // finish_on_device fails with it

@@ -15,10 +15,10 @@ namespace px {
 class ManualLoop {
  public:
   void post(std::function<void()> fn) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(fn));
-    }
+    // Notified under the lock: once the test thread has run this function it may destroy
+    // the loop, which must not happen between the push and the notify.
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(fn));
     cv_.notify_one();
   }
   PostToLoop poster() {
