@@ -328,7 +328,7 @@ class CudaBackend final : public GpuBackend {
 
   void after_releases(std::function<void()> done) override {
     if (releases_)
-      releases_->after(std::move(done));
+      releases_->queue(std::move(done));  // in order: after those
     else
       done();
   }

@@ -3,7 +3,7 @@
 // (cudaFreeHost) may wait for the device, which may be running an NCCL step that waits for
 // other nodes. Their last owner may be the daemon's loop (a step's end, a worker gone) or a
 // pool thread that NCCL work needs, so neither waits: the owner's destructor queues the
-// release here. after() runs a function once everything queued before it is released (a
+// release here, in order, so what is queued after a release runs once it is done (a
 // px_free is answered only then: a cudaFree before the daemon's close is undefined).
 #pragma once
 
@@ -29,7 +29,8 @@ class ReleaseThread {
   ReleaseThread(const ReleaseThread&) = delete;
   ReleaseThread& operator=(const ReleaseThread&) = delete;
 
-  // Runs release on the thread, after everything queued before it.
+  // Runs release on the thread, after everything queued before it: so a function queued
+  // last runs once what was queued before is released (GpuBackend::after_releases).
   void queue(std::function<void()> release) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -37,8 +38,6 @@ class ReleaseThread {
     }
     wake_.notify_one();
   }
-  // done, on the thread, once what was queued before is released.
-  void after(std::function<void()> done) { queue(std::move(done)); }
 
  private:
   void run() {

@@ -234,18 +234,13 @@ void ShardOwner::handle_valid(ShardRequest r) {
       if (every_node_pulled && !waiting_pulls_.empty()) serve_ready_pulls();
       return;
     }
-    case SparseOp::kRead:
-      if (!ready(r)) {  // after the push steps its node sent before it (sync)
-        waiting_pulls_.push_back(std::move(r));
-        return;
-      }
-      return serve(std::move(r));
+    case SparseOp::kRead:  // after the push steps its node sent before it (sync)
     case SparseOp::kCheckpoint:
       if (!ready(r)) {
         waiting_pulls_.push_back(std::move(r));
         return;
       }
-      return write_checkpoint(std::move(r));
+      return r.op == SparseOp::kRead ? serve(std::move(r)) : write_checkpoint(std::move(r));
     case SparseOp::kPush:
       return push(std::move(r));
     case SparseOp::kLoad: {

@@ -1,6 +1,6 @@
 // The GPU backend's release thread (daemon/gpu/release_thread.h): what closes a worker's
 // IPC mappings and frees pinned host memory off the loop and the pool. Plain closures stand
-// in for the CUDA calls: the order, after(), and where the work (and what it holds) ends.
+// in for the CUDA calls: the order, and where the work (and what it holds) ends.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -15,7 +15,7 @@
 
 using px::gpu::ReleaseThread;
 
-TEST_CASE("gpu: release thread: releases run in order on its thread, after() once they have") {
+TEST_CASE("gpu: release thread: releases run in order on its thread; what follows, once they ran") {
   ReleaseThread releases;
   std::mutex mutex;
   std::vector<int> order;
@@ -36,9 +36,9 @@ TEST_CASE("gpu: release thread: releases run in order on its thread, after() onc
       threads.push_back(std::this_thread::get_id());
     });
   std::promise<std::vector<int>> done;
-  releases.after([&] {
+  releases.queue([&] {
     std::lock_guard<std::mutex> lock(mutex);
-    done.set_value(order);  // what was released before after() was called
+    done.set_value(order);  // what was released before this was queued
   });
   auto seen = done.get_future();
   CHECK(seen.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
