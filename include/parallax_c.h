@@ -51,8 +51,11 @@ extern "C" {
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
  * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory) */
 #define PX_ABI_VERSION_MINOR 8
+/* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
+ * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
 
+/* What every call returns: PX_OK, or why it failed (px_status_name, px_strerror). */
 typedef enum px_status {
   PX_OK = 0,
   PX_ERR_INVALID = 1,          /* a bad argument: null pointer, wrong size, overlapping buffers */
@@ -66,13 +69,14 @@ typedef enum px_status {
   PX_ERR_BUSY = 9,             /* too many requests outstanding on this client; wait some first */
   PX_ERR_PROTOCOL = 10,        /* malformed message between client and daemon */
   PX_ERR_INDEX = 11,           /* a row index out of range (sparse variables) */
-  PX_ERR_NOT_IMPLEMENTED = 12, /* listed in the README's limits table */
+  PX_ERR_NOT_IMPLEMENTED = 12, /* listed in the docs' limits (docs/limits.md) */
   PX_ERR_INTERNAL = 13,        /* a bug: please report it with the daemon's log */
   PX_ERR_PERMISSION = 14,      /* the daemon refused this process's credentials */
   PX_ERR_CANCELLED = 15,       /* (1.3) px_request_cancel, or freed/disconnected during a wait */
   PX_STATUS_FORCE_32BIT = 0x7fffffff
 } px_status;
 
+/* Element types of variables. */
 typedef enum px_dtype {
   PX_F32 = 0,
   PX_F64 = 1,
@@ -83,6 +87,7 @@ typedef enum px_dtype {
   PX_DTYPE_FORCE_32BIT = 0x7fffffff
 } px_dtype;
 
+/* How a dense variable's workers' buffers are combined. */
 typedef enum px_reduce_op {
   PX_SUM = 0,
   PX_MEAN = 1, /* sum divided by the number of workers; integers truncate toward zero */
@@ -94,20 +99,21 @@ typedef enum px_reduce_op {
 /* Where an operation's buffers live (px_op_options.memory_kind). */
 typedef enum px_memory_kind {
   PX_MEMORY_HOST = 0, /* ordinary or px_alloc'd host memory */
-  PX_MEMORY_CUDA = 1, /* CUDA device memory: px_alloc_ex allocates it (1.8); operations on
-                         it are PX_ERR_NOT_IMPLEMENTED until the GPU path lands */
+  PX_MEMORY_CUDA = 1, /* CUDA device memory: px_alloc_ex allocates it (1.8); the operations
+                         that take it are in px_op_options (docs/gpu.md) */
   PX_MEMORY_KIND_FORCE_32BIT = 0x7fffffff
 } px_memory_kind;
 
 /* Arena sizes a daemon accepts (px_connect_options.arena_bytes); the daemon's
  * --max-arena-bytes may lower the maximum. */
-#define PX_ARENA_MIN_BYTES ((uint64_t)1 << 20)
-#define PX_ARENA_MAX_BYTES ((uint64_t)16 << 30)
+#define PX_ARENA_MIN_BYTES ((uint64_t)1 << 20) /* the smallest arena */
+#define PX_ARENA_MAX_BYTES ((uint64_t)16 << 30) /* the largest arena (see above) */
 
 typedef struct px_client px_client;   /* a connection to the node's parallaxd */
 typedef struct px_var px_var;         /* a registered variable; owned by its client */
 typedef struct px_request px_request; /* one submitted operation; free with px_request_free */
 
+/* How px_connect connects. Fill with px_connect_options_init, then override fields. */
 typedef struct px_connect_options {
   uint32_t struct_size;    /* sizeof(px_connect_options) */
   uint32_t abi_version;    /* PX_ABI_VERSION of the caller's header */
@@ -123,7 +129,7 @@ typedef struct px_connect_options {
    * workers start with their daemon; 0 fails at once with PX_ERR_CONNECT; -1 (the value
    * px_connect_options_init sets): $PARALLAX_WAIT_FOR_DAEMON if set, else 0. */
   int32_t wait_for_daemon;
-  uint32_t reserved;
+  uint32_t reserved; /* zero */
 } px_connect_options;
 
 /* Options of one operation (1.3), taken by the _ex variants; NULL means the defaults. Fill
@@ -137,11 +143,11 @@ typedef struct px_op_options {
                            leave highest priority first (equal ones in order), so a small
                            urgent operation overtakes a large one's queued chunks. Steps of
                            one variable stay in order whatever their priority. Results never
-                           depend on it (README, "Priorities") */
+                           depend on it (docs/c-api.md, "Priorities") */
   void* stream;         /* cudaStream_t the operation is ordered on (PX_MEMORY_CUDA); NULL:
                            the legacy default stream */
   int32_t root;         /* for collectives with a root (broadcast): its global rank; 0 */
-  uint32_t reserved;
+  uint32_t reserved;    /* zero */
 } px_op_options;
 
 /* Where px_alloc_ex allocates (1.8). Fill with px_alloc_options_init. */
@@ -151,22 +157,24 @@ typedef struct px_alloc_options {
                            PX_MEMORY_CUDA: device memory the daemon maps once (CUDA IPC) */
   int32_t device;       /* PX_MEMORY_CUDA: the device ordinal as this process numbers it;
                            -1 (default): the calling thread's current device */
-  uint32_t reserved;
+  uint32_t reserved;    /* zero */
 } px_alloc_options;
 
+/* Where this worker sits in its job (px_world). */
 typedef struct px_world_info {
   uint32_t struct_size; /* sizeof(px_world_info), set by the caller */
-  int32_t node_index;
-  int32_t node_count;
+  int32_t node_index; /* this daemon's node, 0 .. node_count - 1 */
+  int32_t node_count; /* nodes in the cluster */
   int32_t rank;       /* global rank, node-major */
   int32_t world_size; /* workers in the job across all nodes */
-  int32_t local_rank;
-  int32_t local_size;
+  int32_t local_rank; /* rank among the job's workers on this node */
+  int32_t local_size; /* the job's workers on this node */
 } px_world_info;
 
+/* The daemon's counters for one variable on this node (px_var_stats_get). */
 typedef struct px_var_stats {
   uint32_t struct_size; /* sizeof(px_var_stats), set by the caller */
-  uint32_t reserved;
+  uint32_t reserved;    /* zero */
   uint64_t ops;       /* completed operations on this node (all workers' steps counted once) */
   uint64_t bytes;     /* bytes reduced on this node (input bytes of all local workers) */
   uint64_t wait_ns;   /* total time from first to last local submission of each step */
@@ -174,7 +182,7 @@ typedef struct px_var_stats {
   /* Sparse variables (ABI 1.1; zero for dense ones). Per pull step a worker's density is
    * alpha = rows_pulled / (pull_steps * local workers * rows). */
   uint64_t pull_steps;
-  uint64_t push_steps;
+  uint64_t push_steps;     /* push steps this node completed */
   uint64_t rows_pulled;    /* rows the local workers pulled, duplicates included */
   uint64_t rows_unique;    /* rows this node asked for: the union of its workers' rows */
   uint64_t rows_applied;   /* rows this node's shards updated; summed over the nodes this is
@@ -185,7 +193,7 @@ typedef struct px_var_stats {
    * (P in t(P); it changes while the automatic partition search times its candidates), and
    * the push steps until that search has chosen (0: chosen, or the count was given). */
   uint64_t request_partitions;
-  uint64_t search_steps_left;
+  uint64_t search_steps_left; /* push steps until the partition search has chosen */
   /* Sparse variables (ABI 1.4): the push steps of the checkpoint this node's daemon restored
    * the table from when the job registered it (a checkpoint's count includes the steps of
    * the run it was restored from); 0 if it was not restored. A trainer resumes at that
@@ -210,6 +218,7 @@ typedef struct px_var_stats {
  * The usual loop pull(n) -> forward/backward -> push(n) is therefore exact in PX_SYNC mode.
  * px_load_rows and px_read_rows are not steps: they act on each shard when they reach it
  * (load: before/after training, or behind a px_barrier). */
+/* The optimizer the owning shards apply to pushed gradients. */
 typedef enum px_optimizer {
   PX_OPT_SGD = 0,     /* w -= lr * g */
   PX_OPT_ADAGRAD = 1, /* a += g*g; w -= lr * g / (sqrt(a) + epsilon) */
@@ -218,6 +227,7 @@ typedef enum px_optimizer {
   PX_OPTIMIZER_FORCE_32BIT = 0x7fffffff
 } px_optimizer;
 
+/* A sparse table's initial values. */
 typedef enum px_initializer {
   PX_INIT_ZEROS = 0,
   PX_INIT_UNIFORM = 1, /* uniform in [init_low, init_high) from init_seed */
@@ -225,13 +235,15 @@ typedef enum px_initializer {
   PX_INITIALIZER_FORCE_32BIT = 0x7fffffff
 } px_initializer; /* values depend only on (seed, row, column), not on the partitioning */
 
+/* What a pull step sees of earlier push steps (see "Steps" above). */
 typedef enum px_consistency {
-  PX_SYNC = 0,
-  PX_ASYNC = 1,
-  PX_BOUNDED = 2,
+  PX_SYNC = 0,    /* every update of the earlier push steps */
+  PX_ASYNC = 1,   /* whatever has been applied when the request reaches each shard */
+  PX_BOUNDED = 2, /* at most px_sparse_options.staleness push steps behind */
   PX_CONSISTENCY_FORCE_32BIT = 0x7fffffff
 } px_consistency;
 
+/* How a sparse variable's rows and gradients move between nodes. */
 typedef enum px_route {
   PX_ROUTE_HYBRID = 0,     /* the default: PX_ROUTE_AUTO for PX_SYNC sparse tables (since
                               1.7's daemons), PX_ROUTE_PS for PX_ASYNC and PX_BOUNDED ones */
@@ -255,12 +267,14 @@ typedef enum px_split {
   PX_SPLIT_FORCE_32BIT = 0x7fffffff
 } px_split;
 
+/* What a push does with NaN/Inf gradients. */
 typedef enum px_nonfinite {
   PX_NONFINITE_REJECT = 0, /* a push with a NaN/Inf gradient fails with PX_ERR_INVALID */
   PX_NONFINITE_SKIP = 1,   /* rows with a NaN/Inf gradient are dropped from the push */
   PX_NONFINITE_FORCE_32BIT = 0x7fffffff
 } px_nonfinite;
 
+/* A sparse variable's options. Fill with px_sparse_options_init, then override fields. */
 typedef struct px_sparse_options {
   uint32_t struct_size;       /* sizeof(px_sparse_options) */
   int32_t optimizer;          /* px_optimizer; default PX_OPT_SGD */
@@ -270,9 +284,10 @@ typedef struct px_sparse_options {
   double epsilon;             /* Adagrad and Adam; default 1e-8 */
   double initial_accumulator; /* Adagrad; default 0.1 */
   int32_t initializer;        /* px_initializer; default PX_INIT_ZEROS */
-  uint32_t reserved0;
-  uint64_t init_seed;
-  double init_low, init_high; /* PX_INIT_UNIFORM; default -0.05, 0.05 */
+  uint32_t reserved0;         /* zero */
+  uint64_t init_seed;         /* the initializer's seed; default 0 */
+  /* PX_INIT_UNIFORM: where the range [init_low, init_high) starts; default -0.05 */
+  double init_low, init_high; /* PX_INIT_UNIFORM: where it ends; default 0.05 */
   double init_std;            /* PX_INIT_NORMAL; default 0.05 */
   int32_t aggregation;        /* PX_SUM (default) or PX_MEAN (divides by the world size) */
   int32_t consistency;        /* px_consistency; default PX_SYNC */
@@ -297,6 +312,7 @@ typedef struct px_sparse_options {
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */
+/* The library's ABI version, as PX_ABI_VERSION. */
 PX_API uint32_t px_abi_version(void);
 /* A phrase for the status ("deadline exceeded"); never NULL. */
 PX_API const char* px_strerror(px_status status);
@@ -310,6 +326,7 @@ PX_API const char* px_status_name(px_status status);
 PX_API const char* px_last_error(void);
 
 /* --- connection ------------------------------------------------------------------- */
+/* Fills options with the defaults (every field from the environment, see px_connect_options). */
 PX_API void px_connect_options_init(px_connect_options* options);
 /* Connects to parallaxd and waits until all local_size workers of the job have connected.
  * options may be NULL (all defaults). */
@@ -317,6 +334,7 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
 /* Frees the client, its variables, requests and arena memory. Outstanding operations of
  * this worker fail with PX_ERR_PEER_LOST on the other workers. NULL is allowed. */
 PX_API px_status px_disconnect(px_client* client);
+/* This worker's place in its job: node, ranks and sizes. */
 PX_API px_status px_world(px_client* client, px_world_info* out_info);
 /* (1.3) Copies the message of the last failed call made with this client (from any thread;
  * a failed px_wait/px_test of one of its requests counts) into buffer, NUL-terminated and
@@ -348,10 +366,11 @@ PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype
 /* Counters the daemon keeps for this variable on this node. */
 PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats);
 
+/* Fills options with the defaults (each is named in px_sparse_options). */
+PX_API void px_sparse_options_init(px_sparse_options* options);
 /* Registers a sparse variable of rows x dim values of dtype (PX_F32 today). Every worker of
  * the job must register it with the same dtype, shape and options, otherwise
  * PX_ERR_MISMATCH. options may be NULL (defaults, see px_sparse_options_init). */
-PX_API void px_sparse_options_init(px_sparse_options* options);
 PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
                                     uint64_t rows, uint64_t dim, const px_sparse_options* options,
                                     px_var** out_var);
@@ -381,6 +400,7 @@ PX_API void px_op_options_init(px_op_options* options);
  * of different variables may be submitted in any order. Do not touch in or out until the
  * request completes. */
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request);
+/* px_allreduce with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request);
 /* (1.3) Broadcast: the root worker's in buffer (count elements of the dense variable) into
@@ -390,11 +410,13 @@ PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
  * a variable are numbered apart from its allreduce steps. (Horovod's broadcast_parameters:
  * register each tensor once, broadcast it from rank 0 at start.) */
 PX_API px_status px_broadcast(px_var* var, const void* in, void* out, px_request** out_request);
+/* px_broadcast with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_broadcast_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request);
 /* (1.3) Allgather: every worker's in (count elements of the dense variable) concatenated in
  * global rank order into out, which holds world_size * count elements on every worker. */
 PX_API px_status px_allgather(px_var* var, const void* in, void* out, px_request** out_request);
+/* px_allgather with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_allgather_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request);
 /* (1.3) Allgather of blocks of given sizes (MPI_Allgatherv): counts holds world_size element
@@ -404,6 +426,7 @@ PX_API px_status px_allgather_ex(px_var* var, const void* in, void* out,
  * may be reused once the call returns. */
 PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* counts, void* out,
                                px_request** out_request);
+/* px_allgatherv with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_allgatherv_ex(px_var* var, const void* in, const uint64_t* counts, void* out,
                                   const px_op_options* options, px_request** out_request);
 /* Writes every sparse variable of the job this worker registered to the directory path
@@ -428,6 +451,7 @@ PX_API px_status px_checkpoint(px_client* client, const char* path, int64_t time
 /* Pull step: fills out_rows with the rows' current values (see "Steps" above). */
 PX_API px_status px_pull_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                               px_request** out_request);
+/* px_pull_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_pull_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                  const px_op_options* options, px_request** out_request);
 /* (1.6) The next pull step, issued ahead: exactly px_pull_rows, on a variable registered
@@ -437,6 +461,7 @@ PX_API px_status px_pull_rows_ex(px_var* var, const int64_t* indices, uint64_t n
  * result is the same as a pull issued after the push, never a stale row. */
 PX_API px_status px_prefetch_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                   px_request** out_request);
+/* px_prefetch_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_prefetch_rows_ex(px_var* var, const int64_t* indices, uint64_t n,
                                      void* out_rows, const px_op_options* options,
                                      px_request** out_request);
@@ -444,17 +469,20 @@ PX_API px_status px_prefetch_rows_ex(px_var* var, const int64_t* indices, uint64
  * taken the gradients (they are applied by the owning shards, see "Steps"). */
 PX_API px_status px_push_rows(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
                               px_request** out_request);
+/* px_push_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_push_rows_ex(px_var* var, const int64_t* indices, uint64_t n, const void* grads,
                                  const px_op_options* options, px_request** out_request);
 /* Overwrites the rows' values (initial or pretrained values); completes once every owning
  * shard wrote them. With duplicate indices the last one wins. Optimizer state is kept. */
 PX_API px_status px_load_rows(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
                               px_request** out_request);
+/* px_load_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_load_rows_ex(px_var* var, const int64_t* indices, uint64_t n, const void* rows,
                                  const px_op_options* options, px_request** out_request);
 /* Reads the rows' current values without a step (export, evaluation). */
 PX_API px_status px_read_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                               px_request** out_request);
+/* px_read_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_read_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                  const px_op_options* options, px_request** out_request);
 
