@@ -67,10 +67,9 @@ pxcoverage_known_missing = [
     "parallax.torch.LogUniformSampler.expected_count",
 ]
 
-html_theme = "furo"
+html_theme = "sphinx_rtd_theme"   # not Debian's furo: its furo.js fails to load (README.md)
 html_title = "Parallax"
 html_static_path = []
-html_last_updated_fmt = None
 graphviz_output_format = "svg"
 
 
