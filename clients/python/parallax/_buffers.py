@@ -3,8 +3,10 @@
 Buffers are passed by address, never copied here: they must be C-contiguous (a
 non-contiguous array is refused, not silently copied, because an out buffer that is a
 copy would never receive the result) and in host memory, except where the operation takes
-CUDA memory (allreduce, broadcast: a CUDA tensor's Buffer carries its device; other
-operations refuse it clearly). torch is imported only if the caller passes a tensor.
+CUDA memory (allreduce, broadcast, the sparse row operations: a CUDA tensor's Buffer
+carries its device; other operations refuse it clearly). torch is imported only if the
+caller passes a tensor; NumPy is optional (None here without it), needed only for NumPy
+arrays and Python sequences given as indices without torch.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # pip's torch 2.x runs without NumPy: so does the torch path here
+    np = None
 
 from . import _lib
 from .errors import error, invalid
 
-_NUMPY_DTYPES = {
+_NUMPY_DTYPES = {} if np is None else {
     np.dtype(np.float32): _lib.F32, np.dtype(np.float64): _lib.F64,
     np.dtype(np.float16): _lib.F16, np.dtype(np.int32): _lib.I32,
     np.dtype(np.int64): _lib.I64,
@@ -57,12 +62,13 @@ def dtype_code(dtype: Any) -> int:
         return code
     try:
         return _NUMPY_DTYPES[np.dtype(dtype)]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):  # AttributeError: no NumPy
         raise invalid(f"unsupported dtype {dtype}") from None
 
 
 @dataclass
 class Buffer:
+    """What an operation passes to the C ABI for one buffer."""
     address: int
     dtype: int
     count: int   # elements
@@ -71,6 +77,7 @@ class Buffer:
 
 
 def is_tensor(x: Any) -> bool:
+    """x is a torch.Tensor (False without importing torch when nobody imported it)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
@@ -82,7 +89,8 @@ def as_buffer(x: Any, what: str, writable: bool, cuda_ok: bool = False) -> Buffe
         cuda = x.device.type == "cuda" and cuda_ok
         if x.device.type != "cpu" and not cuda:
             takes = "host memory" + (" or CUDA memory" if cuda_ok else
-                                     " here (CUDA tensors: allreduce and broadcast only so far)")
+                                     " here (CUDA tensors: allreduce, broadcast and the sparse "
+                                     "row operations only so far)")
             raise error(_lib.ERR_INVALID,
                         f"{what} is a {x.device.type} tensor ({x.device}); Parallax needs "
                         f"{takes} (README, Limits): move it with .cpu() or allocate it "
@@ -98,7 +106,7 @@ def as_buffer(x: Any, what: str, writable: bool, cuda_ok: bool = False) -> Buffe
             # write under torch.no_grad() too. The caller's x.data is the way.
             raise invalid(f"{what} requires grad; pass tensor.data or use torch.no_grad()")
         return Buffer(x.data_ptr(), code, x.numel(), x, x.device.index if cuda else -1)
-    if isinstance(x, np.ndarray):
+    if np is not None and isinstance(x, np.ndarray):
         if not x.flags["C_CONTIGUOUS"]:
             raise invalid(f"{what} is not C-contiguous (strides {x.strides}); pass "
                           "np.ascontiguousarray(...) and copy the result back")
@@ -111,19 +119,32 @@ def as_buffer(x: Any, what: str, writable: bool, cuda_ok: bool = False) -> Buffe
     raise invalid(f"{what} must be a numpy.ndarray or torch.Tensor, not {type(x).__name__}")
 
 
-def as_indices(x: Any, what: str = "indices") -> Buffer:
+def as_indices(x: Any, what: str = "indices", cuda_ok: bool = False) -> Buffer:
     """Row indices as int64 (a copy is made from other integer types: indices are only
-    read, and the copy is kept alive with the request)."""
+    read, and the copy is kept alive with the request). cuda_ok: CUDA tensors are taken as
+    they are (int64 and contiguous, since a copy would leave the px_alloc_ex memory the
+    daemon's device steps need); the Buffer carries their device."""
     if is_tensor(x):
         torch = sys.modules["torch"]
-        if x.device.type != "cpu":
-            raise error(_lib.ERR_INVALID, f"{what} is a {x.device.type} tensor; host memory "
-                        "is needed until GPU support lands")
+        cuda = x.device.type == "cuda" and cuda_ok
+        if x.device.type != "cpu" and not cuda:
+            raise error(_lib.ERR_INVALID,
+                        f"{what} is a {x.device.type} tensor ({x.device}); Parallax needs "
+                        "host memory" + (" or CUDA memory" if cuda_ok else " here"))
+        if x.dtype.is_floating_point:
+            raise invalid(f"{what} must be integers, not {x.dtype}")
+        if cuda and (x.dtype != torch.int64 or not x.is_contiguous()):
+            raise invalid(f"{what} on {x.device} must be contiguous int64 (in px_alloc_ex "
+                          f"memory: Client.empty_tensor(n, torch.int64, device=...)), not "
+                          f"{x.dtype}{'' if x.is_contiguous() else ', strided'}")
         if x.dtype != torch.int64 or not x.is_contiguous():
-            if x.dtype.is_floating_point:
-                raise invalid(f"{what} must be integers, not {x.dtype}")
             x = x.to(torch.int64).contiguous()
-        return Buffer(x.data_ptr(), _lib.I64, x.numel(), x)
+        return Buffer(x.data_ptr(), _lib.I64, x.numel(), x, x.device.index if cuda else -1)
+    if np is None:
+        if "torch" in sys.modules:  # a list or tuple, without NumPy: through torch
+            return as_indices(sys.modules["torch"].as_tensor(x, dtype=sys.modules[
+                "torch"].int64), what)
+        raise invalid(f"{what}: pass a torch tensor (NumPy is not installed)")
     x = np.asarray(x)
     if x.dtype.kind not in "iu":
         raise invalid(f"{what} must be integers, not {x.dtype}")

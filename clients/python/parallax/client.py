@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import math
 import os
 import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
-
 from . import _buffers, _lib
+from ._buffers import np  # None where NumPy is not installed (the torch-only paths)
 from .errors import check, invalid
 from .request import AsyncWaiter, Request
 
@@ -63,24 +63,41 @@ def resolve_settings(socket: Optional[str] = None, job: Optional[str] = None,
 
 
 class ArenaMemory:
-    """A block of the arena shared with the daemon (px_alloc); freed when the last view of
-    it is gone. Views must not be used after their client is closed."""
+    """A block of memory shared with the daemon, freed (px_free) when the last view of it
+    is gone: the arena (px_alloc) or, with cuda_device, CUDA device memory of that device
+    (px_alloc_ex with PX_MEMORY_CUDA: whole 2 MiB units, mapped by the daemon once). Views
+    must not be used after their client is closed."""
 
-    def __init__(self, client: "Client", nbytes: int):
+    def __init__(self, client: "Client", nbytes: int, cuda_device: Optional[int] = None):
         ptr = ctypes.c_void_p()
-        check(_lib.lib.px_alloc(client._h(), max(1, nbytes), ctypes.byref(ptr)), client._handle)
+        if cuda_device is None:
+            status = _lib.lib.px_alloc(client._h(), max(1, nbytes), ctypes.byref(ptr))
+        else:
+            options = _lib.AllocOptions()
+            _lib.lib.px_alloc_options_init(ctypes.byref(options))
+            options.memory_kind = _lib.MEMORY_CUDA
+            options.device = int(cuda_device)
+            status = _lib.lib.px_alloc_ex(client._h(), max(1, nbytes), ctypes.byref(options),
+                                          ctypes.byref(ptr))
+        check(status, client._handle)
         self._client = client
         self.address = ptr.value
         self.nbytes = nbytes
+        self.cuda_device = cuda_device
 
-    def numpy(self, shape: Shape, dtype: Any) -> np.ndarray:
+    def numpy(self, shape: Shape, dtype: Any) -> "np.ndarray":
+        """A NumPy array of shape and dtype over the block (host memory only)."""
+        if np is None:
+            raise invalid("NumPy is not installed: use Client.empty_tensor for arena memory")
+        if self.cuda_device is not None:
+            raise invalid("a NumPy array cannot view CUDA memory: use Client.empty_tensor")
         raw = (ctypes.c_uint8 * max(1, self.nbytes)).from_address(self.address)
         raw._parallax_owner = self  # the ndarray's base chain keeps this block alive
         flat = np.frombuffer(raw, dtype=np.uint8, count=self.nbytes)
         return flat.view(dtype).reshape(shape)
 
     def __del__(self) -> None:
-        client = self._client
+        client = getattr(self, "_client", None)  # None: the allocation itself failed
         if client is not None and client._handle is not None:
             try:
                 _lib.lib.px_free(client._handle, self.address)
@@ -193,30 +210,47 @@ class Client:
         check(_lib.lib.px_checkpoint(self._h(), os.fsencode(path), ms), self._handle)
 
     # --- shared memory ----------------------------------------------------------------
-    def empty(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+    def empty(self, shape: Shape, dtype: Any = "float32") -> "np.ndarray":
         """An uninitialised NumPy array in the shared arena: operations on it need no copy."""
+        if np is None:
+            raise invalid("Client.empty needs NumPy, which is not installed: use "
+                          "Client.empty_tensor")
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         return ArenaMemory(self, nbytes).numpy(shape, dtype)
 
-    def zeros(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+    def zeros(self, shape: Shape, dtype: Any = "float32") -> "np.ndarray":
+        """A NumPy array of zeros in the shared arena (empty(), then filled)."""
         a = self.empty(shape, dtype)
         a.fill(0)
         return a
 
-    def empty_tensor(self, shape: Shape, dtype: Any = None):
-        """An uninitialised torch tensor in the shared arena (zero-copy, as empty())."""
+    def empty_tensor(self, shape: Shape, dtype: Any = None, device: Any = None):
+        """An uninitialised torch tensor (bfloat16 included) in memory shared with the
+        daemon, so operations on it need no copy: the arena for device None or "cpu"; for a
+        CUDA device ("cuda" is the current one, "cuda:1", a torch.device) device memory
+        from px_alloc_ex with PX_MEMORY_CUDA (whole 2 MiB units), which sparse steps on
+        device memory need. Freed once no tensor views it; not to be used after close()."""
         import torch
+
+        from ._dlpack import tensor_at
         dtype = torch.float32 if dtype is None else dtype
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        if dtype == torch.bfloat16:  # NumPy has no bfloat16: same bytes, viewed
-            return torch.from_numpy(self.empty(shape, np.int16)).view(torch.bfloat16)
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        return torch.from_numpy(self.empty(shape, np_dtype))
+        shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        device = torch.device("cpu" if device is None else device)
+        if device.type == "cuda":
+            index = torch.cuda.current_device() if device.index is None else device.index
+        elif device.type == "cpu":
+            index = None
+        else:
+            raise invalid(f"empty_tensor: device {device}; Parallax allocates host (cpu) or "
+                          "CUDA memory")
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        memory = ArenaMemory(self, nbytes, index)
+        return tensor_at(memory.address, shape, dtype, memory, index)
 
     # --- variables --------------------------------------------------------------------
-    def dense(self, name: str, count: Shape, dtype: Any = np.float32,
+    def dense(self, name: str, count: Shape, dtype: Any = "float32",
               op: str = "sum") -> "DenseVariable":
         """Registers a dense variable (px_register_dense); every worker must do the same."""
         from .variables import DenseVariable

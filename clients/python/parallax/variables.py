@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import numpy as np
-
 from . import _buffers, _lib
+from ._buffers import np  # None without NumPy
 from .errors import check, invalid
 from .request import Request
 
@@ -57,6 +57,16 @@ class Stats:
     rows_served_ahead: int  # sparse, prefetch: rows served ahead of the previous push step
 
 
+def _on_stream(opts: _lib.OpOptions, device: int) -> None:
+    """Makes opts a PX_MEMORY_CUDA operation on device, ordered on that device's current
+    torch stream (as NCCL's collectives are): work queued on it after the call sees the
+    result, and the request's wait() returns once the result is there."""
+    import torch
+    opts.memory_kind = _lib.MEMORY_CUDA
+    opts.device = device
+    opts.stream = torch.cuda.current_stream(device).cuda_stream
+
+
 def _op_options(priority: int = 0, root: int = 0) -> _lib.OpOptions:
     options = _lib.OpOptions()
     _lib.lib.px_op_options_init(ctypes.byref(options))
@@ -95,7 +105,7 @@ class DenseVariable(_Variable):
     def __init__(self, client: "Client", name: str, count: Any, dtype: Any, op: str):
         super().__init__(client, name)
         self.shape = (count,) if isinstance(count, int) else tuple(count)
-        self.count = int(np.prod(self.shape, dtype=np.int64))
+        self.count = int(math.prod(self.shape))
         self.dtype = _buffers.dtype_code(dtype)
         self.op = _choice(_OPS, op, "reduce op")
         handle = ctypes.c_void_p()
@@ -128,10 +138,7 @@ class DenseVariable(_Variable):
             if bin_.device != bout.device:
                 raise invalid(f"{op} of '{self.name}': input on {x.device}, output on "
                               f"{out.device} (one CUDA device, or host memory for both)")
-            import torch
-            opts.memory_kind = _lib.MEMORY_CUDA
-            opts.device = bin_.device
-            opts.stream = torch.cuda.current_stream(x.device).cuda_stream
+            _on_stream(opts, bin_.device)
         self._check(bin_, f"{op} input", self.count)
         self._check(bout, f"{op} output", self.count)
         req = ctypes.c_void_p()
@@ -154,7 +161,10 @@ class DenseVariable(_Variable):
     def _new_like(self, x: Any, count: int) -> Any:
         if _buffers.is_tensor(x):
             import torch
-            return torch.empty(count, dtype=x.dtype)
+            return torch.empty(count, dtype=x.dtype)  # host: allgather refuses CUDA memory
+        if np is None:
+            raise invalid(f"'{self.name}': pass a torch tensor or an out buffer (NumPy is "
+                          "not installed)")
         return np.empty(count, dtype=x.dtype)
 
     def allgather(self, x: Any, out: Any = None) -> Request:
@@ -208,6 +218,10 @@ class SparseVariable(_Variable):
     nodes in 16 bits); prefetch (True: the next pull step may be issued before this push
     step, see prefetch(); a push step may then push only rows its own pull step pulled).
     The n-th pull is pull step n and the n-th push push step n, on every local worker.
+    Indices and rows may be CUDA tensors of one device (PX_MEMORY_CUDA, ordered on its
+    current torch stream): both inside px_alloc_ex memory, e.g. from
+    Client.empty_tensor(..., device="cuda"), indices int64; not on a prefetch table (the
+    daemon takes those on the host). parallax.torch's layers stage them so.
     """
 
     def __init__(self, client: "Client", name: str, rows: int, dim: int, *,
@@ -255,10 +269,14 @@ class SparseVariable(_Variable):
 
     def _rows_op(self, fn, op: str, indices: Any, rows: Any, writable: bool,
                  priority: int = 0) -> Request:
-        idx = _buffers.as_indices(indices, f"{op} indices of '{self.name}'")
+        """A row operation. CUDA tensors (indices and rows on one device, both inside
+        px_alloc_ex allocations: Client.empty_tensor(..., device=)) are PX_MEMORY_CUDA,
+        ordered on the device's current torch stream; the daemon refuses device rows
+        elsewhere, and on a prefetch variable (README, GPUs)."""
+        idx = _buffers.as_indices(indices, f"{op} indices of '{self.name}'", cuda_ok=True)
         if rows is None:
             rows = self._new_rows(indices, idx.count)
-        buf = _buffers.as_buffer(rows, f"{op} rows of '{self.name}'", writable)
+        buf = _buffers.as_buffer(rows, f"{op} rows of '{self.name}'", writable, cuda_ok=True)
         if buf.dtype != _lib.F32:
             raise invalid(f"{op} rows of '{self.name}' are {_buffers.DTYPE_NAMES[buf.dtype]}; "
                           "sparse variables are float32")
@@ -267,6 +285,13 @@ class SparseVariable(_Variable):
                           f"{idx.count} indices x dim {self.dim} = {idx.count * self.dim} "
                           "expected")
         opts = _op_options(priority)
+        if idx.device >= 0 or buf.device >= 0:
+            if idx.device != buf.device:
+                where = {i.device: str(getattr(i.owner, "device", "host")) for i in (idx, buf)}
+                raise invalid(f"{op} of '{self.name}': indices on {where[idx.device]}, rows on "
+                              f"{where[buf.device]} (one CUDA device for both, or host "
+                              "memory for both)")
+            _on_stream(opts, idx.device)
         req = ctypes.c_void_p()
         idx_ptr = ctypes.cast(ctypes.c_void_p(idx.address), ctypes.POINTER(ctypes.c_int64))
         status = fn(self._h(), idx_ptr, idx.count, buf.address, ctypes.byref(opts),
@@ -275,8 +300,11 @@ class SparseVariable(_Variable):
                                     (idx.owner, buf.owner))
 
     def _new_rows(self, indices: Any, n: int) -> Any:
-        if _buffers.is_tensor(indices):
+        if _buffers.is_tensor(indices) or np is None:
             import torch
+            # Device rows must be px_alloc_ex memory.
+            if _buffers.is_tensor(indices) and indices.device.type == "cuda":
+                return self.client.empty_tensor((n, self.dim), torch.float32, indices.device)
             return torch.empty((n, self.dim), dtype=torch.float32)
         return np.empty((n, self.dim), dtype=np.float32)
 

@@ -55,7 +55,7 @@ def test_bad_input_raises_typed_errors(daemon):
     assert "not contiguous" in seen["noncontiguous_tensor"]["message"]
     assert "meta tensor" in seen["device_tensor"]["message"]
     assert "host memory" in seen["device_tensor"]["message"]
-    assert ("CUDA tensors: allreduce and broadcast only so far"
+    assert ("CUDA tensors: allreduce, broadcast and the sparse row operations only so far"
             in seen["device_tensor_allgather"]["message"])
     assert seen["mismatch"]["status"] == "PX_ERR_MISMATCH"
     assert "py.err" in seen["mismatch"]["message"]
