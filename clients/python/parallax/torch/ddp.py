@@ -12,6 +12,17 @@ first where transfers queue on the fabric (ByteScheduler's order; README, "Prior
 Every wait has a deadline (the client's
 op_timeout); a failure (a peer or daemon lost, a mismatch) is raised from backward(),
 step() or the next call, as the matching parallax exception, never as a hang.
+
+CUDA parameters: their buckets are px_alloc_ex device memory (PX_MEMORY_CUDA) on the
+parameters' device, one bucket per (device, dtype), each allreduced in place on the
+current torch stream of the hook that completes it (the stream backward accumulated the
+gradients on), so the allreduce reads them after they are written and every kernel queued
+later on that stream (the rest of backward, the optimizer) sees the mean. The submission
+overlaps backward as on the host: the CPU goes on queuing backward's kernels. A device
+operation's host function holds its stream until the step is complete (README, GPUs), so
+the kernels queued behind it wait for it; one stream keeps every worker's device
+operations in one order, which the daemon needs (a side stream could run them in another
+order on each worker). Broadcasts of CUDA tensors pack them into one device buffer.
 """
 
 from __future__ import annotations
@@ -24,7 +35,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
 
 from .. import _buffers, _lib
@@ -91,29 +101,48 @@ def _byte_view(flat: torch.Tensor, offset: int, t: torch.Tensor) -> torch.Tensor
     return flat[offset:offset + n].view(t.dtype).view(t.shape)
 
 
-def _flat_buffer(c: Client, nbytes: int) -> torch.Tensor:
-    """nbytes (a multiple of 16) of arena, as uint8; ordinary memory if the arena is full
-    (a broadcast is rare: one copy more each way is fine)."""
+def _flat_buffer(c: Client, nbytes: int, device: torch.device) -> torch.Tensor:
+    """nbytes (a multiple of 16) of arena (or, on a CUDA device, px_alloc_ex device memory)
+    as uint8; ordinary memory of that device if none is left (a broadcast is rare: one copy
+    more each way is fine)."""
     try:
-        # empty_tensor goes through NumPy dtypes; take int64 words and look at them as bytes.
-        return c.empty_tensor(nbytes // 8, torch.int64).view(torch.uint8)
+        return c.empty_tensor(nbytes // 8, torch.int64, device).view(torch.uint8)
     except OutOfMemory:
-        return torch.empty(nbytes, dtype=torch.uint8)
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _buffer_device(tensors: Sequence[torch.Tensor]) -> torch.device:
+    """Where a broadcast's flat buffer goes: the first CUDA tensor's device if there is one
+    (host tensors among them, such as torch 2's Adam "step", are copied in and out of it),
+    else host memory."""
+    for t in tensors:
+        if t.device.type == "cuda":
+            return t.device
+    return torch.device("cpu")
+
+
+def _check_devices(named: List[Tuple[str, torch.Tensor]], what: str) -> None:
+    for n, t in named:
+        if t.device.type not in ("cpu", "cuda"):
+            raise invalid(f"{what}: '{n}' is on {t.device}; Parallax takes host (cpu) and "
+                          "CUDA tensors")
 
 
 def _broadcast_tensors(c: Client, tensors: List[torch.Tensor], names: List[str], root: int,
                        var: Any, buffer: torch.Tensor) -> None:
     """The root's tensors into every worker's, in place, through the flat buffer (of
-    _pack_layout's size) and one px_broadcast of var (int64 words)."""
+    _pack_layout's size, host or CUDA memory) and one px_broadcast of var (int64 words; on
+    a CUDA buffer ordered on the current stream, and waited for)."""
     offsets, total = _pack_layout(tensors)
     words = buffer.view(torch.int64)
     layout = _fingerprint([(str(t.dtype), tuple(t.shape)) for t in tensors])
-    words[0], words[1] = layout, total
+    words[:2].copy_(torch.tensor([layout, total], dtype=torch.int64))
     if c.rank == root:
         for t, o in zip(tensors, offsets):
             _byte_view(buffer, o, t).copy_(t.detach())
     var.broadcast(words, root=root).wait()
-    if int(words[0]) != layout or int(words[1]) != total:
+    got_layout, got_total = words[:2].tolist()  # from a CUDA buffer: after the broadcast
+    if got_layout != layout or got_total != total:
         raise Mismatch(_lib.ERR_MISMATCH,
                        f"broadcast '{var.name}': the root (rank {root}) sent another layout "
                        f"than rank {c.rank} holds ({len(tensors)} tensors: "
@@ -131,8 +160,9 @@ def _broadcast_once(c: Client, named: List[Tuple[str, torch.Tensor]], root: int,
     total = _pack_layout(tensors)[1]
     # A variable per call: a worker whose tensors total another size fails at once with
     # the daemon's Mismatch naming it, rather than waiting on a step nobody else takes.
-    var = c.dense(var_name, total // 8, np.int64)
-    _broadcast_tensors(c, tensors, [n for n, _ in named], root, var, _flat_buffer(c, total))
+    var = c.dense(var_name, total // 8, torch.int64)
+    _broadcast_tensors(c, tensors, [n for n, _ in named], root, var,
+                       _flat_buffer(c, total, _buffer_device(tensors)))
 
 
 def _named_tensors(params: Any) -> List[Tuple[str, torch.Tensor]]:
@@ -148,13 +178,12 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], Iterable[Any]],
                          name: Optional[str] = None) -> None:
     """Overwrites every worker's tensors with the root's (Horovod's broadcast_parameters):
     a state_dict, named_parameters() or a list of tensors, in place. Every worker must call
-    it in the same order with the same layout; a different layout raises Mismatch."""
+    it in the same order with the same layout; a different layout raises Mismatch. Host
+    and CUDA tensors (mixed too): with any CUDA tensor, one device buffer on its device
+    carries them all (px_broadcast_ex, PX_MEMORY_CUDA, ordered on the current stream)."""
     c = client or globals()["client"]()
     named = _named_tensors(params)
-    for n, t in named:
-        if t.device.type != "cpu":
-            raise invalid(f"broadcast_parameters: '{n}' is on {t.device}; Parallax needs host "
-                          "memory until GPU support lands")
+    _check_devices(named, "broadcast_parameters")
     if named:
         _broadcast_once(c, named, root_rank, name or _unique_name(c, "px.torch.broadcast"))
 
@@ -164,7 +193,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     """Overwrites every worker's optimizer state (its tensors, numeric scalars, and numeric
     hyperparameters of the param groups such as lr or betas) with the root's. Every worker
     must hold state of the same structure (e.g. after loading the same checkpoint, or after
-    a first step); unlike Horovod it does not create missing state."""
+    a first step); unlike Horovod it does not create missing state. State on CUDA
+    (exp_avg of CUDA parameters, beside torch 2's host "step") goes as broadcast_parameters
+    carries it: one buffer on the CUDA device."""
     c = client or globals()["client"]()
     tensors: List[Tuple[str, torch.Tensor]] = []
     setters = []  # write scalars back with their Python type once the tensors arrived
@@ -192,6 +223,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
                     scalar(f"group{gi}.param{pi}.{key}", v,
                            functools.partial(state.__setitem__, key))
     if tensors:
+        _check_devices(tensors, "broadcast_optimizer_state")
         _broadcast_once(c, tensors, root_rank, _unique_name(c, "px.torch.broadcast_optimizer"))
         for put in setters:
             put()
@@ -200,8 +232,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
 # --- gradient buckets ---------------------------------------------------------------------
 @dataclass
 class BucketInfo:
-    """A bucket as the user sees it: its Parallax variable's name, the flat arena tensor
-    every gradient of the bucket is a view into, those parameters' names, and the
+    """A bucket as the user sees it: its Parallax variable's name, the flat tensor every
+    gradient of the bucket is a view into (arena, or px_alloc_ex device memory for CUDA
+    parameters), those parameters' names, and the
     DenseVariable (for its stats()), and the priority its allreduces carry."""
     name: str
     buffer: torch.Tensor
@@ -222,6 +255,7 @@ class _Slot:
 class _Bucket:
     index: int
     dtype: torch.dtype
+    device: torch.device = torch.device("cpu")
     name: str = "?"
     slots: List[_Slot] = field(default_factory=list)
     numel: int = 0
@@ -241,20 +275,21 @@ class _Bucket:
 def _assign_buckets(named: List[Tuple[str, torch.Tensor]], cap_bytes: int,
                     first_cap_bytes: int) -> List[_Bucket]:
     """DDP's assignment: parameters in reverse registration order (about the order backward
-    produces their gradients), one open bucket per dtype, closed once it holds at least its
-    limit (the first one per dtype small, so that communication starts early; then the
-    cap). A parameter larger than the cap closes the bucket it joins."""
-    open_: Dict[torch.dtype, _Bucket] = {}
-    closed_count: Dict[torch.dtype, int] = {}
+    produces their gradients), one open bucket per (device, dtype), closed once it holds at
+    least its limit (the first one per dtype small, so that communication starts early;
+    then the cap). A parameter larger than the cap closes the bucket it joins."""
+    open_: Dict[Tuple[torch.device, torch.dtype], _Bucket] = {}
+    closed_count: Dict[Tuple[torch.device, torch.dtype], int] = {}
     done: List[_Bucket] = []
     for n, p in reversed(named):
-        b = open_.setdefault(p.dtype, _Bucket(-1, p.dtype))
+        key = (p.device, p.dtype)
+        b = open_.setdefault(key, _Bucket(-1, p.dtype, p.device))
         b.slots.append(_Slot(n, p, p, b))  # view filled once the buffer exists
         b.numel += p.numel()
-        limit = first_cap_bytes if closed_count.get(p.dtype, 0) == 0 else cap_bytes
+        limit = first_cap_bytes if closed_count.get(key, 0) == 0 else cap_bytes
         if b.numel * p.element_size() >= limit:
-            done.append(open_.pop(p.dtype))
-            closed_count[p.dtype] = closed_count.get(p.dtype, 0) + 1
+            done.append(open_.pop(key))
+            closed_count[key] = closed_count.get(key, 0) + 1
     done.extend(open_.values())
     for i, b in enumerate(done):
         b.index = i
@@ -300,9 +335,9 @@ class _GradBuckets:
                 seen.add(id(p))
                 unique.append((n, p))
         for n, p in unique:
-            if p.device.type != "cpu":
-                raise invalid(f"'{name}': parameter '{n}' is on {p.device}; Parallax needs "
-                              "host memory until GPU support lands (README, Limits)")
+            if p.device.type not in ("cpu", "cuda"):
+                raise invalid(f"'{name}': parameter '{n}' is on {p.device}; Parallax takes "
+                              "host (cpu) and CUDA parameters")
             if p.dtype not in _GRAD_DTYPES:
                 raise invalid(f"'{name}': parameter '{n}' is {p.dtype}; gradients must be "
                               "float32, float64, float16 or bfloat16")
@@ -343,23 +378,25 @@ class _GradBuckets:
         registered (as DDP verifies shapes at construction), so that every worker raises
         Mismatch naming the first differing bucket, instead of one worker failing at
         registration while the others wait on it."""
+        # Host tensors (the buckets' devices are not compared: a worker's GPU is its own).
         c, w = self.client, self.client.world_size
-        per = np.array([[_fingerprint((str(b.dtype), [tuple(s.param.shape) for s in b.slots])),
-                         b.numel, _buffers.dtype_code(b.dtype)] for b in self.buckets], np.int64)
-        mine = np.array([len(self.buckets), _fingerprint(per.tolist())], np.int64)
-        summary = c.dense(f"{self.name}.layout", 2, np.int64)
-        rows = np.asarray(summary.allgather(mine).wait()).reshape(w, 2)
-        if (rows == mine).all():
+        per = [[_fingerprint((str(b.dtype), [tuple(s.param.shape) for s in b.slots])),
+                b.numel, _buffers.dtype_code(b.dtype)] for b in self.buckets]
+        mine = torch.tensor([len(self.buckets), _fingerprint(per)], dtype=torch.int64)
+        summary = c.dense(f"{self.name}.layout", 2, torch.int64)
+        rows = summary.allgather(mine).wait().reshape(w, 2).tolist()
+        if all(r == mine.tolist() for r in rows):
             return
-        counts = [3 * int(n) for n in rows[:, 0]]
-        detail = c.dense(f"{self.name}.layout.buckets", max(counts), np.int64)
-        flat = np.asarray(detail.allgatherv(per.ravel(), counts).wait())
+        counts = [3 * int(r[0]) for r in rows]
+        detail = c.dense(f"{self.name}.layout.buckets", max(counts), torch.int64)
+        flat = detail.allgatherv(torch.tensor(per, dtype=torch.int64).reshape(-1),
+                                 counts).wait().tolist()
         by_rank, at = [], 0
         for n in counts:
-            by_rank.append(flat[at:at + n].reshape(-1, 3))
+            by_rank.append([tuple(flat[k:k + 3]) for k in range(at, at + n, 3)])
             at += n
         for i in range(max(len(r) for r in by_rank)):
-            entries = [tuple(r[i]) if i < len(r) else None for r in by_rank]
+            entries = [r[i] if i < len(r) else None for r in by_rank]
             if len(set(entries)) > 1:
                 break
         here = self.buckets[i].describe() if i < len(self.buckets) else "nothing"
@@ -376,13 +413,14 @@ class _GradBuckets:
     def _allocate(self, b: _Bucket) -> None:
         c = self.client
         try:
-            b.buffer = c.empty_tensor(b.numel, b.dtype)
+            b.buffer = c.empty_tensor(b.numel, b.dtype, b.device)
         except OutOfMemory as e:
             total = sum(x.numel * x.buffer.element_size() if x.buffer is not None else 0
                         for x in self.buckets)
             raise _with_context(e, f"'{self.name}' bucket {b.index} needs "
                                    f"{b.numel * b.slots[0].param.element_size() >> 20} MiB of "
-                                   f"arena after {total >> 20} MiB of earlier buckets; set "
+                                   f"{'arena' if b.device.type == 'cpu' else b.device} after "
+                                   f"{total >> 20} MiB of earlier buckets; set "
                                    "PARALLAX_ARENA_BYTES (or Client(arena_bytes=)) to hold "
                                    "every gradient plus some room") from None
         at = 0
@@ -566,8 +604,9 @@ class DistributedDataParallel(torch.nn.Module):
         total = _pack_layout(tensors)[1]
         # A variable and flat buffer kept per size: a forward costs one px_broadcast.
         if total not in self._buffer_sync:
-            var = self.client.dense(f"{self.name}.buffers.{total}", total // 8, np.int64)
-            self._buffer_sync[total] = (var, _flat_buffer(self.client, total))
+            var = self.client.dense(f"{self.name}.buffers.{total}", total // 8, torch.int64)
+            self._buffer_sync[total] = (var, _flat_buffer(self.client, total,
+                                                          _buffer_device(tensors)))
         var, flat = self._buffer_sync[total]
         _broadcast_tensors(self.client, tensors, [n for n, _ in named], 0, var, flat)
 
