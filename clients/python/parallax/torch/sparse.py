@@ -12,6 +12,16 @@ forward and before its backward pulls the next forward's rows early (px_prefetch
 TorchRec's TrainPipelineSparseDist does: the rows no worker pulled in this step come while
 backward runs, the others once this step's push is applied, so the next forward gets the
 same rows as without it.
+
+CUDA indices: the layers return CUDA rows and push CUDA gradients. On a table without
+prefetch the steps run on device memory (px_pull_rows_ex / px_push_rows_ex with
+PX_MEMORY_CUDA, on the current stream): the daemon takes device rows only inside
+px_alloc_ex allocations, so each table stages its unique indices and rows in px_alloc_ex
+memory of the device, kept between steps and grown as needed, and copies the rows out
+(the autograd leaf) and the gradients in on the stream. A prefetch table's pulls and pushes
+are checked on the host by the daemon (README, GPUs: "Not taken on device memory"): its
+indices and rows go through host memory, copied on and off the device. state_dict's
+weight is a host tensor either way.
 """
 
 from __future__ import annotations
@@ -19,7 +29,6 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,18 +55,56 @@ class _Table:
         self.client = client
         self.var = client.sparse(name, rows, dim, **options)
         self.rows, self.dim = rows, dim
+        # Device steps: not on a prefetch table (the daemon checks its rows on the host).
+        self.device_steps = not options.get("prefetch", False)
         self._pushes: list = []
+        self._stages: dict = {}  # (kind, device) -> (indices, rows) in px_alloc_ex memory
+
+    def _stage(self, kind: str, unique: torch.Tensor):
+        """(indices, rows) views of len(unique) rows in this table's px_alloc_ex staging
+        memory for kind ("pull" or "push") on unique's device, unique copied in (on the
+        current stream); the memory is grown to a power of two and kept."""
+        n = unique.numel()
+        key = (kind, unique.device)
+        idx, rows = self._stages.get(key, (None, None))
+        if idx is None or idx.numel() < n:
+            capacity = max(1024, 1 << max(0, n - 1).bit_length())
+            idx = self.client.empty_tensor(capacity, torch.int64, unique.device)
+            rows = self.client.empty_tensor((capacity, self.dim), torch.float32, unique.device)
+            self._stages[key] = (idx, rows)
+        idx, rows = idx[:n], rows[:n]
+        idx.copy_(unique)
+        return idx, rows
+
+    def _staged(self, unique: torch.Tensor) -> bool:
+        """Steps on these indices run on device memory, staged in px_alloc_ex memory (CUDA
+        indices, a table without prefetch); else on host memory."""
+        return unique.device.type == "cuda" and self.device_steps
 
     def lookup(self, unique: torch.Tensor, training: bool) -> torch.Tensor:
-        """The rows' values: a pull step when training, a read otherwise."""
+        """The rows' values (on unique's device): a pull step when training, a read
+        otherwise."""
         if training:
             self.finish_pushes()
-            return self.var.pull(unique).wait()
-        return self.var.read(unique).wait()
+        op = self.var.pull if training else self.var.read
+        if self._staged(unique):
+            idx, rows = self._stage("pull", unique)
+            op(idx, rows).wait()
+            return rows.clone()  # the staging memory is the next step's
+        if unique.device.type != "cpu":  # a prefetch table's CUDA rows: through the host
+            return op(unique.cpu()).wait().to(unique.device)
+        return op(unique).wait()
 
     def push_later(self, unique: torch.Tensor, grad: torch.Tensor) -> None:
-        grad = grad.detach().to(torch.float32).contiguous()
-        self._pushes.append(self.var.push(unique, grad))
+        """Pushes the gradient of the rows of unique without waiting (finish_pushes)."""
+        grad = grad.detach().to(torch.float32)
+        if self._staged(unique):
+            self.finish_pushes()  # the staging memory of an earlier push is then free
+            idx, rows = self._stage("push", unique)
+            rows.copy_(grad)
+            self._pushes.append(self.var.push(idx, rows))
+        else:
+            self._pushes.append(self.var.push(unique.cpu(), grad.cpu().contiguous()))
 
     def finish_pushes(self) -> None:
         """Waits for this worker's pushes (they only need taking, not applying)."""
@@ -85,12 +132,14 @@ class _Table:
 
 
 def _unique(indices: torch.Tensor, rows: int, name: str):
+    """(sorted unique indices as int64, inverse index), on the indices' device."""
     if indices.dtype.is_floating_point:
         raise parallax.InvalidArgument(1, f"'{name}': indices must be integers, "
                                           f"not {indices.dtype}")
-    if indices.device.type != "cpu":
-        raise parallax.InvalidArgument(1, f"'{name}': indices are on {indices.device}; host "
-                                          "memory is needed until GPU support lands")
+    if indices.device.type not in ("cpu", "cuda"):
+        raise parallax.InvalidArgument(1, f"'{name}': indices are on {indices.device}; "
+                                          "Parallax takes indices in host memory or on a "
+                                          "CUDA device")
     return torch.unique(indices.reshape(-1).to(torch.int64), return_inverse=True)
 
 
@@ -110,7 +159,8 @@ class _SparseModule(nn.Module):
             raise parallax.InvalidArgument(1, f"'{self.table_name}': a prefetch is already "
                                               "waiting for its forward")
         unique, inverse = _unique(indices, self._table.rows, self.table_name)
-        request = self._table.var.prefetch(unique)
+        # Prefetch pulls go through host memory (the daemon checks their rows there).
+        request = self._table.var.prefetch(unique.cpu())
         self._ahead = (indices.detach().clone(), unique, inverse, request)
 
     def _lookup(self, indices: torch.Tensor, training: bool):
@@ -124,7 +174,7 @@ class _SparseModule(nn.Module):
                     1, f"'{self.table_name}': the forward's indices are not the ones "
                        "prefetched for it")
             self._table.finish_pushes()
-            return request.wait(), unique, inverse
+            return request.wait().to(unique.device), unique, inverse
         unique, inverse = _unique(indices, self._table.rows, self.table_name)
         return self._table.lookup(unique, training), unique, inverse
 
@@ -228,13 +278,16 @@ class LogUniformSampler:
         self.prob = (torch.log((c + 2) / (c + 1)) / self.log_range)
 
     def sample(self, num_sampled: int, step: int) -> torch.Tensor:
+        """The step's num_sampled distinct classes (a host tensor, the same on every
+        worker: the generator is seeded with (seed, step))."""
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         return torch.multinomial(self.prob.float(), num_sampled, replacement=False,
                                  generator=g)
 
     def expected_count(self, classes: torch.Tensor, num_sampled: int) -> torch.Tensor:
+        """How often each class is expected in a sample (on the classes' device)."""
         # Sampling without replacement: P(c in sample) ~ 1 - (1 - p)^num_sampled (TF's).
-        p = self.prob[classes]
+        p = self.prob[classes.cpu()].to(classes.device)
         return -torch.expm1(num_sampled * torch.log1p(-p))
 
 
@@ -254,7 +307,8 @@ def sampled_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, sampled: t
     hits = targets[:, None] == sampled[None, :]  # accidental hits are not negatives
     sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
     logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-    return F.cross_entropy(logits, torch.zeros(targets.shape[0], dtype=torch.int64))
+    return F.cross_entropy(logits, torch.zeros(targets.shape[0], dtype=torch.int64,
+                                               device=logits.device))
 
 
 class SampledSoftmax(_SparseModule):
@@ -288,7 +342,7 @@ class SampledSoftmax(_SparseModule):
         if hidden.shape[0] != targets.shape[0]:
             raise parallax.InvalidArgument(1, f"'{self.table_name}': {hidden.shape[0]} hidden "
                                               f"rows for {targets.shape[0]} targets")
-        sampled = self.sampler.sample(self.num_sampled, self.step)
+        sampled = self.sampler.sample(self.num_sampled, self.step).to(targets.device)
         self.step += 1
         rows, inverse = self._rows(torch.cat([targets, sampled]))
         b = targets.shape[0]
@@ -297,7 +351,7 @@ class SampledSoftmax(_SparseModule):
 
     def prefetch(self, targets: torch.Tensor) -> None:
         """The next training forward's rows (its targets and the sample of its step)."""
-        sampled = self.sampler.sample(self.num_sampled, self.step)
+        sampled = self.sampler.sample(self.num_sampled, self.step).to(targets.device)
         super().prefetch(torch.cat([targets.reshape(-1).to(torch.int64), sampled]))
 
     def full_log_probs(self, hidden: torch.Tensor,
