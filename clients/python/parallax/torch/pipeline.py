@@ -14,6 +14,11 @@ runs the forward on the current one, calls prefetch(following) (each sparse laye
 px_prefetch_rows: rows no worker touches in this step come at once, the others once this
 step's push is applied, so PX_SYNC results are exactly those without the pipeline), then
 backward and the optimizers' step. The sparse layers need prefetch=True.
+
+CUDA batches work as host ones (the layers take CUDA indices; a prefetch table's rows go
+through host memory). With device=, each batch's tensors are moved there as the batch is
+taken from the iterator, one step ahead (non_blocking: from pinned memory the copy
+overlaps this step's work), as TorchRec's pipeline copies its next batch to the GPU.
 """
 
 from __future__ import annotations
@@ -25,6 +30,21 @@ import torch
 import parallax
 
 _END = object()
+
+
+def _to_device(batch: Any, device: Optional[torch.device]) -> Any:
+    """batch with every tensor in it (in tuples, lists and dicts, nested) on device."""
+    if device is None:
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=device.type == "cuda")
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_to_device(x, device) for x in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(x, device) for x in batch)
+    if isinstance(batch, dict):
+        return type(batch)((k, _to_device(v, device)) for k, v in batch.items())
+    return batch
 
 
 def _loss_of(result: Any) -> torch.Tensor:
@@ -41,13 +61,16 @@ class TrainPipeline:
     (the sparse layers' optimizers run in the daemons; [] for none). forward(model, batch)
     returns the loss or (loss, output, ...) (default model(batch)); prefetch(batch) issues
     the sparse layers' prefetches for a batch (default model.prefetch(batch), looked up
-    through a DistributedDataParallel wrapper's .module). Every worker runs the same number
-    of progress() calls, as without the pipeline (each is a step of every sparse table)."""
+    through a DistributedDataParallel wrapper's .module). device: where each batch's
+    tensors are moved when the batch is taken from the iterator, one step ahead (None:
+    left where the loader put them). Every worker runs the same number of progress()
+    calls, as without the pipeline (each is a step of every sparse table)."""
 
     def __init__(self, model: torch.nn.Module,
                  optimizers: Iterable[torch.optim.Optimizer] = (), *,
                  forward: Optional[Callable[[torch.nn.Module, Any], Any]] = None,
-                 prefetch: Optional[Callable[[Any], None]] = None):
+                 prefetch: Optional[Callable[[Any], None]] = None,
+                 device: Any = None):
         if isinstance(optimizers, torch.optim.Optimizer):
             optimizers = [optimizers]
         self.model = model
@@ -61,6 +84,7 @@ class TrainPipeline:
                     1, f"TrainPipeline: {type(inner).__name__} has no prefetch(batch); pass "
                        "prefetch=, a function that calls each sparse layer's prefetch")
         self._prefetch = prefetch
+        self.device = None if device is None else torch.device(device)
         self._following: Any = _END  # the batch taken ahead, whose rows may be in flight
         self.steps = 0
 
@@ -69,9 +93,12 @@ class TrainPipeline:
         when the iterator is exhausted (nothing is then in flight; a new iterator goes on).
         In eval mode (or under no_grad) it only runs the forward: no step, no prefetch."""
         if self._following is _END:
-            self._following = next(batches)  # StopIteration: nothing taken, nothing pending
+            # StopIteration: nothing taken, nothing pending
+            self._following = _to_device(next(batches), self.device)
         batch = self._following
-        self._following = next(batches, _END)
+        following = next(batches, _END)
+        self._following = following if following is _END else _to_device(following,
+                                                                          self.device)
         training = self.model.training and torch.is_grad_enabled()
         if not training:
             return self._forward(self.model, batch)
