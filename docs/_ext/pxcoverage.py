@@ -11,6 +11,7 @@ docs build (-W) turns into an error.
 import importlib
 import inspect
 
+from sphinx.ext.autodoc.mock import mock
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ PACKAGES = ("parallax", "parallax.torch")
 
 def _public_names(app):
     for pkg_name in PACKAGES:
-        pkg = importlib.import_module(pkg_name)
+        with mock(app.config.autodoc_mock_imports):   # as autodoc imports it: no libparallax
+            pkg = importlib.import_module(pkg_name)
         for name in getattr(pkg, "__all__", []):
             obj = getattr(pkg, name)
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):
