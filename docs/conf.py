@@ -63,8 +63,6 @@ pxcoverage_known_missing = [
     "parallax.Client.world_size",
     "parallax.Client.local_rank",
     "parallax.Request.what",
-    "parallax.torch.LogUniformSampler.sample",
-    "parallax.torch.LogUniformSampler.expected_count",
 ]
 
 html_theme = "sphinx_rtd_theme"   # not Debian's furo: its furo.js fails to load (README.md)
