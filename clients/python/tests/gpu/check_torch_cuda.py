@@ -407,7 +407,11 @@ def _run_check(name: str, device: str, logs: str) -> dict:
     os.makedirs(log_dir, exist_ok=True)
     cmd = [os.environ["PX_CLUSTER"], "--nodes", str(nodes), "--workers-per-node",
            str(per_node), "--daemon", os.environ["PARALLAXD"], "--timeout", str(deadline),
-           "--job", f"check-{name}-{uuid.uuid4().hex[:6]}", "--logs", log_dir, "--",
+           "--job", f"check-{name}-{uuid.uuid4().hex[:6]}", "--logs", log_dir,
+           # On a GPU the daemons must have loaded their GPU backend: else they say why
+           # at start (px-cluster prints their log) instead of each device step failing.
+           *(["--daemon-arg", "--gpu", "--daemon-arg", "required"] if device == "cuda"
+             else []), "--",
            sys.executable, os.path.abspath(__file__), "--worker", name, "--device", device,
            "--result-dir", result_dir]
     env = dict(os.environ)
