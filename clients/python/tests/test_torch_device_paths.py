@@ -95,6 +95,197 @@ def test_other_devices_are_refused_naming_the_tensor(px):
         px.dense("dev.sum", 3, torch.int64).allreduce(meta)
 
 
+class FakeCuda(torch.Tensor):
+    """A host tensor that says it is on cuda:0: what reaches the C ABI from CUDA tensors
+    can be seen here (the C calls are replaced; nothing reads the memory)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+    def __getitem__(self, key):  # slices stay FakeCuda in autograd hooks too, where
+        # torch functions do not re-wrap subclasses
+        return torch.Tensor.__getitem__(self, key).as_subclass(FakeCuda)
+
+
+def test_cuda_tensors_reach_the_c_abi_as_device_operations(px, monkeypatch):
+    from types import SimpleNamespace
+
+    from parallax import _lib
+    calls = []
+
+    def fake(name):
+        def call(*args):
+            opts = args[-2]._obj  # byref(px_op_options)
+            calls.append((name, opts.memory_kind, opts.device, opts.stream, opts.priority))
+            return _lib.ERR_NOT_IMPLEMENTED
+        return call
+
+    for name in ("px_pull_rows_ex", "px_push_rows_ex", "px_read_rows_ex", "px_allreduce_ex",
+                 "px_broadcast_ex"):
+        monkeypatch.setattr(_lib.lib, name, fake(name))
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: SimpleNamespace(cuda_stream=0xabc0))
+    table = px.sparse("dev.fake", 10, 2)
+    idx = torch.arange(3).as_subclass(FakeCuda)
+    rows = torch.zeros(3, 2).as_subclass(FakeCuda)
+    for op in (lambda: table.pull(idx, rows, priority=7), lambda: table.push(idx, rows),
+               lambda: table.read(idx, rows)):
+        with pytest.raises(parallax.NotImplementedInParallax):
+            op()
+    x = torch.ones(4).as_subclass(FakeCuda)
+    dense = px.dense("dev.fake.d", 4)
+    for op in (lambda: dense.allreduce(x), lambda: dense.broadcast(x, root=0)):
+        with pytest.raises(parallax.NotImplementedInParallax):
+            op()
+    cuda = (_lib.MEMORY_CUDA, 0, 0xabc0)
+    assert calls == [("px_pull_rows_ex", *cuda, 7), ("px_push_rows_ex", *cuda, 0),
+                     ("px_read_rows_ex", *cuda, 0), ("px_allreduce_ex", *cuda, 0),
+                     ("px_broadcast_ex", *cuda, 0)]
+    with pytest.raises(parallax.InvalidArgument, match="indices on cuda:0, rows on cpu"):
+        table.pull(idx, torch.zeros(3, 2))
+    with pytest.raises(parallax.InvalidArgument, match="must be contiguous int64"):
+        table.pull(torch.arange(3, dtype=torch.int32).as_subclass(FakeCuda), rows)
+    with pytest.raises(parallax.InvalidArgument, match="allgather input.*cuda"):
+        dense.allgather(x)
+    assert len(calls) == 5  # nothing more reached the library
+
+
+@pytest.fixture
+def fake_cuda(px, monkeypatch):
+    """FakeCuda as far as the C ABI: the device operations' C calls record their options
+    (memory kind, device, stream) and run as host operations on the memory behind them;
+    Client.empty_tensor on a CUDA device gives arena memory as FakeCuda. Yields (the calls
+    seen, the CUDA devices allocated on)."""
+    from types import SimpleNamespace
+
+    from parallax import _lib
+    seen, allocated = [], []
+
+    def on_host(name, real):
+        def call(*args):
+            opts = args[-2]._obj
+            seen.append((name, opts.memory_kind, opts.device, opts.stream))
+            opts.memory_kind, opts.device, opts.stream = _lib.MEMORY_HOST, -1, None
+            return real(*args)
+        return call
+
+    for name in ("px_pull_rows_ex", "px_push_rows_ex", "px_read_rows_ex", "px_allreduce_ex",
+                 "px_broadcast_ex"):
+        monkeypatch.setattr(_lib.lib, name, on_host(name, getattr(_lib.lib, name)))
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: SimpleNamespace(cuda_stream=0x5000))
+    host_empty = parallax.Client.empty_tensor
+
+    def empty_tensor(self, shape, dtype=None, device=None):
+        if device is not None and torch.device(device).type == "cuda":
+            allocated.append(torch.device(device))
+            return host_empty(self, shape, dtype).as_subclass(FakeCuda)
+        return host_empty(self, shape, dtype, device)
+
+    monkeypatch.setattr(parallax.Client, "empty_tensor", empty_tensor)
+    yield seen, allocated
+
+
+def test_sparse_layer_device_path_end_to_end_on_fake_cuda(px, fake_cuda):
+    """The Embedding's whole device path (staging in px_alloc_ex memory, PX_MEMORY_CUDA
+    pulls, reads and pushes on the current stream) with FakeCuda tensors: the C calls get
+    the device options, are checked, and run on the host memory behind them."""
+    from parallax import _lib
+    seen, allocated = fake_cuda
+    rows, dim = 40, 3
+    torch.manual_seed(0)
+    w0 = torch.randn(rows, dim)
+    emb = pxt.Embedding(rows, dim, name="dev.fakecuda", client=px, optimizer="adagrad",
+                        lr=0.3, initial_accumulator=0.1, epsilon=1e-10)
+    emb.load_state_dict({"weight": w0})
+    ref = nn.Embedding(rows, dim)
+    ref.weight.data.copy_(w0)
+    opt = torch.optim.Adagrad(ref.parameters(), lr=0.3, initial_accumulator_value=0.1,
+                              eps=1e-10)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        idx = torch.randint(0, rows, (2, 5), generator=g)
+        out = emb(idx.as_subclass(FakeCuda))
+        assert out.device == torch.device("cuda", 0)
+        out.sum().backward()
+        opt.zero_grad()
+        ref(idx).sum().backward()
+        opt.step()
+    emb.eval()
+    with torch.no_grad():
+        read = emb(torch.arange(rows).as_subclass(FakeCuda))
+    emb.synchronize()
+    want = ref.weight.data
+    assert torch.allclose(torch.Tensor(read), want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(emb.state_dict()["weight"], want, rtol=1e-5, atol=1e-6)
+    cuda = (_lib.MEMORY_CUDA, 0, 0x5000)
+    host = (_lib.MEMORY_HOST, -1, None)  # state_dict's read_all, through host memory
+    assert seen == [("px_pull_rows_ex", *cuda), ("px_push_rows_ex", *cuda)] * 4 + [
+        ("px_read_rows_ex", *cuda), ("px_read_rows_ex", *host)]
+    assert allocated == [torch.device("cuda", 0)] * 4  # pull and push staging, once each
+
+
+class FakeCudaParam(FakeCuda):
+    """FakeCuda for parameters: torch functions on it give plain tensors (no alias nodes
+    in the graph, so its AccumulateGrad hook is found as for a real parameter)."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def detach(self):  # nn.Parameter of a subclass needs detach() to keep the class
+        return torch.Tensor.detach(self).as_subclass(FakeCudaParam)
+
+
+def _fake_cuda_module(module: nn.Module) -> nn.Module:
+    for m in module.modules():
+        for name, p in list(m.named_parameters(recurse=False)):
+            setattr(m, name, nn.Parameter(p.detach().clone().as_subclass(FakeCudaParam)))
+    return module
+
+
+def test_ddp_and_broadcast_device_path_end_to_end_on_fake_cuda(px, fake_cuda):
+    """DistributedDataParallel with FakeCuda parameters: buckets allocated on the device,
+    gradients views of them, each bucket's allreduce a PX_MEMORY_CUDA call on the current
+    stream, training as a plain model does (one worker); broadcast_parameters packs CUDA
+    and host tensors into one device buffer and one PX_MEMORY_CUDA broadcast."""
+    import copy
+
+    from parallax import _lib
+    seen, allocated = fake_cuda
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    model = _fake_cuda_module(copy.deepcopy(ref))
+    wrapped = pxt.DistributedDataParallel(model, client=px, bucket_cap_mb=0.0001,
+                                          first_bucket_mb=0.0001, init_sync=False)
+    assert [str(b.buffer.device) for b in wrapped.buckets] == ["cuda:0"] * 2
+    assert allocated == [torch.device("cuda", 0)] * 2
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    spans = [(b.buffer.data_ptr(), b.buffer.data_ptr() + 4 * b.buffer.numel())
+             for b in wrapped.buckets]
+    for _ in range(3):
+        x = torch.randn(5, 4, generator=g)
+        opt.zero_grad()
+        wrapped(x).pow(2).sum().backward()
+        assert all(any(lo <= p.grad.data_ptr() < hi for lo, hi in spans)
+                   for p in model.parameters())
+        opt.step()
+        ref_opt.zero_grad()
+        ref(x).pow(2).sum().backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(torch.Tensor(p.detach()), q.detach(), rtol=1e-6, atol=1e-7)
+    cuda = (_lib.MEMORY_CUDA, 0, 0x5000)
+    assert seen == [("px_allreduce_ex", *cuda)] * 6
+    del seen[:]
+    on_device = torch.arange(6, dtype=torch.float32).as_subclass(FakeCuda)
+    on_host = torch.tensor([3], dtype=torch.int64)
+    pxt.broadcast_parameters({"w": on_device, "step": on_host}, client=px)
+    assert seen == [("px_broadcast_ex", *cuda)] and allocated[-1] == torch.device("cuda", 0)
+    assert torch.equal(torch.Tensor(on_device), torch.arange(6, dtype=torch.float32))
+    assert on_host.tolist() == [3]
+
+
 def test_buckets_are_per_device_and_dtype():
     cpu32 = [torch.zeros(4) for _ in range(3)]
     meta32 = torch.zeros(4, device="meta")
