@@ -81,6 +81,14 @@ def test_without_a_cuda_device_every_check_is_skipped_with_exit_77():
     assert "skipped" in p.stderr and "CUDA" in p.stderr
 
 
+def test_a_spent_budget_fails_the_checks_left():
+    p, result = run_check("--device", "cpu", "--budget", "10", "--only", "broadcast",
+                          timeout=60)
+    assert p.returncode == 1
+    (check,) = result["checks"]
+    assert check["status"] == "failed" and "budget of 10 s" in check["detail"], check
+
+
 def test_missing_environment_fails_clearly():
     env = {k: v for k, v in os.environ.items() if k not in ("PARALLAXD",)}
     out = os.path.join(tempfile.mkdtemp(prefix="pxcheck-test-"), "RESULT.json")

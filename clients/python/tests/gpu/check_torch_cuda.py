@@ -31,6 +31,8 @@ check is "skipped" with the reason and the exit status is 77. --device cpu runs 
 checks on host tensors (what the tests run where there is no GPU). RESULT.json:
 {"checks": [{"name", "status": "passed"|"failed"|"skipped", "detail", "seconds"}],
  "torch": version, "cuda": torch's CUDA version or null, "device": name, ...}.
+The whole run has --budget seconds (default 180): each check's deadline is cut to what
+is left, and a check that cannot start for lack of time fails, saying so.
 Exit status: 0 all passed, 77 no CUDA device (all skipped), 1 otherwise.
 """
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,13 +52,14 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
 CHECKS = {  # name: (nodes, workers per node, deadline in seconds)
-    "ddp-1x2": (1, 2, 90),
-    "ddp-2x1": (2, 1, 90),
-    "optimizer-1x2": (1, 2, 90),
-    "broadcast": (1, 2, 60),
-    "embedding": (1, 2, 60),
-    "pipeline": (1, 2, 60),
+    "ddp-1x2": (1, 2, 60),
+    "ddp-2x1": (2, 1, 60),
+    "optimizer-1x2": (1, 2, 60),
+    "broadcast": (1, 2, 45),
+    "embedding": (1, 2, 45),
+    "pipeline": (1, 2, 45),
 }
+BUDGET = 180  # seconds for the whole run: a hung check cannot take the others' time
 STEPS = 20
 IN, HIDDEN, OUT, BATCH = 8, 32, 4, 4
 TOL_REL, TOL_ABS = 1e-5, 1e-6
@@ -400,8 +404,8 @@ def _describe_torch():
     return torch, facts, None
 
 
-def _run_check(name: str, device: str, logs: str) -> dict:
-    nodes, per_node, deadline = CHECKS[name]
+def _run_check(name: str, device: str, logs: str, deadline: int) -> dict:
+    nodes, per_node, _ = CHECKS[name]
     result_dir = tempfile.mkdtemp(prefix=f"pxcheck-{name}-")
     log_dir = os.path.join(logs, name)
     os.makedirs(log_dir, exist_ok=True)
@@ -419,21 +423,25 @@ def _run_check(name: str, device: str, logs: str) -> dict:
     if os.path.isdir(os.path.join(package, "parallax")):
         env["PYTHONPATH"] = env.get("PYTHONPATH", "") + os.pathsep + package
     env.setdefault("OMP_NUM_THREADS", "1")
+    # Its own session: if px-cluster itself hangs, its daemons and workers go with it.
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
     try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                           timeout=deadline + 30)
-        rc, out = p.returncode, (p.stdout + p.stderr)
-    except subprocess.TimeoutExpired as e:
-        rc, out = None, f"px-cluster did not end {deadline + 30} s after it started: " \
-                        f"{(e.stdout or b'')[-2000:]!r}"
+        out, _ = p.communicate(timeout=deadline + 15)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        rc, out = None, f"px-cluster did not end {deadline + 15} s after it started " \
+                        f"(killed with its daemons and workers); its output:\n{out}"
     workers = []
     for f in sorted(os.listdir(result_dir)):
         with open(os.path.join(result_dir, f)) as fh:
             workers.append(json.load(fh))
     workers.sort(key=lambda r: r.get("rank", 0))
     passed = rc == 0 and len(workers) == nodes * per_node and all(w["ok"] for w in workers)
-    detail = {"nodes": nodes, "workers_per_node": per_node, "px_cluster_status": rc,
-              "workers": workers}
+    detail = {"nodes": nodes, "workers_per_node": per_node, "deadline_s": deadline,
+              "px_cluster_status": rc, "workers": workers}
     if not passed:
         detail["output"] = out[-4000:]
         detail["logs"] = log_dir
@@ -447,7 +455,11 @@ def main(argv=None) -> int:
                    help="cuda (default) or cpu: the same checks on host tensors")
     a.add_argument("--only", action="append", choices=sorted(CHECKS),
                    help="run only these checks (repeatable)")
-    a.add_argument("--logs", help="daemon and worker logs (default: a temporary folder)")
+    a.add_argument("--logs", help="daemon logs, a folder per check (default: a temporary "
+                   "folder; named in a failed check's detail)")
+    a.add_argument("--budget", type=int, default=BUDGET,
+                   help=f"seconds for the whole run (default {BUDGET}): each check's "
+                   "deadline is cut to what is left, and a check that cannot start fails")
     a.add_argument("--worker", help=argparse.SUPPRESS)
     a.add_argument("--result-dir", help=argparse.SUPPRESS)
     args = a.parse_args(argv)
@@ -469,13 +481,18 @@ def main(argv=None) -> int:
     else:
         status = "skipped"
     logs = args.logs or tempfile.mkdtemp(prefix="pxcheck-logs-")
+    began = time.monotonic()
     for name in names:
         start = time.monotonic()
+        left = int(args.budget - (start - began)) - 15  # px-cluster's own teardown
         if status is not None:
             entry = {"name": name, "status": status, "detail": why_not}
+        elif left < 20:
+            entry = {"name": name, "status": "failed",
+                     "detail": f"not run: the run's budget of {args.budget} s is spent"}
         else:
             try:
-                entry = _run_check(name, args.device, logs)
+                entry = _run_check(name, args.device, logs, min(CHECKS[name][2], left))
             except Exception as e:  # noqa: BLE001
                 entry = {"name": name, "status": "failed",
                          "detail": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
