@@ -566,6 +566,8 @@ class DistributedDataParallel(torch.nn.Module):
     prefixes the Parallax variables ("ddp.b0", ...); a second wrapper gets "ddp.2".
     prioritize (default) gives the first layers' bucket the highest transfer priority
     (_assign_priorities); False sends every bucket at priority 0, in submission order.
+    Parameters may be on CUDA: their buckets are then px_alloc_ex device memory, reduced
+    on the current stream (module docstring); move the module before wrapping it.
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None,
@@ -697,7 +699,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     backward produces them (DistributedDataParallel's engine). With
     backward_passes_per_step = k a bucket goes once accumulated over k backward passes
     (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients.
-    prioritize: as DistributedDataParallel's."""
+    prioritize: as DistributedDataParallel's. CUDA parameters: as DistributedDataParallel's
+    (device buckets reduced on the current stream)."""
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()

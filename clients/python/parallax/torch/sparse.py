@@ -222,6 +222,8 @@ class Embedding(_SparseModule):
     ("sync", "async", "bounded" + staleness) and aggregation ("mean": the gradient of the
     global batch's mean loss, as DDP averages; "sum") are options of the table (see
     parallax.SparseVariable). name must be the same on every worker and unique in the job.
+    Indices may be on the host or on a CUDA device; the rows come back on theirs (module
+    docstring: device steps, or through the host for a prefetch table).
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, name: str,
