@@ -2,6 +2,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -80,6 +82,17 @@ int main(int argc, char** argv) {
     PX_LOG_WARN("mallopt refused the heap settings; sparse steps will be slower");
   int ready_fd = -1;
   if (!config.foreground) detach(&ready_fd);
+  // Libraries that libfabric's providers load as fi_getinfo initializes them (PSM's
+  // libinfinipath) install SIGINT/SIGTERM handlers that call exit(), which then waits
+  // forever for the libfabric lock that very fi_getinfo holds: a daemon stopped during its
+  // start hung (seen when a test stopped a forming cluster). Both signals stay blocked, in
+  // this thread and every thread started from it, until Server::run() has installed the
+  // daemon's own handlers over those; a signal sent meanwhile is delivered then.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   px::Server server(config);
   std::string error;
   if (!server.listen(&error)) {

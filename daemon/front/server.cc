@@ -314,6 +314,13 @@ int Server::run() {
   sigint_.data = sigterm_.data = this;
   uv_signal_start(&sigint_, on_signal, SIGINT);
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  // main() blocked them until the daemon's handlers replaced any a provider's library
+  // installed (main.cc); one sent during the start arrives now.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   uv_timer_init(&loop_, &stall_timer_);
   stall_timer_.data = this;
