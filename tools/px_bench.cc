@@ -590,10 +590,13 @@ int main(int argc, char** argv) {
   if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
   if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
   if (scenario == "gpu") {  // px-bench-gpu, built with CUDA (bench_gpu.cc)
-    if (!*PX_BENCH_GPU_PATH) die("px-bench gpu: this build has no CUDA (README, Building)");
-    argv[1] = const_cast<char*>(PX_BENCH_GPU_PATH);
+    // PX_BENCH_GPU: a relocated copy (the GPU kit carries both programs to another machine).
+    const char* relocated = getenv("PX_BENCH_GPU");
+    std::string program = relocated && *relocated ? relocated : PX_BENCH_GPU_PATH;
+    if (program.empty()) die("px-bench gpu: this build has no CUDA (README, Building)");
+    argv[1] = program.data();
     execv(argv[1], argv + 1);
-    die(std::string("cannot run ") + PX_BENCH_GPU_PATH + ": " + strerror(errno));
+    die("cannot run " + program + ": " + strerror(errno));
   }
   if (scenario == "allreduce-worker") {
     if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");

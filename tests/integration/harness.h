@@ -23,6 +23,10 @@ extern std::atomic<bool> g_check_failed;
 // failed check of the running test; px_fault_suite's prints it.
 extern void (*g_unclean_exit)(const std::string& message);
 
+// The program at environment variable `name` if set, else `built` (the build tree's). The
+// GPU kit (tools/gpu-kit) sets PX_TEST_DAEMON, PX_TEST_WORKER and PX_TEST_GPU_WORKER.
+std::string program_path(const char* name, const char* built);
+
 class DaemonProcess {
  public:
   // Starts parallaxd --foreground on a fresh socket and waits until it accepts.

@@ -13,7 +13,8 @@ using namespace pxt;
 
 namespace {
 
-const std::map<std::string, std::string> kGpuWorker = {{"PX_WORKER_PROGRAM", PX_GPU_WORKER_PATH}};
+const std::map<std::string, std::string> kGpuWorker = {
+    {"PX_WORKER_PROGRAM", program_path("PX_TEST_GPU_WORKER", PX_GPU_WORKER_PATH)}};
 
 // True when the results are all "skipped" (exit 77): then MESSAGE, or fail under
 // PX_REQUIRE_GPU=1.
