@@ -74,6 +74,17 @@ TEST_CASE("device: sparse pull and push steps on device memory, 2 workers and 2 
   CHECK(all_ok(run_cluster_workers(cluster, "rows2", 2, {"rows"}, 240000, kGpuWorker)));
 }
 
+TEST_CASE("device: allreduce and sparse steps on device memory, 2 daemons x 1 worker on one GPU") {
+  // One worker per node: the node's sum is the worker's own buffer, copied out to pinned
+  // memory for the ring with no local reduction first (the shape of one GPU per node).
+  ClusterProcesses cluster("gpu-c2w1", 2);
+  auto results = run_cluster_workers(cluster, "ring40000", 1, {"allreduce", "40000"}, 240000,
+                                     kGpuWorker);
+  if (skipped(results)) return;
+  CHECK(all_ok(results));
+  CHECK(all_ok(run_cluster_workers(cluster, "rows1", 1, {"rows"}, 240000, kGpuWorker)));
+}
+
 TEST_CASE("device: px_alloc_ex device memory, mapped by the daemon, from 2 workers on one GPU") {
   DaemonProcess daemon("gpu-alloc");
   auto results = run_workers(daemon, "alloc", 2, {"alloc"}, 120000, kGpuWorker);
