@@ -9,10 +9,13 @@
 //       fraction of that bandwidth; a step ends when the result is on its slowest worker's
 //       stream (per-step max over workers, median over steps);
 //     * the 4 KiB f32 px_allreduce_ex latency between 2 workers (call to result on the
-//       stream, per-step max over workers: median and p99);
+//       stream, per-step max over workers: median and p99), and the host path's
+//       px_allreduce of the same size measured the same way (call to result);
 //     * the coalescing of an LM1B-shaped push (8,192 indices drawn Zipf(1) from 800,000
 //       rows, 128 f32 each) by the CUB kernel (transport/kernels/cuda/device_coalesce)
 //       against sharding's coalesce() on one host core, on the same push.
+//     and, under "targets", the GPU kit's three ratios with their targets and whether each
+//     is met (from this run's figures).
 // Without a device it says why and exits 0 ("skipped" in the JSON).
 #include <cuda_runtime_api.h>
 
@@ -178,6 +181,35 @@ std::vector<double> device_allreduce(const Daemon& d, int workers, px_dtype dtyp
   });
 }
 
+// The host path's peer of the 4 KiB device round trip, measured the same way in the same
+// run: px_allreduce of `count` f32 on px_alloc arena memory, in place, call to result;
+// the per-step max over the workers.
+std::vector<double> host_allreduce(const Daemon& d, int workers, uint64_t count, int warmup,
+                                   int iterations) {
+  std::string job = "host" + std::to_string(workers) + "-" + std::to_string(count);
+  return run_workers(workers, [&](int rank) {
+    px_client* c = connect_worker(d, job, rank, workers);
+    px_var* var = nullptr;
+    check(px_register_dense(c, "x", PX_F32, count, PX_SUM, &var), "register");
+    void* buf = nullptr;
+    check(px_alloc(c, count * 4, &buf), "px_alloc");
+    std::memset(buf, 0, count * 4);
+    std::vector<double> seconds;
+    for (int i = 0; i < warmup + iterations; ++i) {
+      px_request* r = nullptr;
+      double t0 = now_s();
+      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
+      check(px_wait(r, 300000), "px_wait");
+      double t = now_s() - t0;
+      px_request_free(r);
+      if (i >= warmup) seconds.push_back(t);
+    }
+    max_over_ranks(c, "times", seconds);
+    px_disconnect(c);
+    return seconds;
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,6 +260,12 @@ int main(int argc, char** argv) {
   std::vector<double> latency =
       device_allreduce(daemon, 2, PX_F32, 1024, 20, 10 * iterations, false);
   for (double& t : latency) t *= 1e6;
+  std::vector<double> host_latency = host_allreduce(daemon, 2, 1024, 20, 10 * iterations);
+  for (double& t : host_latency) t *= 1e6;
+  // The GPU kit's targets (issue 33), from this run's own figures.
+  double fraction_2w = rows.empty() ? 0 : rows[0].fraction;
+  double latency_ratio = percentile(latency, 0.5) / percentile(host_latency, 0.5);
+  double coalesce_speedup = k[2] / k[1];
   if (json) {
     printf("{\"scenario\":\"gpu\",\"timing\":\"%s\",\"memory_bandwidth_gbps\":%.1f,", kTimingMethod,
            bandwidth);
@@ -240,10 +278,20 @@ int main(int argc, char** argv) {
           rows[i].fraction);
     printf("],\"allreduce_4k_2_workers_us\":{\"median\":%.1f,\"p99\":%.1f},",
            percentile(latency, 0.5), percentile(latency, 0.99));
+    printf("\"allreduce_4k_2_workers_host_us\":{\"median\":%.1f,\"p99\":%.1f},",
+           percentile(host_latency, 0.5), percentile(host_latency, 0.99));
     printf(
         "\"coalesce_8192x128\":{\"unique_rows\":%.0f,\"gpu_ms\":%.3f,\"host_ms\":%.3f,"
-        "\"speedup\":%.1f}}\n",
-        k[3], k[1] * 1e3, k[2] * 1e3, k[2] / k[1]);
+        "\"speedup\":%.1f},",
+        k[3], k[1] * 1e3, k[2] * 1e3, coalesce_speedup);
+    printf(
+        "\"targets\":{\"allreduce_256mib_bf16_2_workers_fraction\":{\"value\":%.3f,"
+        "\"target\":\">= 0.60\",\"met\":%s},"
+        "\"coalesce_speedup\":{\"value\":%.1f,\"target\":\">= 10\",\"met\":%s},"
+        "\"allreduce_4k_device_over_host\":{\"value\":%.2f,\"target\":\"<= 2\",\"met\":%s}}}\n",
+        fraction_2w, fraction_2w >= 0.6 ? "true" : "false", coalesce_speedup,
+        coalesce_speedup >= 10 ? "true" : "false", latency_ratio,
+        latency_ratio <= 2 ? "true" : "false");
   } else {
     printf("device-to-device copy (256 MiB):   %.1f GB/s (reads + writes)\n", bandwidth);
     for (const Row& r : rows)
@@ -253,6 +301,8 @@ int main(int argc, char** argv) {
           r.workers, r.s.median * 1e3, r.s.min * 1e3, r.s.max * 1e3, 100 * r.fraction);
     printf("4 KiB allreduce, 2 workers:        median %.1f us, p99 %.1f us\n",
            percentile(latency, 0.5), percentile(latency, 0.99));
+    printf("4 KiB allreduce, host memory:      median %.1f us, p99 %.1f us (device/host %.2f)\n",
+           percentile(host_latency, 0.5), percentile(host_latency, 0.99), latency_ratio);
     printf("coalescing 8192 x 128 (%.0f unique): GPU %.3f ms, host %.3f ms (%.1fx)\n", k[3],
            k[1] * 1e3, k[2] * 1e3, k[2] / k[1]);
   }
