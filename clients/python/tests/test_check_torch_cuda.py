@@ -17,7 +17,8 @@ import torch
 from conftest import HERE, PACKAGE_ROOT, PYTHON, _require
 
 CHECK = os.path.join(HERE, "gpu", "check_torch_cuda.py")
-NAMES = ["ddp-1x2", "ddp-2x1", "optimizer-1x2", "broadcast", "embedding", "pipeline"]
+NAMES = ["ddp-1x2", "ddp-2x1", "optimizer-1x2", "broadcast", "embedding", "pipeline",
+         "softmax-bag"]
 
 
 def run_check(*args: str, extra_env: dict = None, timeout: float = 400):

@@ -24,6 +24,9 @@ in one process on the whole global batch:
   pipeline         TrainPipeline(device=...) over host batches moved to the device, a
                    prefetch Embedding (host-staged) and a Linear head under
                    DistributedOptimizer, against the reference, 1 x 2
+  softmax-bag      SampledSoftmax (SGD, device steps) on device hidden states and
+                   targets, 3 steps, against TF's sampled-softmax formula on a dense host
+                   table; EmbeddingBag (sum) reads in eval against nn.EmbeddingBag, 1 x 2
 
 PX_CHECK_HIDE_NUMPY=1 runs the workers as if NumPy were not installed (the torch path
 needs none). --device cuda (default) needs a CUDA device: without one (or without a CUDA torch) every
@@ -58,6 +61,7 @@ CHECKS = {  # name: (nodes, workers per node, deadline in seconds)
     "broadcast": (1, 2, 45),
     "embedding": (1, 2, 45),
     "pipeline": (1, 2, 45),
+    "softmax-bag": (1, 2, 45),
 }
 BUDGET = 180  # seconds for the whole run: a hung check cannot take the others' time
 STEPS = 20
@@ -333,6 +337,59 @@ def worker_pipeline(torch, pxt, px, device):
             emb.variable.stats().rows_served_ahead}
 
 
+def worker_softmax_bag(torch, pxt, px, device):
+    from torch import nn
+    classes, dim, num_sampled = 40, 5, 12
+    torch.manual_seed(2)
+    w0 = torch.randn(classes, dim + 1) * 0.3
+    layer = pxt.SampledSoftmax(classes, dim, num_sampled, name="check.softmax", client=px,
+                               optimizer="sgd", lr=0.5, sampler_seed=9)
+    layer.load_state_dict({"weight": w0})
+    ref_w = w0.clone().requires_grad_(True)
+    sampler = pxt.LogUniformSampler(classes, 9)
+    rank, world = px.rank, px.world_size
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(world * 4, dim, generator=g),
+             torch.randint(0, classes, (world * 4,), generator=g)) for _ in range(3)]
+    mine = slice(rank * 4, (rank + 1) * 4)
+    loss_err, loss_on_device = 0.0, True
+    for step, (hidden, targets) in enumerate(data):
+        loss = layer(hidden[mine].to(device), targets[mine].to(device))
+        loss_on_device = loss_on_device and loss.device == device
+        loss.backward()
+        sample = sampler.sample(num_sampled, step)
+        ref_loss = pxt.sampled_softmax_loss(hidden, targets, sample, ref_w[targets],
+                                            ref_w[sample], sampler)
+        ref_loss.backward()
+        with torch.no_grad():
+            ref_w -= 0.5 * ref_w.grad
+            ref_w.grad = None
+        if step == 0:  # this worker's first loss, from the initial table
+            first = pxt.sampled_softmax_loss(hidden[mine], targets[mine], sample,
+                                             w0[targets[mine]], w0[sample], sampler).item()
+            loss_err = abs(loss.item() - first) / max(1e-6, abs(first))
+    layer.synchronize()
+    px.barrier(30)
+    table_err = _rel_err(layer.state_dict()["weight"], ref_w)
+
+    torch.manual_seed(1)
+    b0 = torch.randn(ROWS, DIM)
+    bag = pxt.EmbeddingBag(ROWS, DIM, mode="sum", name="check.bag", client=px)
+    bag.load_state_dict({"weight": b0})
+    ref_bag = nn.EmbeddingBag(ROWS, DIM, mode="sum")
+    ref_bag.weight.data.copy_(b0)
+    idx, offsets = torch.tensor([3, 7, 7, 49, 0]), torch.tensor([0, 2])
+    bag.eval()
+    with torch.no_grad():
+        got = bag(idx.to(device), offsets.to(device))
+    bag_err = _rel_err(got, ref_bag(idx, offsets))
+    ok = (table_err < TOL_REL and loss_err < TOL_REL and bag_err < TOL_REL and loss_on_device
+          and got.device == device and bag.variable.stats().pull_steps == 0)
+    return {"ok": ok, "table_rel_err": table_err, "first_loss_rel_err": loss_err,
+            "bag_rel_err": bag_err, "loss_on_device": loss_on_device,
+            "bag_device": str(got.device)}
+
+
 def run_worker(name: str, device_name: str, result_dir: str) -> int:
     if os.environ.get("PX_CHECK_HIDE_NUMPY") == "1":  # as where NumPy is not installed
         sys.modules["numpy"] = None
@@ -362,6 +419,8 @@ def run_worker(name: str, device_name: str, result_dir: str) -> int:
             result = worker_embedding(torch, pxt, px, device)
         elif name == "pipeline":
             result = worker_pipeline(torch, pxt, px, device)
+        elif name == "softmax-bag":
+            result = worker_softmax_bag(torch, pxt, px, device)
         else:
             raise ValueError(f"unknown check {name}")
     except Exception as e:  # noqa: BLE001 - reported in the result
