@@ -29,9 +29,10 @@ in one process on the whole global batch:
                    table; EmbeddingBag (sum) reads in eval against nn.EmbeddingBag, 1 x 2
 
 PX_CHECK_HIDE_NUMPY=1 runs the workers as if NumPy were not installed (the torch path
-needs none). --device cuda (default) needs a CUDA device: without one (or without a CUDA torch) every
-check is "skipped" with the reason and the exit status is 77. --device cpu runs the same
-checks on host tensors (what the tests run where there is no GPU). RESULT.json:
+needs none). --device cuda (default) needs a CUDA device: without one (or without a CUDA
+torch) every check is "skipped" with the reason and the exit status is 77. --device cpu
+runs the same checks on host tensors (what the tests run where there is no GPU). On a GPU
+the daemons run with --gpu required. --logs DIR keeps the daemons' logs. RESULT.json:
 {"checks": [{"name", "status": "passed"|"failed"|"skipped", "detail", "seconds"}],
  "torch": version, "cuda": torch's CUDA version or null, "device": name, ...}.
 The whole run has --budget seconds (default 180): each check's deadline is cut to what
