@@ -125,7 +125,8 @@ class _Table:
                 1, f"'{self.var.name}': loading a {tuple(values.shape)} tensor into a "
                    f"{self.rows} x {self.dim} table")
         self.finish_pushes()
-        values = values.detach().to(torch.float32).contiguous()
+        # Through host memory, whatever device the values are on (a CUDA checkpoint).
+        values = values.detach().to("cpu", torch.float32).contiguous()
         for start in range(0, self.rows, chunk_rows):
             idx = torch.arange(start, min(self.rows, start + chunk_rows), dtype=torch.int64)
             self.var.load(idx, values[start:start + len(idx)]).wait()

@@ -247,7 +247,7 @@ def worker_embedding(torch, pxt, px, device):
     w0 = torch.randn(ROWS, DIM)
     emb = pxt.Embedding(ROWS, DIM, name="check.emb", client=px, optimizer="adagrad",
                         lr=0.3, initial_accumulator=0.1, epsilon=1e-10)
-    emb.load_state_dict({"weight": w0})
+    emb.load_state_dict({"weight": w0.to(device)})  # a checkpoint mapped to the device
     ref = nn.Embedding(ROWS, DIM)
     ref.weight.data.copy_(w0)
     opt = torch.optim.Adagrad(ref.parameters(), lr=0.3, initial_accumulator_value=0.1,
