@@ -363,6 +363,7 @@ class SampledSoftmax(_SparseModule):
         state_dict()["weight"] gives it (read once and pass it when scoring many batches);
         None reads it now."""
         table = self._table.read_all() if table is None else table
+        table = table.to(hidden.device)  # read_all is a host tensor; hidden may be on CUDA
         return F.log_softmax(hidden.reshape(-1, self.dim) @ table[:, :-1].t() + table[:, -1],
                              dim=-1)
 

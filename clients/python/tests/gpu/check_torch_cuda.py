@@ -372,6 +372,11 @@ def worker_softmax_bag(torch, pxt, px, device):
     layer.synchronize()
     px.barrier(30)
     table_err = _rel_err(layer.state_dict()["weight"], ref_w)
+    hidden = data[0][0][:3]
+    with torch.no_grad():
+        log_probs = layer.full_log_probs(hidden.to(device))
+        want = torch.log_softmax(hidden @ ref_w[:, :-1].t() + ref_w[:, -1], dim=-1)
+    table_err = max(table_err, _rel_err(log_probs, want))
 
     torch.manual_seed(1)
     b0 = torch.randn(ROWS, DIM)
