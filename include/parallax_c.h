@@ -106,7 +106,7 @@ typedef enum px_memory_kind {
 
 /* Arena sizes a daemon accepts (px_connect_options.arena_bytes); the daemon's
  * --max-arena-bytes may lower the maximum. */
-#define PX_ARENA_MIN_BYTES ((uint64_t)1 << 20) /* the smallest arena */
+#define PX_ARENA_MIN_BYTES ((uint64_t)1 << 20)  /* the smallest arena */
 #define PX_ARENA_MAX_BYTES ((uint64_t)16 << 30) /* the largest arena (see above) */
 
 typedef struct px_client px_client;   /* a connection to the node's parallaxd */
@@ -163,22 +163,22 @@ typedef struct px_alloc_options {
 /* Where this worker sits in its job (px_world). */
 typedef struct px_world_info {
   uint32_t struct_size; /* sizeof(px_world_info), set by the caller */
-  int32_t node_index; /* this daemon's node, 0 .. node_count - 1 */
-  int32_t node_count; /* nodes in the cluster */
-  int32_t rank;       /* global rank, node-major */
-  int32_t world_size; /* workers in the job across all nodes */
-  int32_t local_rank; /* rank among the job's workers on this node */
-  int32_t local_size; /* the job's workers on this node */
+  int32_t node_index;   /* this daemon's node, 0 .. node_count - 1 */
+  int32_t node_count;   /* nodes in the cluster */
+  int32_t rank;         /* global rank, node-major */
+  int32_t world_size;   /* workers in the job across all nodes */
+  int32_t local_rank;   /* rank among the job's workers on this node */
+  int32_t local_size;   /* the job's workers on this node */
 } px_world_info;
 
 /* The daemon's counters for one variable on this node (px_var_stats_get). */
 typedef struct px_var_stats {
   uint32_t struct_size; /* sizeof(px_var_stats), set by the caller */
   uint32_t reserved;    /* zero */
-  uint64_t ops;       /* completed operations on this node (all workers' steps counted once) */
-  uint64_t bytes;     /* bytes reduced on this node (input bytes of all local workers) */
-  uint64_t wait_ns;   /* total time from first to last local submission of each step */
-  uint64_t reduce_ns; /* total time spent reducing and fanning out */
+  uint64_t ops;         /* completed operations on this node (all workers' steps counted once) */
+  uint64_t bytes;       /* bytes reduced on this node (input bytes of all local workers) */
+  uint64_t wait_ns;     /* total time from first to last local submission of each step */
+  uint64_t reduce_ns;   /* total time spent reducing and fanning out */
   /* Sparse variables (ABI 1.1; zero for dense ones). Per pull step a worker's density is
    * alpha = rows_pulled / (pull_steps * local workers * rows). */
   uint64_t pull_steps;

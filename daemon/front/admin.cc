@@ -68,8 +68,8 @@ DaemonState collect_daemon_state(Server& server) {
   s.gpu_devices = gpu.device_count();
   s.gpu = gpu.summary();
   if (gpu.backend()) s.nccl = gpu.backend()->inventory().nccl;
-  s.gpu_cross_node = server.can_run_nccl() ? "nccl"
-                     : !c.gpu_nccl          ? "host ring (gpu.cross_node = host-ring)"
+  s.gpu_cross_node = server.can_run_nccl()     ? "nccl"
+                     : !c.gpu_nccl             ? "host ring (gpu.cross_node = host-ring)"
                      : gpu.device_count() == 0 ? "host ring (no usable GPU)"
                                                : "host ring (built without NCCL)";
   const Cluster* cluster = server.cluster();

@@ -32,7 +32,7 @@ struct VariableState {
   double alpha = 0;         // rows_pulled / (pull_steps * local workers * rows)
   double unique_alpha = 0;  // rows_unique / (pull_steps * rows)
   uint32_t pending_steps = 0;
-  std::string failed;  // the variable's failure (mismatch, restore), empty if none
+  std::string failed;        // the variable's failure (mismatch, restore), empty if none
   std::string route_reason;  // device memory across nodes: why the host ring, not NCCL
 };
 
@@ -80,7 +80,7 @@ struct DaemonState {
   std::string gpu_mode;
   int gpu_devices = 0;
   std::string gpu;
-  std::string nccl;  // NCCL's version, "" without it
+  std::string nccl;            // NCCL's version, "" without it
   std::string gpu_cross_node;  // "nccl" (this daemon offers it) or "host ring (why)"
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;

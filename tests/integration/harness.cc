@@ -128,9 +128,8 @@ pid_t spawn_worker(const std::string& socket, const std::string& job, int rank, 
   e["PARALLAX_LOCAL_SIZE"] = std::to_string(local_size);
   // PX_WORKER_PROGRAM in env: another worker program (the GPU tests' px_gpu_worker).
   auto program = env.find("PX_WORKER_PROGRAM");
-  std::vector<std::string> argv = {program != env.end()
-                                       ? program->second
-                                       : program_path("PX_TEST_WORKER", PX_WORKER_PATH)};
+  std::vector<std::string> argv = {
+      program != env.end() ? program->second : program_path("PX_TEST_WORKER", PX_WORKER_PATH)};
   argv.insert(argv.end(), args.begin(), args.end());
   outputs.push_back(unique_path(tag, ".out"));
   return spawn_process(argv, e, outputs.back());
@@ -158,7 +157,11 @@ DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::stri
   socket_ = unique_path(tag, ".sock");
   log_path_ = unique_path(tag, ".log");
   std::vector<std::string> argv = {program_path("PX_TEST_DAEMON", PX_DAEMON_PATH),
-                                   "--foreground", "--socket", socket_, "--threads", "2"};
+                                   "--foreground",
+                                   "--socket",
+                                   socket_,
+                                   "--threads",
+                                   "2"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = spawn_process(argv, {}, log_path_);
   if (!wait_ready) return;

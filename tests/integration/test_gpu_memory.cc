@@ -78,8 +78,8 @@ TEST_CASE("device: allreduce and sparse steps on device memory, 2 daemons x 1 wo
   // One worker per node: the node's sum is the worker's own buffer, copied out to pinned
   // memory for the ring with no local reduction first (the shape of one GPU per node).
   ClusterProcesses cluster("gpu-c2w1", 2);
-  auto results = run_cluster_workers(cluster, "ring40000", 1, {"allreduce", "40000"}, 240000,
-                                     kGpuWorker);
+  auto results =
+      run_cluster_workers(cluster, "ring40000", 1, {"allreduce", "40000"}, 240000, kGpuWorker);
   if (skipped(results)) return;
   CHECK(all_ok(results));
   CHECK(all_ok(run_cluster_workers(cluster, "rows1", 1, {"rows"}, 240000, kGpuWorker)));

@@ -114,7 +114,9 @@ TEST_CASE(
   CHECK_MESSAGE(contains(daemon.log(), "restored from " + folder), daemon.log());
 }
 
-TEST_CASE("checkpoints: a node killed mid-training on 3 nodes restarts and training resumes from the newest generation") {
+TEST_CASE(
+    "checkpoints: a node killed mid-training on 3 nodes restarts and training resumes from the "
+    "newest generation") {
   // Periodic generations in a directory every node shares (one machine); node 1 is killed
   // with SIGKILL once two generations exist. The other nodes' workers fail naming it; node
   // 1 is started again, the cluster re-forms, and a new run of the job reads the step its
