@@ -17,6 +17,7 @@ extensions = [
     "sphinx.ext.autodoc",     # the Python API reference, from the docstrings
     "sphinx.ext.graphviz",    # architecture.dot, rendered by `dot` at build time
     "pxcoverage",             # every public Python name documented, or a warning (-W: an error)
+    "pxplots",                # the benchmark plots (docs/_tools/plot_bench.py), as figures
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
