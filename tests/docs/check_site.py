@@ -12,9 +12,12 @@
    console, so every local src/href of every page must also exist on disk.
 4. Screenshots of the front page and the Python API page, kept in OUT/screenshots, must
    not be blank (Pillow: enough pixels away from the background colour).
+5. Every benchmark plot docs/_tools/plot_bench.py drew (its manifest.json) is in the built
+   site's _images, shown by the page the manifest names, and not blank (the same measure).
 
 Usage: check_site.py SOURCE_DIR OUT_DIR
 """
+import collections
 import html.parser
 import json
 import os
@@ -78,7 +81,7 @@ def chromium(args, timeout=90):
 TOOLS = {"doxygen": "doxygen", "dot": "graphviz", "chromium": "chromium"}
 MODULES = {"sphinx": "python3-sphinx", "breathe": "python3-breathe",
            "myst_parser": "python3-myst-parser", "sphinx_rtd_theme": "python3-sphinx-rtd-theme",
-           "PIL": "python3-pil", "torch": "python3-torch"}
+           "PIL": "python3-pil", "torch": "python3-torch", "matplotlib": "python3-matplotlib"}
 
 
 def check_tools():
@@ -136,14 +139,45 @@ def screenshot(page: pathlib.Path, png: pathlib.Path):
         content = im.crop((320, 0, w, h))
         small = content.resize((content.width // 4, content.height // 4))
         pixels = list(small.getdata())
-    background = max(set(pixels), key=pixels.count)
-    away = sum(1 for p in pixels if sum(abs(a - b) for a, b in zip(p, background)) > 60)
-    share = away / len(pixels)
-    colours = len(set(pixels))
+    share, colours = ink(pixels)
     if share < 0.02 or colours < 16:
         fail(f"{png.name} looks blank: {share:.2%} of the text column's pixels away from "
              f"its background, {colours} colours")
     return {"file": str(png), "size": [w, h], "ink": round(share, 4), "colours": colours}
+
+
+def ink(pixels):
+    """The share of pixels away from the commonest colour (the background), and how many
+    colours there are."""
+    counts = collections.Counter(pixels)
+    background = counts.most_common(1)[0][0]
+    away = sum(n for p, n in counts.items() if sum(abs(a - b) for a, b in zip(p, background)) > 60)
+    return away / len(pixels), len(counts)
+
+
+def check_plots(site: pathlib.Path, html_dir: pathlib.Path):
+    from PIL import Image
+    manifest = json.loads((site / "plots" / "manifest.json").read_text(encoding="utf-8"))
+    if not manifest:
+        fail("docs/_tools/plot_bench.py drew no plot")
+    results = []
+    for plot in manifest:
+        png = html_dir / "_images" / f"{plot['name']}.png"
+        page = html_dir / f"{plot['page']}.html"
+        if not png.exists():
+            fail(f"plot {plot['name']} is not in the built site ({png})")
+        if f"_images/{png.name}" not in page.read_text(encoding="utf-8"):
+            fail(f"plot {plot['name']} is not shown on {page.relative_to(html_dir)}")
+        with Image.open(png) as im:
+            im = im.convert("RGB")
+            small = im.resize((im.width // 2, im.height // 2))
+            share, colours = ink(list(small.getdata()))
+        if share < 0.02 or colours < 16:
+            fail(f"plot {png.name} looks blank: {share:.2%} of its pixels away from its "
+                 f"background, {colours} colours")
+        results.append({"plot": plot["name"], "page": plot["page"], "ink": round(share, 4),
+                        "colours": colours})
+    return results
 
 
 def png_is_current(src: pathlib.Path, out: pathlib.Path):
@@ -179,11 +213,13 @@ def main():
     shots.mkdir()
     results = [screenshot(html_dir / "index.html", shots / "front-page.png"),
                screenshot(html_dir / "python-api.html", shots / "python-api.png")]
-    summary = {"pages": len(pages), "screenshots": results,
+    step("benchmark plots")
+    plots = check_plots(out / "site", html_dir)
+    summary = {"pages": len(pages), "screenshots": results, "plots": plots,
                "seconds": {"build": round(t_build, 1), "pages": round(t_pages, 1),
                            "total": round(time.monotonic() - t0, 1)}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    step(f"ok: {len(pages)} pages, screenshots in {shots}, "
+    step(f"ok: {len(pages)} pages, {len(plots)} plots, screenshots in {shots}, "
          f"{summary['seconds']['total']} s ({summary['seconds']})")
 
 
