@@ -40,7 +40,6 @@ REFERENCE = "docs/configuration.md"
 # config.cc and remove them here (the check fails while an entry here is listed).
 KNOWN_MISSING_FROM_HELP = {
     "-h": "an alias of --help",
-    "--secret-file": "missing from kUsage in daemon/front/config.cc",
 }
 UINT64_MAX = 2**64 - 1
 
