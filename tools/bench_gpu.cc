@@ -194,16 +194,7 @@ std::vector<double> host_allreduce(const Daemon& d, int workers, uint64_t count,
     void* buf = nullptr;
     check(px_alloc(c, count * 4, &buf), "px_alloc");
     std::memset(buf, 0, count * 4);
-    std::vector<double> seconds;
-    for (int i = 0; i < warmup + iterations; ++i) {
-      px_request* r = nullptr;
-      double t0 = now_s();
-      check(px_allreduce(var, buf, buf, &r), "px_allreduce");
-      check(px_wait(r, 300000), "px_wait");
-      double t = now_s() - t0;
-      px_request_free(r);
-      if (i >= warmup) seconds.push_back(t);
-    }
+    std::vector<double> seconds = timed_allreduces(c, var, buf, warmup, iterations, false);
     max_over_ranks(c, "times", seconds);
     px_disconnect(c);
     return seconds;

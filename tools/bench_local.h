@@ -107,4 +107,23 @@ std::vector<double> run_workers(int workers, Fn fn) {
   return result;
 }
 
+// Seconds of each in-place allreduce of buf; the first `warmup` are not counted. aligned:
+// each starts right after a barrier so all workers begin together (bandwidth); otherwise
+// back to back (round trips).
+inline std::vector<double> timed_allreduces(px_client* c, px_var* var, void* buf, int warmup,
+                                            int iterations, bool aligned = true) {
+  std::vector<double> seconds;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    if (aligned) check(px_barrier(c, 300000), "px_barrier");
+    px_request* r = nullptr;
+    double t0 = now_s();
+    check(px_allreduce(var, buf, buf, &r), "px_allreduce");
+    check(px_wait(r, 300000), "px_wait");
+    double t = now_s() - t0;
+    px_request_free(r);
+    if (i >= warmup) seconds.push_back(t);
+  }
+  return seconds;
+}
+
 }  // namespace pxbench

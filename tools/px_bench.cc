@@ -116,25 +116,6 @@ std::vector<double> eventfd_ping_pong(int iterations) {
   return us;
 }
 
-// Seconds of each in-place allreduce of buf; the first `warmup` are not counted. aligned:
-// each starts right after a barrier so all workers begin together (bandwidth); otherwise
-// back to back (round trips).
-std::vector<double> timed_allreduces(px_client* c, px_var* var, void* buf, int warmup,
-                                     int iterations, bool aligned = true) {
-  std::vector<double> seconds;
-  for (int i = 0; i < warmup + iterations; ++i) {
-    if (aligned) check(px_barrier(c, 300000), "px_barrier");
-    px_request* r = nullptr;
-    double t0 = now_s();
-    check(px_allreduce(var, buf, buf, &r), "px_allreduce");
-    check(px_wait(r, 300000), "px_wait");
-    double t = now_s() - t0;
-    px_request_free(r);
-    if (i >= warmup) seconds.push_back(t);
-  }
-  return seconds;
-}
-
 // Round trip of one small allreduce (submit to completion) as seen by rank 0, in us.
 std::vector<double> round_trips(const Daemon& d, int iterations) {
   return run_workers(2, [&](int rank) {
