@@ -12,6 +12,9 @@
 #include "daemon/cluster/cluster_auth.h"
 #include "parallax_c.h"
 
+#ifndef PX_VERSION
+#define PX_VERSION "unknown"  // daemon/CMakeLists.txt defines it from VERSION
+#endif
 namespace px {
 namespace {
 
@@ -399,7 +402,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       exit(0);
     }
     if (arg == "--version") {
-      printf("parallaxd 0.1.0 (ABI %d.%d)\n", PX_ABI_VERSION_MAJOR, PX_ABI_VERSION_MINOR);
+      printf("parallaxd %s (ABI %d.%d)\n", PX_VERSION, PX_ABI_VERSION_MAJOR, PX_ABI_VERSION_MINOR);
       exit(0);
     }
     if (arg == "--config") {

@@ -10,6 +10,7 @@
 """
 
 from ._lib import ABI_MAJOR, ABI_MINOR, library_path
+from ._version import __version__
 from .client import ArenaMemory, Client, World, resolve_settings
 from .errors import (Busy, Cancelled, ConnectError, DeadlineExceeded, InternalError,
                      InvalidArgument, Mismatch, NotFound, NotImplementedInParallax,
@@ -18,11 +19,13 @@ from .errors import (Busy, Cancelled, ConnectError, DeadlineExceeded, InternalEr
 from .request import Request, wait_all
 from .variables import DenseVariable, SparseVariable, Stats
 
-__version__ = f"{ABI_MAJOR}.{ABI_MINOR}"
+# The C ABI this package binds (the header's major.minor; the library loaded may be a later
+# 1.x): a number apart from __version__, the package's.
+abi_version = f"{ABI_MAJOR}.{ABI_MINOR}"
 
 __all__ = [
-    "ABI_MAJOR", "ABI_MINOR", "library_path", "ArenaMemory", "Client", "World",
-    "resolve_settings", "Request", "wait_all", "DenseVariable", "SparseVariable", "Stats",
+    "__version__", "abi_version", "ABI_MAJOR", "ABI_MINOR", "library_path", "ArenaMemory",
+    "Client", "World", "resolve_settings", "Request", "wait_all", "DenseVariable", "SparseVariable", "Stats",
     "ParallaxError", "InvalidArgument", "VersionMismatch", "ConnectError", "DeadlineExceeded",
     "PeerLost", "Mismatch", "NotFound", "OutOfMemory", "Busy", "ProtocolError",
     "RowIndexError", "NotImplementedInParallax", "InternalError", "PermissionDenied",
