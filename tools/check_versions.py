@@ -28,6 +28,7 @@ LITERAL_COPIES = {
 # Files that must read VERSION, not repeat it: a literal there would drift.
 READERS = {
     "CMakeLists.txt": "${CMAKE_CURRENT_SOURCE_DIR}/VERSION",
+    "clients/python/setup.py": '"VERSION"',
     "clients/python/parallax/_version.py": '"VERSION"',
 }
 

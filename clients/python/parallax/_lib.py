@@ -2,10 +2,11 @@
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
-library is found, in order, at $PARALLAX_LIB, next to an installed package
-(PREFIX/lib/libparallax.so.1 for PREFIX/lib/python3*/dist-packages/parallax), then
-by the dynamic loader's search ("libparallax.so.1"), and last, in a source checkout, the
-default build directory's (build/clients/c/libparallax.so.1).
+library is found, in order: inside the package (a wheel carries parallax/libparallax.so.1),
+at $PARALLAX_LIB, next to an installed package (PREFIX/lib/libparallax.so.1 for
+PREFIX/lib/python3*/dist-packages/parallax), by the dynamic loader's search
+("libparallax.so.1"), and last, in a source checkout, the default build directory's
+(build/clients/c/libparallax.so.1).
 """
 
 from __future__ import annotations
@@ -151,10 +152,13 @@ _SIGNATURES = {
 
 
 def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "libparallax.so.1")
+    if os.path.exists(packaged):
+        return [packaged]
     env = os.environ.get("PARALLAX_LIB")
     if env:
         return [env]
-    here = os.path.dirname(os.path.abspath(__file__))
     # PREFIX/lib/python3.X/dist-packages/parallax -> PREFIX/lib
     installed = os.path.normpath(os.path.join(here, "..", "..", "..", "libparallax.so.1"))
     # In a source checkout (clients/python/parallax), the default build directory's library.
