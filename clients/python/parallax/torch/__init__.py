@@ -4,11 +4,13 @@ Dense (ddp.py): DistributedDataParallel, DistributedOptimizer, broadcast_paramet
 broadcast_optimizer_state. Sparse (sparse.py): Embedding, EmbeddingBag, SampledSoftmax,
 whose tables live in the daemons. Pipeline (pipeline.py): TrainPipeline, the data loader
 one batch ahead and its sparse rows prefetched during backward. client() is the process's
-default parallax.Client.
+default parallax.Client. Importing it registers torch.distributed's "parallax" backend
+(backend.py).
 """
 
 from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
                   broadcast_optimizer_state, broadcast_parameters, client)
+from .backend import register as _register_backend
 from .pipeline import TrainPipeline
 from .session import default_client, set_default_client
 from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
@@ -18,3 +20,5 @@ __all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
            "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
            "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline"]
+
+_register_backend()
