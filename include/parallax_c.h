@@ -49,8 +49,8 @@ extern "C" {
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
- * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory) */
-#define PX_ABI_VERSION_MINOR 8
+ * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD */
+#define PX_ABI_VERSION_MINOR 9
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -93,6 +93,7 @@ typedef enum px_reduce_op {
   PX_MEAN = 1, /* sum divided by the number of workers; integers truncate toward zero */
   PX_MIN = 2,  /* NaN in any input gives NaN */
   PX_MAX = 3,  /* NaN in any input gives NaN */
+  PX_PROD = 4, /* (1.9) the product; integers wrap, f16/bf16 multiply in f32 */
   PX_REDUCE_OP_FORCE_32BIT = 0x7fffffff
 } px_reduce_op;
 

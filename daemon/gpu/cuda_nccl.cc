@@ -66,6 +66,9 @@ bool nccl_op(ReduceOp op, ncclRedOp_t* out) {
     case ReduceOp::kMax:
       *out = ncclMax;
       return true;
+    case ReduceOp::kProd:
+      *out = ncclProd;
+      return true;
     case ReduceOp::kMean:
       return false;  // summed, then divided by the caller
   }

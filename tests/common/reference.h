@@ -47,7 +47,7 @@ inline uint16_t ref_float_to_bf16(float f) {
 }
 
 // Reduction of per-rank values, in rank order, in the accumulation type the ABI documents.
-enum RefOp { kRefSum = 0, kRefMean = 1, kRefMin = 2, kRefMax = 3 };
+enum RefOp { kRefSum = 0, kRefMean = 1, kRefMin = 2, kRefMax = 3, kRefProd = 4 };
 
 template <typename T>
 T ref_combine(T a, T b, int op) {
@@ -60,6 +60,8 @@ T ref_combine(T a, T b, int op) {
       return (std::isnan(static_cast<double>(a)) || std::isnan(static_cast<double>(b)))
                  ? (std::isnan(static_cast<double>(a)) ? a : b)
                  : (b > a ? b : a);
+    case kRefProd:
+      return a * b;
     default:
       return a + b;
   }

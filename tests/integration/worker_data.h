@@ -75,6 +75,38 @@ inline void fill_input(px_dtype t, int rank, uint64_t step, uint64_t seed, uint6
   }
 }
 
+// One rank's input for a reduction with op: fill_input's values, or for products -1, 0 and
+// 1, whose products are exact in every dtype and every order (a cluster's ring).
+inline void fill_input_for(px_dtype t, px_reduce_op op, int rank, uint64_t step, uint64_t seed,
+                           uint64_t count, void* out) {
+  if (op != PX_PROD) return fill_input(t, rank, step, seed, count, out);
+  for (uint64_t i = 0; i < count; ++i) {
+    int64_t r = raw_value(rank, step, i, seed) % 2;
+    switch (t) {
+      case PX_DTYPE_FORCE_32BIT:  // pins the enum to 32 bits; not a dtype
+        break;
+      case PX_F32:
+        static_cast<float*>(out)[i] = static_cast<float>(r);
+        break;
+      case PX_F64:
+        static_cast<double*>(out)[i] = static_cast<double>(r);
+        break;
+      case PX_F16:
+        static_cast<uint16_t*>(out)[i] = ref_float_to_f16(static_cast<float>(r));
+        break;
+      case PX_BF16:
+        static_cast<uint16_t*>(out)[i] = ref_float_to_bf16(static_cast<float>(r));
+        break;
+      case PX_I32:
+        static_cast<int32_t*>(out)[i] = static_cast<int32_t>(r);
+        break;
+      case PX_I64:
+        static_cast<int64_t*>(out)[i] = r;
+        break;
+    }
+  }
+}
+
 // The result every rank must see: ranks combined in rank order, as the ABI documents.
 inline std::vector<unsigned char> expected_result(px_dtype t, px_reduce_op op, int world,
                                                   uint64_t step, uint64_t seed, uint64_t count) {
@@ -82,7 +114,7 @@ inline std::vector<unsigned char> expected_result(px_dtype t, px_reduce_op op, i
   std::vector<std::vector<unsigned char>> inputs(static_cast<size_t>(world),
                                                  std::vector<unsigned char>(count * es));
   for (int r = 0; r < world; ++r)
-    fill_input(t, r, step, seed, count, inputs[static_cast<size_t>(r)].data());
+    fill_input_for(t, op, r, step, seed, count, inputs[static_cast<size_t>(r)].data());
   std::vector<unsigned char> out(count * es);
   for (uint64_t i = 0; i < count; ++i) {
     auto at = [&](int r) { return inputs[static_cast<size_t>(r)].data() + i * es; };
@@ -146,6 +178,8 @@ inline std::vector<unsigned char> expected_result(px_dtype t, px_reduce_op op, i
             acc = std::min(acc, v);
           else if (op == PX_MAX)
             acc = std::max(acc, v);
+          else if (op == PX_PROD)
+            acc = static_cast<int64_t>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
           else
             acc = static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
         }

@@ -63,9 +63,10 @@ std::vector<T> reference_reduction(const std::vector<std::vector<T>>& in, Reduce
   std::vector<T> out = in[0];
   for (size_t r = 1; r < in.size(); ++r)
     for (size_t i = 0; i < out.size(); ++i)
-      out[i] = op == ReduceOp::kMin   ? std::min(out[i], in[r][i])
-               : op == ReduceOp::kMax ? std::max(out[i], in[r][i])
-                                      : out[i] + in[r][i];
+      out[i] = op == ReduceOp::kMin    ? std::min(out[i], in[r][i])
+               : op == ReduceOp::kMax  ? std::max(out[i], in[r][i])
+               : op == ReduceOp::kProd ? out[i] * in[r][i]
+                                       : out[i] + in[r][i];
   return out;
 }
 

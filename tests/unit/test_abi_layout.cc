@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 8u), "ABI 1.8");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 9u), "ABI 1.9");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -31,7 +31,8 @@ static_assert(static_cast<uint32_t>(PX_SUM) == static_cast<uint32_t>(px::ReduceO
 static_assert(static_cast<uint32_t>(PX_MEAN) == static_cast<uint32_t>(px::ReduceOp::kMean));
 static_assert(static_cast<uint32_t>(PX_MIN) == static_cast<uint32_t>(px::ReduceOp::kMin));
 static_assert(static_cast<uint32_t>(PX_MAX) == static_cast<uint32_t>(px::ReduceOp::kMax));
-static_assert(px::kReduceOpCount == 4);
+static_assert(static_cast<uint32_t>(PX_PROD) == static_cast<uint32_t>(px::ReduceOp::kProd));
+static_assert(px::kReduceOpCount == 5);
 static_assert(static_cast<uint32_t>(PX_MEMORY_HOST) ==
               static_cast<uint32_t>(px::MemoryKind::kHostArena));
 static_assert(static_cast<uint32_t>(PX_MEMORY_CUDA) ==

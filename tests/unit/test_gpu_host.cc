@@ -87,8 +87,8 @@ TEST_CASE("host: reduce arguments are checked before anything is launched") {
   x.dtype = static_cast<DType>(6);
   CHECK(refused(x, "invalid dtype 6"));
   x = ok;
-  x.op = static_cast<ReduceOp>(4);
-  CHECK(refused(x, "invalid op 4"));
+  x.op = static_cast<ReduceOp>(5);
+  CHECK(refused(x, "invalid op 5"));
   x = ok;
   x.nsrc = 0;
   CHECK(refused(x, "0 sources, expected 1..4096"));
@@ -130,7 +130,7 @@ TEST_CASE("host: reduce arguments are checked before anything is launched") {
   CHECK(plan.mean_divisor == 1);
 }
 
-TEST_CASE("host: reduce scratch is needed only past 32 sources, for f16/bf16 sums and i32 means") {
+TEST_CASE("host: reduce scratch is needed only past 32 sources, where a running value rounds") {
   const size_t count = 1000;
   for (uint32_t d = 0; d < px::kDTypeCount; ++d) {
     for (uint32_t o = 0; o < px::kReduceOpCount; ++o) {
@@ -139,9 +139,10 @@ TEST_CASE("host: reduce scratch is needed only past 32 sources, for f16/bf16 sum
       CAPTURE(px::dtype_name(dtype));
       CAPTURE(px::reduce_op_name(op));
       bool half = dtype == DType::kF16 || dtype == DType::kBF16;
-      bool sum_like = op == ReduceOp::kSum || op == ReduceOp::kMean;
+      // What rounds when a pass's running value is stored as the element type.
+      bool sum_like = op == ReduceOp::kSum || op == ReduceOp::kMean || op == ReduceOp::kProd;
       size_t want = 0;
-      if (half && sum_like) want = count * 4;                               // f32 running sums
+      if (half && sum_like) want = count * 4;  // f32 running sums and products
       if (dtype == DType::kI32 && op == ReduceOp::kMean) want = count * 8;  // i64
       size_t bytes = 1;
       std::string why;

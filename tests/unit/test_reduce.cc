@@ -58,6 +58,10 @@ std::vector<T> ref_int(const std::vector<std::vector<T>>& srcs, int op) {
       U v = 0;
       for (auto& s : srcs) v += static_cast<U>(s[i]);
       out[i] = static_cast<T>(v);
+    } else if (op == kRefProd) {  // wraps, as the sum does
+      U v = 1;
+      for (auto& s : srcs) v = static_cast<U>(v * static_cast<U>(s[i]));
+      out[i] = static_cast<T>(v);
     } else {
       int64_t total = 0;
       for (auto& s : srcs)
@@ -113,7 +117,7 @@ const size_t kCounts[] = {1, 3, 1023, 1024, 1025, 4099};
 
 TEST_CASE("reduce: every dtype x op x source count x length matches the reference bitwise") {
   std::mt19937_64 rng(7);
-  for (int op = 0; op < 4; ++op) {
+  for (int op = 0; op < static_cast<int>(px::kReduceOpCount); ++op) {
     for (size_t nsrc = 1; nsrc <= 4; ++nsrc) {
       for (size_t count : kCounts) {
         for (bool in_place : {false, true}) {
@@ -140,9 +144,9 @@ TEST_CASE("reduce: every dtype x op x source count x length matches the referenc
   }
 }
 
-TEST_CASE("reduce: NaN in any input propagates through sum, mean, min and max") {
+TEST_CASE("reduce: NaN in any input propagates through sum, mean, min, max and prod") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int op = 0; op < 4; ++op) {
+  for (int op = 0; op < static_cast<int>(px::kReduceOpCount); ++op) {
     for (size_t nan_at = 0; nan_at < 3; ++nan_at) {
       CAPTURE(op);
       CAPTURE(nan_at);

@@ -9,10 +9,10 @@
 namespace px {
 
 enum class DType : uint32_t { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3, kI32 = 4, kI64 = 5 };
-enum class ReduceOp : uint32_t { kSum = 0, kMean = 1, kMin = 2, kMax = 3 };
+enum class ReduceOp : uint32_t { kSum = 0, kMean = 1, kMin = 2, kMax = 3, kProd = 4 };
 
 constexpr uint32_t kDTypeCount = 6;
-constexpr uint32_t kReduceOpCount = 4;
+constexpr uint32_t kReduceOpCount = 5;
 
 inline bool valid_dtype(uint32_t v) {
   return v < kDTypeCount;
@@ -45,7 +45,7 @@ inline const char* dtype_name(DType t) {
 }
 
 inline const char* reduce_op_name(ReduceOp op) {
-  static const char* const names[] = {"sum", "mean", "min", "max"};
+  static const char* const names[] = {"sum", "mean", "min", "max", "prod"};
   return static_cast<uint32_t>(op) < kReduceOpCount ? names[static_cast<uint32_t>(op)] : "?";
 }
 

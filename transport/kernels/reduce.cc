@@ -24,11 +24,24 @@ template <typename T>
 struct Max {
   static T apply(T a, T b) { return a != a ? a : (a > b ? a : b); }
 };
-// Integer sums wrap (two's complement) instead of overflowing into undefined behaviour.
+template <typename T>
+struct Prod {
+  static T apply(T a, T b) { return a * b; }
+};
+// Integer sums and products wrap (two's complement) instead of overflowing into undefined
+// behaviour; the unsigned type is at least int's width, so its arithmetic does not promote.
+template <typename T>
+using WrapUnsigned =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 template <typename T>
 struct WrapSum {
-  using U = std::make_unsigned_t<T>;
+  using U = WrapUnsigned<T>;
   static T apply(T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); }
+};
+template <typename T>
+struct WrapProd {
+  using U = WrapUnsigned<T>;
+  static T apply(T a, T b) { return static_cast<T>(static_cast<U>(a) * static_cast<U>(b)); }
 };
 
 template <typename Acc, typename Op>
@@ -105,6 +118,8 @@ void dispatch_half(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc,
       return reduce_half<Widen, Narrow, Min<float>>(d, srcs, nsrc, count, false, 1);
     case ReduceOp::kMax:
       return reduce_half<Widen, Narrow, Max<float>>(d, srcs, nsrc, count, false, 1);
+    case ReduceOp::kProd:
+      return reduce_half<Widen, Narrow, Prod<float>>(d, srcs, nsrc, count, false, 1);
   }
 }
 
@@ -122,6 +137,8 @@ void dispatch_float(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc
       return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
     case ReduceOp::kMax:
       return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kProd:
+      return reduce_native<T, Prod<T>>(d, srcs, nsrc, count);
   }
 }
 
@@ -138,6 +155,8 @@ void dispatch_int(ReduceOp op, void* dst, const void* const* srcs, size_t nsrc, 
       return reduce_native<T, Min<T>>(d, srcs, nsrc, count);
     case ReduceOp::kMax:
       return reduce_native<T, Max<T>>(d, srcs, nsrc, count);
+    case ReduceOp::kProd:
+      return reduce_native<T, WrapProd<T>>(d, srcs, nsrc, count);
   }
 }
 

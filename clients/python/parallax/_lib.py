@@ -1,4 +1,4 @@
-"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.8), checked against the
+"""ctypes declarations of the C ABI (include/parallax_c.h, ABI 1.9), checked against the
 header by clients/check_bindings.py (ctest clients/python-bindings-match-header).
 
 The package binds the C library only: nothing here knows the daemon's protocol. The
@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 7
+ABI_MINOR = 9
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -44,7 +44,7 @@ ERR_CANCELLED = 15
 # px_dtype
 F32, F64, F16, BF16, I32, I64 = range(6)
 # px_reduce_op
-SUM, MEAN, MIN, MAX = range(4)
+SUM, MEAN, MIN, MAX, PROD = range(5)
 # px_memory_kind
 MEMORY_HOST, MEMORY_CUDA = range(2)
 # px_optimizer, px_initializer, px_consistency, px_route, px_nonfinite, px_split

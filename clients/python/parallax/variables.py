@@ -15,7 +15,8 @@ from .request import Request
 if TYPE_CHECKING:
     from .client import Client
 
-_OPS = {"sum": _lib.SUM, "mean": _lib.MEAN, "min": _lib.MIN, "max": _lib.MAX}
+_OPS = {"sum": _lib.SUM, "mean": _lib.MEAN, "min": _lib.MIN, "max": _lib.MAX,
+        "prod": _lib.PROD}
 _OPTIMIZERS = {"sgd": _lib.OPT_SGD, "adagrad": _lib.OPT_ADAGRAD, "adam": _lib.OPT_ADAM}
 _INITIALIZERS = {"zeros": _lib.INIT_ZEROS, "uniform": _lib.INIT_UNIFORM,
                  "normal": _lib.INIT_NORMAL}

@@ -46,6 +46,8 @@ pub enum ReduceOp {
     Min,
     /// `PX_MAX` (NaN in any input gives NaN).
     Max,
+    /// `PX_PROD` (ABI 1.9; integers wrap, f16/bf16 multiply in f32).
+    Prod,
 }
 
 impl ReduceOp {
@@ -56,6 +58,7 @@ impl ReduceOp {
             ReduceOp::Mean => sys::PX_MEAN,
             ReduceOp::Min => sys::PX_MIN,
             ReduceOp::Max => sys::PX_MAX,
+            ReduceOp::Prod => sys::PX_PROD,
         }
     }
 }

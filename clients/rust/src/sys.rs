@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.8), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.9), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 8;
+pub const PX_ABI_VERSION_MINOR: u32 = 9;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -49,6 +49,7 @@ pub const PX_SUM: px_reduce_op = 0;
 pub const PX_MEAN: px_reduce_op = 1;
 pub const PX_MIN: px_reduce_op = 2;
 pub const PX_MAX: px_reduce_op = 3;
+pub const PX_PROD: px_reduce_op = 4;
 pub const PX_REDUCE_OP_FORCE_32BIT: px_reduce_op = 0x7fffffff;
 
 pub type px_memory_kind = i32;

@@ -2,14 +2,14 @@
 // results to the bit. Compiled by nvcc for the device and by the host compiler for the
 // host emulation of the kernels (the unit tests), so both run this very code.
 //
-// IEEE add, divide and compare round alike on an NVIDIA GPU and on x86-64 with nvcc's
+// IEEE add, multiply, divide and compare round alike on an NVIDIA GPU and on x86-64 with nvcc's
 // defaults (-prec-div=true, no flush to zero) and --fmad=false, which the kernels are built
 // with so no add is fused with a multiply. What differs is which NaN a NaN result is: a GPU
 // returns the canonical NaN (0x7fffffff), x86-64 SSE (the host build) the first NaN operand,
 // quieted, or for an invalid operation (inf - inf) its "default" NaN, sign set (0xffc00000).
-// host_add/host_div give the x86 result, so NaN bits match as well, except where two NaN
+// host_add/host_mul/host_div give the x86 result, so NaN bits match as well, except where two NaN
 // operands meet (the host's own result then depends on how its compiler ordered the
-// operands of the commutative add; both are NaN).
+// operands of the commutative add or multiply; both are NaN).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,12 @@ PX_HOST_DEVICE inline F host_nan(F a, F b) {
 template <typename F>
 PX_HOST_DEVICE inline F host_add(F a, F b) {
   F r = a + b;
+  return r != r ? host_nan(a, b) : r;
+}
+
+template <typename F>
+PX_HOST_DEVICE inline F host_mul(F a, F b) {
+  F r = a * b;
   return r != r ? host_nan(a, b) : r;
 }
 

@@ -69,6 +69,18 @@ struct SumOp {
     }
   }
 };
+struct ProdOp {
+  template <typename T>
+  PX_HOST_DEVICE static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return host_mul(a, b);
+    } else {  // integers wrap, as reduce.cc's WrapProd (unsigned of at least int's width)
+      using U =
+          std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    }
+  }
+};
 struct MinOp {
   template <typename T>
   PX_HOST_DEVICE static T apply(T a, T b) {
@@ -172,6 +184,9 @@ bool visit_reduce_policy(DType dtype, ReduceOp op, F&& f) {
         return true;
       case ReduceOp::kMax:
         f.template operator()<ReducePolicy<Conv, MaxOp, false>>();
+        return true;
+      case ReduceOp::kProd:
+        f.template operator()<ReducePolicy<Conv, ProdOp, false>>();
         return true;
     }
     return false;

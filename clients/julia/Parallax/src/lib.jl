@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.8), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.9), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 8
+const PX_ABI_VERSION_MINOR = 9
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -45,6 +45,7 @@ const PX_SUM = Cint(0)
 const PX_MEAN = Cint(1)
 const PX_MIN = Cint(2)
 const PX_MAX = Cint(3)
+const PX_PROD = Cint(4)
 const PX_REDUCE_OP_FORCE_32BIT = Cint(0x7fffffff)
 
 # px_memory_kind

@@ -177,7 +177,8 @@ struct DenseVar{T<:Element}
     count::Int
 end
 
-const REDUCE_OPS = Dict(:sum => PX_SUM, :mean => PX_MEAN, :min => PX_MIN, :max => PX_MAX)
+const REDUCE_OPS = Dict(:sum => PX_SUM, :mean => PX_MEAN, :min => PX_MIN, :max => PX_MAX,
+                        :prod => PX_PROD)
 
 function lookup(table, what, key)
     haskey(table, key) || throw(ArgumentError("unknown $what :$key; one of $(sort(collect(keys(table))))"))
@@ -187,7 +188,7 @@ end
 """
     register_dense(c::Client, name, T, count; op = :sum) -> DenseVar{T}
 
-`op` is `:sum`, `:mean`, `:min` or `:max`. Every worker registers the same name with the
+`op` is `:sum`, `:mean`, `:min`, `:max` or `:prod`. Every worker registers the same name with the
 same `T`, `count` and `op`, else `PX_ERR_MISMATCH`.
 """
 function register_dense(c::Client, name::AbstractString, ::Type{T}, count::Integer;
