@@ -34,6 +34,12 @@ class TransferCounter {
     done(all_ok, first_error);
   }
 
+  // More transfers to wait for (posted later, while others are outstanding).
+  void add(size_t more) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    outstanding_ += more;
+  }
+
   bool failed() {
     std::lock_guard<std::mutex> lock(mutex_);
     return !ok_;

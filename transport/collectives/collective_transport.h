@@ -54,10 +54,12 @@ enum class TagKind : uint64_t {
   kBarrier = 4,
   kSparseRequest = 5,  // a node asks a shard owner (per-algorithm bits: 0 header, 1 payload)
   kSparseReply = 6,
-  kSparseCounts = 7,  // replicated sparse routes: rows per node before the allgatherv
-  kAllgather = 8,     // dense px_allgather (its steps are numbered apart from allgatherv's)
-  kRouteAgree = 9,    // PX_ROUTE_AUTO: the nodes' route samples (step: the estimate)
-  kRouteMove = 10,    // PX_ROUTE_AUTO: a move's row counts, then rows (step: 2 x move + part)
+  kSparseCounts = 7,    // replicated sparse routes: rows per node before the allgatherv
+  kAllgather = 8,       // dense px_allgather (its steps are numbered apart from allgatherv's)
+  kRouteAgree = 9,      // PX_ROUTE_AUTO: the nodes' route samples (step: the estimate)
+  kRouteMove = 10,      // PX_ROUTE_AUTO: a move's row counts, then rows (step: 2 x move + part)
+  kReduceScatter = 11,  // dense px_reduce_scatter
+  kAlltoall = 12,       // dense px_alltoall(v): per node pair a counts header, then the blocks
 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {
