@@ -49,7 +49,8 @@ extern "C" {
  * completion fd, per-operation options, broadcast and allgather(v), fixed-width enums,
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
- * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD */
+ * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD,
+ * px_reduce_scatter, px_alltoall, px_alltoallv */
 #define PX_ABI_VERSION_MINOR 9
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
@@ -430,6 +431,39 @@ PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* coun
 /* px_allgatherv with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_allgatherv_ex(px_var* var, const void* in, const uint64_t* counts, void* out,
                                   const px_op_options* options, px_request** out_request);
+/* (1.9) Reduce-scatter (MPI_Reduce_scatter_block): every worker's in holds world_size * count
+ * elements of the dense variable, block r for global rank r; each block is reduced across
+ * every worker with the variable's op (PX_MEAN divides by the world size), and block r lands
+ * in rank r's out (count elements). On a cluster each node sends the others only the blocks
+ * of their workers: a ring reduce-scatter between the nodes, after the node's workers are
+ * reduced locally. in and out must not overlap. */
+PX_API px_status px_reduce_scatter(px_var* var, const void* in, void* out,
+                                   px_request** out_request);
+/* px_reduce_scatter with per-operation options (NULL: the defaults; px_op_options). */
+PX_API px_status px_reduce_scatter_ex(px_var* var, const void* in, void* out,
+                                      const px_op_options* options, px_request** out_request);
+/* (1.9) Alltoall (MPI_Alltoall): every worker's in holds world_size * count elements, block r
+ * for global rank r; every worker's out gets world_size * count elements, block s from rank
+ * s. A node sends each other node one stream: its workers' blocks for that node's workers.
+ * in and out must not overlap. */
+PX_API px_status px_alltoall(px_var* var, const void* in, void* out, px_request** out_request);
+/* px_alltoall with per-operation options (NULL: the defaults; px_op_options). */
+PX_API px_status px_alltoall_ex(px_var* var, const void* in, void* out,
+                                const px_op_options* options, px_request** out_request);
+/* (1.9) Alltoall of blocks of given sizes (MPI_Alltoallv): send_counts[r] elements of in go
+ * to rank r and recv_counts[s] elements of out come from rank s, both world_size counts and
+ * the blocks one after another in rank order. Every worker's recv_counts[s] must be rank s's
+ * send_counts for it: otherwise the step fails with PX_ERR_INVALID naming both ranks (on
+ * the receiving node; the others may complete it). The variable's count is the most any one
+ * block may hold, as for px_allgatherv; px_alltoall is px_alltoallv with every count the
+ * variable's, and the two are one sequence of steps on a variable. in is copied (with the
+ * counts) into the arena, so in may be reused once the call returns. */
+PX_API px_status px_alltoallv(px_var* var, const void* in, const uint64_t* send_counts, void* out,
+                              const uint64_t* recv_counts, px_request** out_request);
+/* px_alltoallv with per-operation options (NULL: the defaults; px_op_options). */
+PX_API px_status px_alltoallv_ex(px_var* var, const void* in, const uint64_t* send_counts,
+                                 void* out, const uint64_t* recv_counts,
+                                 const px_op_options* options, px_request** out_request);
 /* Writes every sparse variable of the job this worker registered to the directory path
  * (created if missing; on a cluster every node writes its own shards there, so use a path
  * every node shares, or the same local path on each and gather the files before a

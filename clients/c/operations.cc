@@ -311,14 +311,40 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   return submit_request(ref.client, entry, std::move(request), out_request);
 }
 
+// px_alltoall's counts: every one the variable's count (px_alltoallv with equal blocks).
+const uint64_t kEveryCount[1] = {0};
+
+// A dense operation as messages name it.
+const char* dense_name(Opcode opcode) {
+  switch (opcode) {
+    case Opcode::kAllreduce:
+      return "allreduce";
+    case Opcode::kBroadcast:
+      return "broadcast";
+    case Opcode::kAllgather:
+      return "allgather";
+    case Opcode::kAllgatherv:
+      return "allgatherv";
+    case Opcode::kReduceScatter:
+      return "reduce_scatter";
+    case Opcode::kAlltoall:
+      return "alltoall";
+    default:
+      return "operation";
+  }
+}
+
 // The dense operations. Sizes: allreduce and broadcast read and write count elements;
 // allgather reads count and writes world_size * count; allgatherv reads counts[rank] and
-// writes their sum. Ordinary (non-arena) out memory is staged in the arena; ordinary input
-// is copied to where the daemon reads it: into the output's place (allreduce, broadcast; the
-// allgather's own slice), or (allgatherv) behind the counts it needs.
+// writes their sum; reduce-scatter reads world_size * count and writes count; alltoall(v)
+// reads the sum of counts (send counts) and writes the sum of recv_counts. Ordinary
+// (non-arena) out memory is staged in the arena; ordinary input is copied to where the
+// daemon reads it: into the output's place (allreduce, broadcast; the allgather's own slice),
+// behind the counts it needs (allgatherv, alltoall), or a block of its own (reduce-scatter,
+// whose input is larger than its output).
 px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void* in,
-                       const uint64_t* counts, void* out, const px_op_options* options,
-                       px_request** out_request) {
+                       const uint64_t* counts, const uint64_t* recv_counts, void* out,
+                       const px_op_options* options, px_request** out_request) {
   VarRef ref;
   std::string who;
   px_status status = find_operand(handle, fn, out_request, &ref, &who);
@@ -357,6 +383,32 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   uint64_t in_bytes = var->bytes, out_bytes = var->bytes, header_bytes = 0;
   uint64_t world = static_cast<uint64_t>(w.world_size);
   if (opcode == Opcode::kAllgather) out_bytes = var->bytes * world;
+  if (opcode == Opcode::kReduceScatter) in_bytes = var->bytes * world;
+  std::vector<uint64_t> alltoall_header;  // send counts, then recv counts
+  std::vector<uint64_t> every_count;
+  if (opcode == Opcode::kAlltoall && counts == kEveryCount) {
+    every_count.assign(world, var->count);
+    counts = recv_counts = every_count.data();
+  }
+  if (opcode == Opcode::kAlltoall) {
+    if (!counts || !recv_counts) return fail(c, PX_ERR_INVALID, who + ": counts are NULL");
+    uint64_t sent = 0, received = 0;
+    for (uint64_t k = 0; k < world; ++k) {
+      if (counts[k] > var->count || recv_counts[k] > var->count)
+        return fail(c, PX_ERR_INVALID,
+                    who + ": " + (counts[k] > var->count ? "send_counts[" : "recv_counts[") +
+                        std::to_string(k) +
+                        "] = " + std::to_string(std::max(counts[k], recv_counts[k])) +
+                        " is above the variable's count " + std::to_string(var->count));
+      sent += counts[k];
+      received += recv_counts[k];
+    }
+    alltoall_header.assign(counts, counts + world);
+    alltoall_header.insert(alltoall_header.end(), recv_counts, recv_counts + world);
+    in_bytes = sent * elem;
+    out_bytes = received * elem;
+    header_bytes = 2 * world * sizeof(uint64_t);
+  }
   if (opcode == Opcode::kAllgatherv) {
     if (!counts) return fail(c, PX_ERR_INVALID, who + ": counts is NULL");
     uint64_t total = 0;
@@ -377,7 +429,8 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   if ((status = check_host_pointer(c, who, out)) != PX_OK) return status;
   const char* ip = static_cast<const char*>(in);
   const char* op_ = static_cast<const char*>(out);
-  bool same = ip == op_ && opcode != Opcode::kAllgather && opcode != Opcode::kAllgatherv;
+  bool in_place_allowed = opcode == Opcode::kAllreduce || opcode == Opcode::kBroadcast;
+  bool same = ip == op_ && in_place_allowed;
   if (reads_in && !same && ip < op_ + out_bytes && op_ < ip + in_bytes)
     return fail(c, PX_ERR_INVALID, who + ": in and out overlap without being equal");
   std::lock_guard<std::mutex> guard(c->mutex);
@@ -390,7 +443,9 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   uint64_t in_offset = 0, out_offset = 0;
   bool in_arena = reads_in && header_bytes == 0 && arena_offset(c, in, in_bytes, &in_offset);
   bool out_arena = arena_offset(c, out, out_bytes, &out_offset);
-  uint64_t staged_in = header_bytes > 0 ? align_up(header_bytes + in_bytes, 64) : 0;
+  // Staged apart from the output: behind its counts, or (reduce-scatter) too large for it.
+  bool stage_apart = header_bytes > 0 || (opcode == Opcode::kReduceScatter && !in_arena);
+  uint64_t staged_in = stage_apart ? align_up(header_bytes + in_bytes, 64) : 0;
   uint64_t staging_bytes = (out_arena ? 0 : out_bytes) + staged_in;
   std::shared_ptr<Request> request;
   if ((status = new_request(c, who, staging_bytes, &request)) != PX_OK) return status;
@@ -399,8 +454,11 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   r->daemon_writes_caller = out_arena;
   if (staging_bytes > 0) {
     uint64_t at = r->staging_offset;
-    if (staged_in > 0) {  // allgatherv: counts, then this worker's block
-      std::memcpy(c->arena.base() + at, counts, header_bytes);
+    if (staged_in > 0) {  // the counts (allgatherv, alltoall), then this worker's data
+      const void* header = opcode == Opcode::kAlltoall
+                               ? static_cast<const void*>(alltoall_header.data())
+                               : static_cast<const void*>(counts);
+      if (header_bytes > 0) std::memcpy(c->arena.base() + at, header, header_bytes);
       if (in_bytes > 0) std::memcpy(c->arena.base() + at + header_bytes, in, in_bytes);
       in_offset = at;
       in_arena = true;
@@ -432,10 +490,7 @@ px_status submit_dense(px_var* handle, Opcode opcode, const char* fn, const void
   entry.in = host_buffer(in_offset, in_bytes);
   entry.out = host_buffer(out_offset, out_bytes);
   r->var = var;
-  r->what = opcode == Opcode::kAllreduce   ? "allreduce"
-            : opcode == Opcode::kBroadcast ? "broadcast"
-            : opcode == Opcode::kAllgather ? "allgather"
-                                           : "allgatherv";
+  r->what = dense_name(opcode);
   return submit_request(ref.client, entry, std::move(request), out_request);
 }
 
@@ -454,14 +509,14 @@ PX_API void px_op_options_init(px_op_options* options) {
 
 PX_API px_status px_allreduce_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request) {
-  return px::submit_dense(var, px::Opcode::kAllreduce, "px_allreduce", in, nullptr, out, options,
-                          out_request);
+  return px::submit_dense(var, px::Opcode::kAllreduce, "px_allreduce", in, nullptr, nullptr, out,
+                          options, out_request);
 }
 
 PX_API px_status px_broadcast_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request) {
-  return px::submit_dense(var, px::Opcode::kBroadcast, "px_broadcast", in, nullptr, out, options,
-                          out_request);
+  return px::submit_dense(var, px::Opcode::kBroadcast, "px_broadcast", in, nullptr, nullptr, out,
+                          options, out_request);
 }
 
 PX_API px_status px_broadcast(px_var* var, const void* in, void* out, px_request** out_request) {
@@ -470,8 +525,8 @@ PX_API px_status px_broadcast(px_var* var, const void* in, void* out, px_request
 
 PX_API px_status px_allgather_ex(px_var* var, const void* in, void* out,
                                  const px_op_options* options, px_request** out_request) {
-  return px::submit_dense(var, px::Opcode::kAllgather, "px_allgather", in, nullptr, out, options,
-                          out_request);
+  return px::submit_dense(var, px::Opcode::kAllgather, "px_allgather", in, nullptr, nullptr, out,
+                          options, out_request);
 }
 
 PX_API px_status px_allgather(px_var* var, const void* in, void* out, px_request** out_request) {
@@ -480,8 +535,8 @@ PX_API px_status px_allgather(px_var* var, const void* in, void* out, px_request
 
 PX_API px_status px_allgatherv_ex(px_var* var, const void* in, const uint64_t* counts, void* out,
                                   const px_op_options* options, px_request** out_request) {
-  return px::submit_dense(var, px::Opcode::kAllgatherv, "px_allgatherv", in, counts, out, options,
-                          out_request);
+  return px::submit_dense(var, px::Opcode::kAllgatherv, "px_allgatherv", in, counts, nullptr, out,
+                          options, out_request);
 }
 
 PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* counts, void* out,
@@ -491,6 +546,39 @@ PX_API px_status px_allgatherv(px_var* var, const void* in, const uint64_t* coun
 
 PX_API px_status px_allreduce(px_var* var, const void* in, void* out, px_request** out_request) {
   return px_allreduce_ex(var, in, out, nullptr, out_request);
+}
+
+PX_API px_status px_reduce_scatter_ex(px_var* var, const void* in, void* out,
+                                      const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kReduceScatter, "px_reduce_scatter", in, nullptr,
+                          nullptr, out, options, out_request);
+}
+
+PX_API px_status px_reduce_scatter(px_var* var, const void* in, void* out,
+                                   px_request** out_request) {
+  return px_reduce_scatter_ex(var, in, out, nullptr, out_request);
+}
+
+PX_API px_status px_alltoallv_ex(px_var* var, const void* in, const uint64_t* send_counts,
+                                 void* out, const uint64_t* recv_counts,
+                                 const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kAlltoall, "px_alltoallv", in, send_counts, recv_counts,
+                          out, options, out_request);
+}
+
+PX_API px_status px_alltoallv(px_var* var, const void* in, const uint64_t* send_counts, void* out,
+                              const uint64_t* recv_counts, px_request** out_request) {
+  return px_alltoallv_ex(var, in, send_counts, out, recv_counts, nullptr, out_request);
+}
+
+PX_API px_status px_alltoall_ex(px_var* var, const void* in, void* out,
+                                const px_op_options* options, px_request** out_request) {
+  return px::submit_dense(var, px::Opcode::kAlltoall, "px_alltoall", in, px::kEveryCount,
+                          px::kEveryCount, out, options, out_request);
+}
+
+PX_API px_status px_alltoall(px_var* var, const void* in, void* out, px_request** out_request) {
+  return px_alltoall_ex(var, in, out, nullptr, out_request);
 }
 
 #define PX_ROW_OP(fn, opcode, in_arg, out_arg, buffer_decl)                                    \

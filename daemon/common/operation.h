@@ -45,9 +45,12 @@ inline constexpr OperationInfo kOperations[] = {
     {"broadcast", OperandKind::kDense, true, SparseOp::kPull, TagKind::kBroadcast},
     {"allgather", OperandKind::kDense, true, SparseOp::kPull, TagKind::kAllgather},
     {"allgatherv", OperandKind::kDense, true, SparseOp::kPull, TagKind::kAllgatherv},
+    {"reduce_scatter", OperandKind::kDense, true, SparseOp::kPull, TagKind::kReduceScatter},
+    {"alltoall", OperandKind::kDense, true, SparseOp::kPull, TagKind::kAlltoall},
 };
 constexpr uint16_t kOperationCount = sizeof kOperations / sizeof kOperations[0];
 static_assert(kOperations[static_cast<uint16_t>(Opcode::kAllgatherv)].tag == TagKind::kAllgatherv);
+static_assert(kOperations[static_cast<uint16_t>(Opcode::kAlltoall)].tag == TagKind::kAlltoall);
 static_assert(kOperations[static_cast<uint16_t>(Opcode::kReadRows)].sparse_op == SparseOp::kRead);
 }  // namespace detail
 

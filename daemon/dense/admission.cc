@@ -134,6 +134,27 @@ std::string check_buffers(const Variable& var, const JobWorld& world, const Comp
       return "a buffer lies outside the shared arena";
     return "";  // the input may lie in the output: the client puts ordinary input in its slice
   }
+  if (opcode == Opcode::kReduceScatter || opcode == Opcode::kAlltoall) {
+    uint64_t world_size = static_cast<uint64_t>(world.world_size);
+    bool scatter = opcode == Opcode::kReduceScatter;
+    // alltoall: the counts (read by the step itself) and at most a full block per rank.
+    uint64_t want_in = scatter ? world_size * bytes : 0;
+    if ((scatter && (entry.in.bytes != want_in || entry.out.bytes != bytes)) ||
+        (!scatter &&
+         (entry.in.bytes < world_size * 16 || entry.in.bytes > world_size * (16 + bytes) ||
+          entry.out.bytes > world_size * bytes)))
+      return "buffer sizes " + std::to_string(entry.in.bytes) + "/" +
+             std::to_string(entry.out.bytes) + " bytes do not fit the variable (" +
+             std::to_string(bytes) + " bytes per block, " + std::to_string(world_size) +
+             " workers)";
+    if ((entry.in.bytes > 0 && !arena.heap_contains(entry.in.offset, entry.in.bytes)) ||
+        (entry.out.bytes > 0 && !arena.heap_contains(entry.out.offset, entry.out.bytes)))
+      return "a buffer lies outside the shared arena";
+    if (entry.in.bytes > 0 && entry.out.bytes > 0 && overlaps(entry.in, entry.out))
+      return "in and out overlap";
+    if (!scatter && entry.in.offset % alignof(uint64_t) != 0) return "misaligned counts";
+    return "";
+  }
   if (opcode == Opcode::kBroadcast && entry.root >= static_cast<uint32_t>(world.world_size))
     return "root " + std::to_string(entry.root) + " is not a rank of the job";
   if (entry.in.bytes != bytes || entry.out.bytes != bytes)

@@ -7,8 +7,10 @@
 #include "daemon/common/operation.h"
 #include "daemon/dense/admission.h"
 #include "daemon/dense/allreduce_step.h"
+#include "daemon/dense/alltoall_step.h"
 #include "daemon/dense/copy_step.h"
 #include "daemon/dense/cross_node_route.h"
+#include "daemon/dense/reduce_scatter_step.h"
 #include "daemon/dense/step_matcher.h"
 #include "daemon/sparse/device_rows_step.h"
 
@@ -36,6 +38,10 @@ void Scheduler::submit(const std::shared_ptr<Job>& job, int rank,
   StepContext context = this->context();
   if (opcode == Opcode::kAllreduce || opcode == Opcode::kBarrier)
     return run_allreduce_step(context, job, var, entry.step, std::move(*complete));
+  if (opcode == Opcode::kReduceScatter)
+    return run_reduce_scatter_step(context, job, var, entry.step, std::move(*complete));
+  if (opcode == Opcode::kAlltoall)
+    return run_alltoall_step(context, job, var, entry.step, std::move(*complete));
   run_copy_step(context, job, var, entry.opcode, entry.step, std::move(*complete));
 }
 

@@ -1,7 +1,8 @@
 // The dense layer's entry point: admits each submitted entry (admission.h), hands a step's
 // entries to the matcher (step_matcher.h), and routes each complete step to its executor:
 // allreduce and barrier to allreduce_step.h, broadcast and allgather(v) to copy_step.h,
-// steps of sparse variables (and single sparse loads and reads) to the sparse router.
+// reduce-scatter to reduce_scatter_step.h, alltoall to alltoall_step.h, steps of sparse
+// variables (and single sparse loads and reads) to the sparse router.
 // Matching and execution live apart, so a new collective adds an executor and a route here
 // and touches no matching.
 #pragma once

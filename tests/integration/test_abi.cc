@@ -82,6 +82,25 @@ TEST_CASE("abi: broadcast, allgather and allgatherv on one node, 1 to 3 workers,
         run_workers(daemon, "coll" + std::to_string(workers), workers, {"collectives"}, 120000)));
 }
 
+TEST_CASE(
+    "abi: reduce_scatter, alltoall and alltoallv on one node, 1 to 3 workers, every dtype and op") {
+  DaemonProcess daemon("abi-exch");
+  for (int workers = 1; workers <= 3; ++workers)
+    CHECK(all_ok(
+        run_workers(daemon, "exch" + std::to_string(workers), workers, {"exchanges"}, 180000)));
+}
+
+TEST_CASE("abi: reduce_scatter, alltoall and alltoallv across 2 x 2 and 3 x 1 workers") {
+  // Exact inputs: the nodes' ring sums in another order than the reference's.
+  const std::map<std::string, std::string> exact = {{"PX_TEST_EXACT", "1"}};
+  {
+    ClusterProcesses cluster("abi-exch2", 2);
+    CHECK(all_ok(run_cluster_workers(cluster, "exch", 2, {"exchanges"}, 240000, exact)));
+  }
+  ClusterProcesses cluster("abi-exch3", 3);
+  CHECK(all_ok(run_cluster_workers(cluster, "exch", 1, {"exchanges"}, 240000, exact)));
+}
+
 TEST_CASE("abi: broadcast, allgather and allgatherv across 2 x 2, 3 x 1 and 4 x 3 workers") {
   {
     ClusterProcesses cluster("abi-coll2", 2);

@@ -540,6 +540,7 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"cluster-mismatch", {}, {}, "shapes that differ across nodes"},
     {"steady", {"dir"}, {}, "allreduces until a stop file appears in --dir (cluster faults)"},
     {"collectives", {}, {}, "px_broadcast, px_allgather, px_allgatherv against a reference"},
+    {"exchanges", {}, {}, "px_reduce_scatter, px_alltoall, px_alltoallv against a reference"},
     {"priority",
      {"priority:n", "large:n", "rounds:n"},
      {},
@@ -629,6 +630,8 @@ int main(int argc, char** argv) {
     rc = scenario_cluster_mismatch(c);
   else if (scenario == "collectives")
     rc = run_collectives_scenario(c);
+  else if (scenario == "exchanges")
+    rc = run_exchanges_scenario(c);
   else if (scenario == "priority")
     rc = run_priority_scenario(c, flags);
   else if (scenario == "job-churn")

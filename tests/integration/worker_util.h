@@ -155,6 +155,8 @@ int run_abi_scenario(px_client* c, const std::string& scenario);
 int run_connect_scenario();
 // px_broadcast, px_allgather, px_allgatherv against a reference (collective_scenarios.cc).
 int run_collectives_scenario(px_client* c);
+// px_reduce_scatter, px_alltoall, px_alltoallv against a reference (exchange_scenarios.cc).
+int run_exchanges_scenario(px_client* c);
 // priority_scenario.cc: a large priority-0 allreduce with a small one at --priority behind it.
 int run_priority_scenario(px_client* c, const Flags& flags);
 // One short sparse + dense job, as a shared cluster runs by the hundred (job_end_scenarios.cc).

@@ -42,9 +42,13 @@ enum class Opcode : uint16_t {
   kPushRows = 4,
   kLoadRows = 5,
   kReadRows = 6,
-  kBroadcast = 7,   // in: the root's data (root workers), out: every worker's result
-  kAllgather = 8,   // in: count elements, out: world_size * count
-  kAllgatherv = 9,  // in: uint64 counts[world_size] then this worker's block; out: the sum
+  kBroadcast = 7,       // in: the root's data (root workers), out: every worker's result
+  kAllgather = 8,       // in: count elements, out: world_size * count
+  kAllgatherv = 9,      // in: uint64 counts[world_size] then this worker's block; out: the sum
+  kReduceScatter = 10,  // in: world_size * count elements, out: count (this rank's block)
+  // in: uint64 send_counts[world_size], uint64 recv_counts[world_size], then the blocks for
+  // each rank in rank order; out: the blocks from each rank (px_alltoall and px_alltoallv)
+  kAlltoall = 11,
 };
 
 // One submitted operation. The n-th operation a worker submits on a variable is its step n.

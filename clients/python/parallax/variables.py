@@ -203,6 +203,62 @@ class DenseVariable(_Variable):
         return self.client._request(status, req, self._describe("allgatherv"), out,
                                     (bin_.owner, bout.owner, ccounts))
 
+    def reduce_scatter(self, x: Any, out: Any = None, *, priority: int = 0) -> Request:
+        """x holds a block of count elements per rank (world_size x count); each block is
+        reduced across every worker with the variable's op, and this rank's block comes
+        back in out (count elements; None: a new array of x's kind)."""
+        n = self.client.world_size * self.count
+        out = self._new_like(x, self.count) if out is None else out
+        bin_ = _buffers.as_buffer(x, f"reduce_scatter input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"reduce_scatter output of '{self.name}'", True)
+        self._check(bin_, "reduce_scatter input", n)
+        self._check(bout, "reduce_scatter output", self.count)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_reduce_scatter_ex(self._h(), bin_.address, bout.address,
+                                               ctypes.byref(_op_options(priority)),
+                                               ctypes.byref(req))
+        return self.client._request(status, req, self._describe("reduce_scatter"), out,
+                                    (bin_.owner, bout.owner))
+
+    def alltoall(self, x: Any, out: Any = None) -> Request:
+        """x holds a block of count elements for each rank, in rank order; out gets the
+        block each rank sent this one, in rank order (world_size x count; None: new)."""
+        n = self.client.world_size * self.count
+        out = self._new_like(x, n) if out is None else out
+        bin_ = _buffers.as_buffer(x, f"alltoall input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"alltoall output of '{self.name}'", True)
+        self._check(bin_, "alltoall input", n)
+        self._check(bout, "alltoall output", n)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_alltoall_ex(self._h(), bin_.address, bout.address, None,
+                                         ctypes.byref(req))
+        return self.client._request(status, req, self._describe("alltoall"), out,
+                                    (bin_.owner, bout.owner))
+
+    def alltoallv(self, x: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  out: Any = None) -> Request:
+        """Blocks of given sizes: send_counts[r] elements of x go to rank r and
+        recv_counts[s] elements of out come from rank s (each at most the variable's count;
+        rank s's send_counts for this rank must be this rank's recv_counts[s])."""
+        world = self.client.world_size
+        send_counts = [int(c) for c in send_counts]
+        recv_counts = [int(c) for c in recv_counts]
+        if len(send_counts) != world or len(recv_counts) != world:
+            raise invalid(f"alltoallv of '{self.name}': {len(send_counts)} send and "
+                          f"{len(recv_counts)} receive counts for {world} workers")
+        out = self._new_like(x, sum(recv_counts)) if out is None else out
+        bin_ = _buffers.as_buffer(x, f"alltoallv input of '{self.name}'", False)
+        bout = _buffers.as_buffer(out, f"alltoallv output of '{self.name}'", True)
+        self._check(bin_, "alltoallv input", sum(send_counts))
+        self._check(bout, "alltoallv output", sum(recv_counts))
+        csend = (ctypes.c_uint64 * world)(*send_counts)
+        crecv = (ctypes.c_uint64 * world)(*recv_counts)
+        req = ctypes.c_void_p()
+        status = _lib.lib.px_alltoallv_ex(self._h(), bin_.address, csend, bout.address, crecv,
+                                          None, ctypes.byref(req))
+        return self.client._request(status, req, self._describe("alltoallv"), out,
+                                    (bin_.owner, bout.owner, csend, crecv))
+
 
 class SparseVariable(_Variable):
     """A rows x dim float32 table held by the daemons (px_register_sparse).

@@ -64,6 +64,25 @@ def dense(px):
     v = gv.allgatherv(np.full(w.rank + 1, w.rank, dtype=np.float32), counts).wait()
     assert v.tolist() == [float(r) for r in range(w.world_size) for _ in range(r + 1)]
 
+    # ABI 1.9: reduce-scatter (block k of rank r holds r + k), products, alltoall(v).
+    n = w.world_size
+    rs = px.dense("py.rscatter", 2, np.int64)
+    mine = rs.reduce_scatter(np.repeat(np.arange(n) + w.rank, 2).astype(np.int64)).wait()
+    assert mine.tolist() == [sum(r + w.rank for r in range(n))] * 2, mine
+    prod = px.dense("py.prod", 3, np.float64, op="prod")
+    p = np.full(3, 2.0)
+    prod.allreduce(p).wait()
+    assert p.tolist() == [2.0 ** n] * 3, p
+    a2a = px.dense("py.a2a", 1, np.int32)
+    got = a2a.alltoall(np.arange(n, dtype=np.int32) + 10 * w.rank).wait()
+    assert got.tolist() == [10 * s + w.rank for s in range(n)], got
+    send = [k + 1 for k in range(n)]          # rank r sends k + 1 elements to rank k
+    recv = [w.rank + 1] * n
+    a2av = px.dense("py.a2av", n, np.int32)
+    data = np.concatenate([np.full(k + 1, 100 * w.rank + k, np.int32) for k in range(n)])
+    got = a2av.alltoallv(data, send, recv).wait()
+    assert got.tolist() == [100 * s + w.rank for s in range(n) for _ in range(w.rank + 1)], got
+
     stats = var.stats()
     assert stats.ops >= 1
     px.barrier(30)

@@ -246,6 +246,104 @@ impl<'c, T: Element> DenseVar<'c, T> {
             )
         })
     }
+
+    /// Reduce-scatter (`px_reduce_scatter`, ABI 1.9): `input` holds a block of `count`
+    /// elements per rank; each block is reduced across every worker with the variable's op
+    /// and this rank's block lands in `output` (`count` elements).
+    pub fn reduce_scatter<'a, O>(&'a self, input: &'a [T], output: &'a mut O) -> Result<Request<'a>>
+    where
+        O: OutBuffer<T> + ?Sized,
+    {
+        let out = output.out_parts()?;
+        let world = self.client.world().world_size;
+        self.expect_len("reduce_scatter", "input", input.len(), self.count * world)?;
+        self.expect_len("reduce_scatter", "output", out.len, self.count)?;
+        let o = op_options(0);
+        submit(out.busy, |r| unsafe {
+            // SAFETY: sizes checked above; buffers borrowed for 'a.
+            sys::px_reduce_scatter_ex(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
+        })
+    }
+
+    /// Alltoall (`px_alltoall`, ABI 1.9): block `k` of `input` (`count` elements each, in
+    /// rank order) goes to rank `k`; block `s` of `output` comes from rank `s`.
+    pub fn alltoall<'a, O>(&'a self, input: &'a [T], output: &'a mut O) -> Result<Request<'a>>
+    where
+        O: OutBuffer<T> + ?Sized,
+    {
+        let out = output.out_parts()?;
+        let world = self.client.world().world_size;
+        self.expect_len("alltoall", "input", input.len(), self.count * world)?;
+        self.expect_len("alltoall", "output", out.len, self.count * world)?;
+        let o = op_options(0);
+        submit(out.busy, |r| unsafe {
+            // SAFETY: sizes checked above; buffers borrowed for 'a.
+            sys::px_alltoall_ex(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                out.ptr as *mut c_void,
+                &o,
+                r,
+            )
+        })
+    }
+
+    /// Alltoall of blocks of given sizes (`px_alltoallv`, ABI 1.9): `send_counts[k]`
+    /// elements of `input` go to rank `k`, `recv_counts[s]` elements of `output` come from
+    /// rank `s` (each at most `count`; rank `s`'s send count for this rank must be
+    /// `recv_counts[s]`).
+    pub fn alltoallv<'a, O>(
+        &'a self,
+        input: &'a [T],
+        send_counts: &[u64],
+        output: &'a mut O,
+        recv_counts: &[u64],
+    ) -> Result<Request<'a>>
+    where
+        O: OutBuffer<T> + ?Sized,
+    {
+        let out = output.out_parts()?;
+        let world = self.client.world().world_size;
+        if send_counts.len() != world || recv_counts.len() != world {
+            return Err(Error::invalid(format!(
+                "alltoallv('{}'): {} send and {} receive counts, the world has {} workers",
+                self.name,
+                send_counts.len(),
+                recv_counts.len(),
+                world
+            )));
+        }
+        let sum = |counts: &[u64]| {
+            counts
+                .iter()
+                .try_fold(0usize, |s, &c| s.checked_add(c as usize))
+        };
+        let sent = sum(send_counts).ok_or_else(|| Error::invalid("alltoallv: counts overflow"))?;
+        let received =
+            sum(recv_counts).ok_or_else(|| Error::invalid("alltoallv: counts overflow"))?;
+        self.expect_len("alltoallv", "input", input.len(), sent)?;
+        self.expect_len("alltoallv", "output", out.len, received)?;
+        let o = op_options(0);
+        submit(out.busy, |r| unsafe {
+            // SAFETY: sizes checked above; the counts (world_size entries each) and input are
+            // copied at submission, output is borrowed for 'a.
+            sys::px_alltoallv_ex(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                send_counts.as_ptr(),
+                out.ptr as *mut c_void,
+                recv_counts.as_ptr(),
+                &o,
+                r,
+            )
+        })
+    }
 }
 
 pub(crate) fn stats(raw: *mut sys::px_var) -> Result<VarStats> {

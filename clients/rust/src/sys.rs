@@ -318,6 +318,49 @@ extern "C" {
         options: *const px_op_options,
         out_request: *mut *mut px_request,
     ) -> px_status;
+    pub fn px_reduce_scatter(
+        var: *mut px_var,
+        input: *const c_void,
+        out: *mut c_void,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_reduce_scatter_ex(
+        var: *mut px_var,
+        input: *const c_void,
+        out: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_alltoall(
+        var: *mut px_var,
+        input: *const c_void,
+        out: *mut c_void,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_alltoall_ex(
+        var: *mut px_var,
+        input: *const c_void,
+        out: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_alltoallv(
+        var: *mut px_var,
+        input: *const c_void,
+        send_counts: *const u64,
+        out: *mut c_void,
+        recv_counts: *const u64,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_alltoallv_ex(
+        var: *mut px_var,
+        input: *const c_void,
+        send_counts: *const u64,
+        out: *mut c_void,
+        recv_counts: *const u64,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
     pub fn px_checkpoint(client: *mut px_client, path: *const c_char, timeout_ms: i64)
         -> px_status;
 

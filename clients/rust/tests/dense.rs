@@ -166,6 +166,46 @@ fn allgather_and_allgatherv() {
 }
 
 #[test]
+fn reduce_scatter_alltoall_and_alltoallv() {
+    workers("exchange", 2, |c| {
+        let r = c.world().rank;
+        let v = c
+            .register_dense::<i64>("exchange", 2, ReduceOp::Prod)
+            .unwrap();
+        // Rank r gives block k the values (r + 2) * (k + 1): products over both ranks.
+        let input: Vec<i64> = (0..4).map(|i| (r as i64 + 2) * (i / 2 + 1)).collect();
+        let mut mine = [0i64; 2];
+        v.reduce_scatter(&input, &mut mine)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap();
+        let k = r as i64 + 1;
+        assert_eq!(mine, [2 * k * 3 * k, 2 * k * 3 * k]);
+
+        let blocks: Vec<i64> = (0..4).map(|i| 10 * r as i64 + i).collect();
+        let mut got = vec![-1i64; 4];
+        v.alltoall(&blocks, &mut got).unwrap().wait(WAIT).unwrap();
+        let want: Vec<i64> = (0..2)
+            .flat_map(|s| (0..2).map(move |j| 10 * s + 2 * r as i64 + j))
+            .collect();
+        assert_eq!(got, want);
+
+        // Rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 0 and 1.
+        let send: [u64; 2] = if r == 0 { [1, 2] } else { [0, 1] };
+        let recv: [u64; 2] = if r == 0 { [1, 0] } else { [2, 1] };
+        let data: Vec<i64> = (0..send.iter().sum::<u64>() as i64)
+            .map(|i| 100 * r as i64 + i)
+            .collect();
+        let mut out = vec![-1i64; recv.iter().sum::<u64>() as usize];
+        v.alltoallv(&data, &send, &mut out, &recv)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap();
+        assert_eq!(out, if r == 0 { vec![0] } else { vec![1, 2, 100] });
+    });
+}
+
+#[test]
 fn stats_count_operations() {
     workers("stats", 1, |c| {
         let v = c.register_dense::<f32>("s", 8, ReduceOp::Sum).unwrap();

@@ -23,7 +23,7 @@ using FileWatching: poll_fd
 # Not exported: connect (Sockets has one), stats; call them as Parallax.connect etc.
 export Client, DenseVar, SparseVar, Request, ArenaBuffer, ParallaxError, WorldInfo
 export world, barrier, checkpoint, abort!, alloc, register_dense, register_sparse
-export allreduce!, bcast!, allgather!, allgatherv!
+export allreduce!, bcast!, allgather!, allgatherv!, reduce_scatter!, alltoall!, alltoallv!
 export pull_rows!, prefetch_rows!, push_rows, load_rows, read_rows!, cancel!, wait_async
 
 include("lib.jl")

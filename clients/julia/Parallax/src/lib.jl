@@ -271,6 +271,29 @@ px_allgatherv_ex(v, input, counts, output, o::Ref{PxOpOptions}, out) =
     ccall((:px_allgatherv_ex, libparallax()), Cint,
           (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{UInt64}, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
           v, input, counts, output, o, out)
+px_reduce_scatter(v, input, output, out) =
+    ccall((:px_reduce_scatter, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{Cvoid}}), v, input, output, out)
+px_reduce_scatter_ex(v, input, output, o::Ref{PxOpOptions}, out) =
+    ccall((:px_reduce_scatter_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
+          v, input, output, o, out)
+px_alltoall(v, input, output, out) =
+    ccall((:px_alltoall, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{Cvoid}}), v, input, output, out)
+px_alltoall_ex(v, input, output, o::Ref{PxOpOptions}, out) =
+    ccall((:px_alltoall_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
+          v, input, output, o, out)
+px_alltoallv(v, input, send_counts, output, recv_counts, out) =
+    ccall((:px_alltoallv, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{UInt64}, Ptr{Cvoid}, Ptr{UInt64}, Ref{Ptr{Cvoid}}),
+          v, input, send_counts, output, recv_counts, out)
+px_alltoallv_ex(v, input, send_counts, output, recv_counts, o::Ref{PxOpOptions}, out) =
+    ccall((:px_alltoallv_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{UInt64}, Ptr{Cvoid}, Ptr{UInt64}, Ref{PxOpOptions},
+           Ref{Ptr{Cvoid}}),
+          v, input, send_counts, output, recv_counts, o, out)
 px_checkpoint(c::Ptr{Cvoid}, path::AbstractString, timeout_ms::Integer) =
     ccall((:px_checkpoint, libparallax()), Cint, (Ptr{Cvoid}, Cstring, Int64), c, path, timeout_ms)
 

@@ -286,6 +286,63 @@ function allgatherv!(v::DenseVar{T}, out::DenseArray{T}, input::DenseArray{T},
     end
 end
 
+"""
+    reduce_scatter!(v::DenseVar{T}, out, input) -> Request
+
+`input` holds a block of `count` elements per rank; each block is reduced across every
+worker with the variable's op and this rank's block lands in `out` (`count` elements).
+"""
+function reduce_scatter!(v::DenseVar{T}, out::DenseArray{T}, input::DenseArray{T}) where {T}
+    expect_len(v.name, "reduce_scatter", "input", length(input), v.count * v.client.world.world_size)
+    expect_len(v.name, "reduce_scatter", "out", length(out), v.count)
+    GC.@preserve out input begin
+        submit(v.client, out, (out, input)) do o, req
+            px_reduce_scatter_ex(v.handle, pointer(input), pointer(out), o, req)
+        end
+    end
+end
+
+"""
+    alltoall!(v::DenseVar{T}, out, input) -> Request
+
+Block `k` of `input` (`count` elements each, in rank order) goes to rank `k`; block `s` of
+`out` comes from rank `s`.
+"""
+function alltoall!(v::DenseVar{T}, out::DenseArray{T}, input::DenseArray{T}) where {T}
+    n = v.count * v.client.world.world_size
+    expect_len(v.name, "alltoall", "input", length(input), n)
+    expect_len(v.name, "alltoall", "out", length(out), n)
+    GC.@preserve out input begin
+        submit(v.client, out, (out, input)) do o, req
+            px_alltoall_ex(v.handle, pointer(input), pointer(out), o, req)
+        end
+    end
+end
+
+"""
+    alltoallv!(v::DenseVar{T}, out, input, send_counts, recv_counts) -> Request
+
+Blocks of given sizes: `send_counts[k + 1]` elements of `input` go to rank `k`,
+`recv_counts[s + 1]` elements of `out` come from rank `s` (each at most `count`).
+"""
+function alltoallv!(v::DenseVar{T}, out::DenseArray{T}, input::DenseArray{T},
+                    send_counts::AbstractVector{<:Integer},
+                    recv_counts::AbstractVector{<:Integer}) where {T}
+    world = v.client.world
+    (length(send_counts) == world.world_size && length(recv_counts) == world.world_size) ||
+        throw(ParallaxError(PX_ERR_INVALID, "alltoallv('$(v.name)'): $(length(send_counts)) " *
+                                            "send and $(length(recv_counts)) receive counts for $(world.world_size) workers"))
+    s = Vector{UInt64}(send_counts)
+    r = Vector{UInt64}(recv_counts)
+    expect_len(v.name, "alltoallv", "input", length(input), Int(sum(s)))
+    expect_len(v.name, "alltoallv", "out", length(out), Int(sum(r)))
+    GC.@preserve out input s r begin
+        submit(v.client, out, (out, input)) do o, req
+            px_alltoallv_ex(v.handle, pointer(input), pointer(s), pointer(out), pointer(r), o, req)
+        end
+    end
+end
+
 # --- sparse variables ----------------------------------------------------------------
 """
     SparseVar
