@@ -11,6 +11,12 @@ namespace pxc10d {
 namespace {
 
 constexpr uint64_t kHeaderBytes = 8;  // a moved block's own byte count, checked on arrival
+// The alltoall variable's count, in 4-byte words: the most one block may hold (512 GiB).
+constexpr uint64_t kAlltoallWords = uint64_t{1} << 37;
+
+uint64_t words_of(uint64_t bytes) {
+  return (bytes + 3) / 4;
+}
 
 [[noreturn]] void refuse(const std::string& message) {
   throw std::runtime_error("parallax backend: " + message);
@@ -46,13 +52,11 @@ px_reduce_op reduction_op(const c10d::ReduceOp& op, const char* name) {
     case c10d::ReduceOp::MAX:
       return PX_MAX;
     case c10d::ReduceOp::PRODUCT:
-      refuse(std::string(name) +
-             " with ReduceOp.PRODUCT: the daemons reduce with sum, avg, min "
-             "and max (docs/torch-backend.md)");
+      return PX_PROD;
     default:
       refuse(std::string(name) + " with ReduceOp " + std::to_string(int(op.op_)) +
-             " (a bitwise or premultiplied sum): the daemons reduce with sum, avg, min and "
-             "max");
+             " (a bitwise or premultiplied sum): the daemons reduce with sum, avg, min, max "
+             "and product");
   }
 }
 
@@ -173,6 +177,8 @@ ProcessGroupParallax::ProcessGroupParallax(const c10::intrusive_ptr<c10d::Store>
              ": are the ranks of this group in one parallax job (PARALLAX_JOB)?");
     daemon_rank_[r] = daemon;
   }
+  torch_rank_.resize(size);
+  for (int r = 0; r < size; ++r) torch_rank_[daemon_rank_[r]] = r;
 }
 
 void* ProcessGroupParallax::arena(uint64_t bytes) {
@@ -474,20 +480,111 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::scatter(
                         opts.timeout);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::scatter_reduce_impl(
+    c10d::OpType type, const char* name, std::vector<at::Tensor> blocks, at::Tensor out,
+    c10d::ReduceOp reduce_op, std::chrono::milliseconds timeout) {
+  check_tensors(blocks, name);
+  check_tensor(out, name);
+  if (static_cast<int>(blocks.size()) != size_)
+    refuse(std::string(name) + ": " + std::to_string(blocks.size()) + " input blocks for " +
+           std::to_string(size_) + " ranks");
+  for (const auto& t : blocks)
+    if (t.numel() != out.numel() || t.scalar_type() != out.scalar_type())
+      refuse(std::string(name) + ": every input block must match the output (" +
+             std::to_string(out.numel()) + " " + c10::toString(out.scalar_type()) + "), one is " +
+             std::to_string(t.numel()) + " " + c10::toString(t.scalar_type()));
+  auto dtype = reduction_dtype(out.scalar_type());
+  if (!dtype)
+    refuse(std::string(name) + " of " + c10::toString(out.scalar_type()) +
+           ": the daemons reduce float32, float64, float16, bfloat16, int32 and int64");
+  px_reduce_op op = reduction_op(reduce_op, name);
+  Operation run;
+  run.work =
+      c10::make_intrusive<ParallaxWork>(type, std::vector<at::Tensor>{out}, describe(name, {out}));
+  run.timeout = timeout_of(timeout);
+  auto work = run.work;
+  uint64_t count = static_cast<uint64_t>(out.numel()), bytes = out.nbytes();
+  if (count == 0) {
+    engine_.add(std::move(run));
+    return work;
+  }
+  px_var* var = nullptr;
+  try {
+    var = vars_.get(Kind::kReduceScatter, *dtype, op, count);
+  } catch (const std::exception& e) {
+    refuse(run.work->what() + ": " + e.what());
+  }
+  char* in = static_cast<char*>(arena(bytes * static_cast<uint64_t>(size_)));
+  run.arena.push_back(in);
+  char* result = static_cast<char*>(arena(bytes));
+  run.arena.push_back(result);
+  // The daemons' block r is their rank r's: torch rank t's block goes to t's daemon rank.
+  for (int t = 0; t < size_; ++t) copy_in(in + daemon_rank_[t] * bytes, blocks[t]);
+  run.deliver = [out, result]() mutable { copy_out(out, result); };
+  px_request* request = nullptr;
+  px_status status = px_.reduce_scatter_ex(var, in, result, nullptr, &request);
+  run.request = request;
+  submit(std::move(run), status, "px_reduce_scatter_ex");
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall_impl(
+    c10d::OpType type, const char* name, std::vector<at::Tensor> sends,
+    std::vector<at::Tensor> receives, std::chrono::milliseconds timeout) {
+  check_tensors(sends, name);
+  check_tensors(receives, name);
+  if (static_cast<int>(sends.size()) != size_ || static_cast<int>(receives.size()) != size_)
+    refuse(std::string(name) + ": " + std::to_string(sends.size()) + " blocks to send and " +
+           std::to_string(receives.size()) + " to receive for " + std::to_string(size_) + " ranks");
+  for (const auto& t : receives)
+    if (t.scalar_type() != sends[0].scalar_type())
+      refuse(std::string(name) + ": tensors of " + c10::toString(sends[0].scalar_type()) + " and " +
+             c10::toString(t.scalar_type()) + " together (one dtype per call)");
+  Operation run;
+  run.work = c10::make_intrusive<ParallaxWork>(type, receives, describe(name, sends));
+  run.timeout = timeout_of(timeout);
+  auto work = run.work;
+  px_var* var = nullptr;
+  try {
+    var = vars_.get(Kind::kAlltoall, PX_I32, PX_SUM, kAlltoallWords);
+  } catch (const std::exception& e) {
+    refuse(run.work->what() + ": " + e.what());
+  }
+  // Blocks in the daemons' rank order, each padded to whole 4-byte words.
+  std::vector<uint64_t> send_words(size_), recv_words(size_), send_at(size_), recv_at(size_);
+  uint64_t sent = 0, received = 0;
+  for (int j = 0; j < size_; ++j) {
+    int t = torch_rank_[j];
+    send_at[j] = sent;
+    recv_at[j] = received;
+    sent += send_words[j] = words_of(sends[t].nbytes());
+    received += recv_words[j] = words_of(receives[t].nbytes());
+  }
+  char* in = static_cast<char*>(arena(sent * 4));
+  run.arena.push_back(in);
+  char* out = static_cast<char*>(arena(received * 4));
+  run.arena.push_back(out);
+  for (int j = 0; j < size_; ++j) copy_in(in + send_at[j] * 4, sends[torch_rank_[j]]);
+  std::vector<int> torch_rank = torch_rank_;
+  run.deliver = [receives, out, recv_at, torch_rank]() mutable {
+    for (size_t j = 0; j < torch_rank.size(); ++j)
+      copy_out(receives[torch_rank[j]], out + recv_at[j] * 4);
+  };
+  px_request* request = nullptr;
+  px_status status =
+      px_.alltoallv_ex(var, in, send_words.data(), out, recv_words.data(), nullptr, &request);
+  run.request = request;
+  submit(std::move(run), status, "px_alltoallv_ex");
+  return work;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = only_tensor(outputs, "reduce_scatter");
-  if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
-    refuse("reduce_scatter: one input list of one tensor per rank expected");
-  for (const auto& t : inputs[0])
-    if (t.numel() != out.numel() || t.scalar_type() != out.scalar_type())
-      refuse("reduce_scatter: every input must match the output (" + std::to_string(out.numel()) +
-             " " + c10::toString(out.scalar_type()) + ")");
-  // The whole input reduced, of which each rank keeps its block: twice the bytes of a
-  // reduce-scatter of its own.
-  return reduce_impl(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", inputs[0], {out},
-                     opts.reduceOp, -1, true, opts.timeout);
+  if (inputs.size() != 1) refuse("reduce_scatter: one input list expected");
+  return scatter_reduce_impl(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", inputs[0], out,
+                             opts.reduceOp, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::_reduce_scatter_base(
@@ -498,21 +595,53 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::_reduce_scatter_base(
     refuse("reduce_scatter_tensor: the input holds " + std::to_string(input.numel()) + " " +
            c10::toString(input.scalar_type()) + ", world size x the output is " +
            std::to_string(output.numel() * size_) + " " + c10::toString(output.scalar_type()));
-  return reduce_impl(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {input}, {output},
-                     opts.reduceOp, -1, true, opts.timeout);
+  std::vector<at::Tensor> blocks;
+  at::Tensor flat = input.reshape({-1});
+  for (int r = 0; r < size_; ++r)
+    blocks.push_back(flat.narrow(0, r * output.numel(), output.numel()).view(output.sizes()));
+  return scatter_reduce_impl(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", blocks,
+                             output, opts.reduceOp, opts.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall_base(at::Tensor&, at::Tensor&,
-                                                                   std::vector<int64_t>&,
-                                                                   std::vector<int64_t>&,
-                                                                   const c10d::AllToAllOptions&) {
-  refuse("all_to_all_single is not implemented yet (docs/torch-backend.md)");
+c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  check_tensor(output, "all_to_all_single");
+  check_tensor(input, "all_to_all_single");
+  // Blocks are rows of the first dimension: equal ones without splits, as torch defines.
+  auto cut = [&](at::Tensor& t, std::vector<int64_t>& splits, const char* which) {
+    int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    std::vector<int64_t> counts = splits;
+    if (counts.empty()) {
+      if (rows % size_ != 0)
+        refuse("all_to_all_single: the " + std::string(which) + "'s " + std::to_string(rows) +
+               " rows do not split into " + std::to_string(size_) + " equal blocks");
+      counts.assign(size_, rows / size_);
+    }
+    if (static_cast<int>(counts.size()) != size_)
+      refuse("all_to_all_single: " + std::to_string(counts.size()) + " " + which + " splits for " +
+             std::to_string(size_) + " ranks");
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    if (total != rows)
+      refuse("all_to_all_single: the " + std::string(which) + " splits add up to " +
+             std::to_string(total) + " rows, the " + which + " has " + std::to_string(rows));
+    std::vector<at::Tensor> blocks;
+    at::Tensor whole = t.dim() == 0 ? t.reshape({1}) : t;
+    for (int64_t r = 0, at = 0; r < size_; at += counts[r++])
+      blocks.push_back(whole.narrow(0, at, counts[r]));
+    return blocks;
+  };
+  std::vector<at::Tensor> sends = cut(input, input_splits, "input");
+  std::vector<at::Tensor> receives = cut(output, output_splits, "output");
+  return alltoall_impl(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", sends, receives,
+                       opts.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall(std::vector<at::Tensor>&,
-                                                              std::vector<at::Tensor>&,
-                                                              const c10d::AllToAllOptions&) {
-  refuse("all_to_all is not implemented yet (docs/torch-backend.md)");
+c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllToAllOptions& opts) {
+  return alltoall_impl(c10d::OpType::ALLTOALL, "all_to_all", inputs, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::barrier(const c10d::BarrierOptions& opts) {

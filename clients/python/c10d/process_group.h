@@ -9,9 +9,9 @@
 // a launcher whose ranks are not node-major still gets torch's order. A group must span the
 // whole job: the daemons run each step over all of its workers.
 //
-// Data: each collective stages its tensors in the shared arena (px_alloc), runs in place
-// there, and copies the results out when the daemon completes it (on the engine's thread):
-// one copy in, one copy out, as the C library does for ordinary memory.
+// Data: each collective stages its tensors in the shared arena (px_alloc), runs there (in
+// place where it can), and copies the results out when the daemon completes it (on the
+// engine's thread): one copy in, one copy out, as the C library does for ordinary memory.
 #pragma once
 
 #include <chrono>
@@ -109,6 +109,17 @@ class ProcessGroupParallax : public c10d::ProcessGroup {
                                                 size_t pick, int root,
                                                 std::chrono::milliseconds timeout);
 
+  // Every rank's blocks (torch rank order) reduced; this rank's lands in out.
+  c10::intrusive_ptr<c10d::Work> scatter_reduce_impl(c10d::OpType type, const char* name,
+                                                     std::vector<at::Tensor> blocks, at::Tensor out,
+                                                     c10d::ReduceOp reduce_op,
+                                                     std::chrono::milliseconds timeout);
+  // sends[t] to torch rank t; receives[t] from it.
+  c10::intrusive_ptr<c10d::Work> alltoall_impl(c10d::OpType type, const char* name,
+                                               std::vector<at::Tensor> sends,
+                                               std::vector<at::Tensor> receives,
+                                               std::chrono::milliseconds timeout);
+
   void* arena(uint64_t bytes);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
   std::string describe(const char* name, const std::vector<at::Tensor>& tensors) const;
@@ -118,6 +129,7 @@ class ProcessGroupParallax : public c10d::ProcessGroup {
   px_client* client_;
   std::chrono::milliseconds timeout_;
   std::vector<int> daemon_rank_;  // torch rank -> the daemons' global rank
+  std::vector<int> torch_rank_;   // the daemons' global rank -> torch rank
   Variables vars_;
   Engine engine_;
 };

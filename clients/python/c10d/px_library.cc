@@ -45,6 +45,8 @@ const PxLibrary& PxLibrary::open(const std::string& path) {
   bind(handle, path, "px_allreduce_ex", &px->allreduce_ex);
   bind(handle, path, "px_broadcast_ex", &px->broadcast_ex);
   bind(handle, path, "px_allgather_ex", &px->allgather_ex);
+  bind(handle, path, "px_reduce_scatter_ex", &px->reduce_scatter_ex);
+  bind(handle, path, "px_alltoallv_ex", &px->alltoallv_ex);
   bind(handle, path, "px_test", &px->test);
   bind(handle, path, "px_request_free", &px->request_free);
   bind(handle, path, "px_request_error", &px->request_error);

@@ -26,6 +26,8 @@ struct PxLibrary {
   decltype(&px_allreduce_ex) allreduce_ex = nullptr;
   decltype(&px_broadcast_ex) broadcast_ex = nullptr;
   decltype(&px_allgather_ex) allgather_ex = nullptr;
+  decltype(&px_reduce_scatter_ex) reduce_scatter_ex = nullptr;
+  decltype(&px_alltoallv_ex) alltoallv_ex = nullptr;
   decltype(&px_test) test = nullptr;
   decltype(&px_request_free) request_free = nullptr;
   decltype(&px_request_error) request_error = nullptr;

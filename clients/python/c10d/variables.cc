@@ -14,6 +14,10 @@ const char* kind_name(Kind kind) {
       return "allgather";
     case Kind::kBarrier:
       return "barrier";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kAlltoall:
+      return "alltoall";
   }
   return "?";
 }

@@ -7,12 +7,13 @@
 // once (PX_ERR_MISMATCH, naming the variable), instead of two variables waiting for
 // each other until a deadline.
 //
-// How many: collectives that move data without reducing it (broadcast, all_gather, scatter,
-// gather) round their size up to a size class (at most 1/8 more: 8 classes per power of
-// two), so a job whose object sizes grow (all_gather_object) registers a bounded number of
-// them; reductions register one variable per distinct dtype, op and size, up to the group's
-// limit (PARALLAX_C10D_MAX_VARIABLES, default 1024), past which the collective is refused
-// with a message saying so (a reduction's size cannot be padded: min and max would see the
+// How many: all_to_all moves any blocks through one variable per group (the count of an
+// alltoall variable only bounds a block); collectives that move data without reducing it
+// (broadcast, all_gather, scatter, gather) round their size up to a size class (at most 1/8 more: 8
+// classes per power of two), so a job whose object sizes grow (all_gather_object) registers a
+// bounded number of them; reductions register one variable per distinct dtype, op and size, up to
+// the group's limit (PARALLAX_C10D_MAX_VARIABLES, default 1024), past which the collective is
+// refused with a message saying so (a reduction's size cannot be padded: min and max would see the
 // padding).
 #pragma once
 
@@ -26,7 +27,7 @@
 
 namespace pxc10d {
 
-enum class Kind { kAllreduce, kBroadcast, kAllgather, kBarrier };
+enum class Kind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReduceScatter, kAlltoall };
 
 const char* kind_name(Kind kind);
 

@@ -30,7 +30,7 @@ REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, to
 MOVE_DTYPES = REDUCE_DTYPES + [torch.uint8, torch.int8, torch.int16, torch.bool,
                                torch.complex64]
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN,
-       "max": dist.ReduceOp.MAX}
+       "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}
 
 
 def emit(**result):
@@ -79,6 +79,8 @@ def reference(inputs, op):
         result = stacked.min(0).values
     elif op == "max":
         result = stacked.max(0).values
+    elif op == "product":
+        result = stacked.prod(0)
     else:
         result = stacked.sum(0) / len(inputs)
         if not inputs[0].is_floating_point():   # integers truncate toward zero
@@ -127,9 +129,10 @@ def collectives(options):
             else:
                 assert torch.equal(t, inputs[rank])   # left as given
             checked += 4
-    expect_error(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT), "PRODUCT")
     expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint8)), "all_reduce",
                  "Byte")
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BOR),
+                 "all_reduce", "bitwise")
     for dtype in MOVE_DTYPES:
         for count in counts:
             inputs = [data(r, count, dtype) for r in range(world)]
@@ -143,7 +146,27 @@ def collectives(options):
             out = torch.zeros(world * count, dtype=dtype)
             dist.all_gather_into_tensor(out, inputs[rank])
             assert torch.equal(out, torch.cat(inputs)), dtype
-            checked += 4
+            # all_to_all_single: equal blocks of `count` rows; rank r's block k is (r, k)'s.
+            sends = [torch.cat([data(r, count, dtype, salt=k) for k in range(world)])
+                     for r in range(world)]
+            out = torch.zeros(world * count, dtype=dtype)
+            dist.all_to_all_single(out, sends[rank])
+            want = torch.cat([data(s, count, dtype, salt=rank) for s in range(world)])
+            assert torch.equal(out, want), (dtype, count)
+            # uneven splits, some empty: rank s sends rank r (s + 2r) % 3 * count // 2 rows
+            rows = [[(s + 2 * r) % 3 * count // 2 for r in range(world)] for s in range(world)]
+            send = torch.cat([data(rank, rows[rank][r], dtype, salt=r) for r in range(world)])
+            out = torch.zeros(sum(rows[s][rank] for s in range(world)), dtype=dtype)
+            dist.all_to_all_single(out, send, output_split_sizes=[rows[s][rank] for s in range(world)],
+                                   input_split_sizes=rows[rank])
+            want = torch.cat([data(s, rows[s][rank], dtype, salt=rank) for s in range(world)])
+            assert torch.equal(out, want), (dtype, count, "uneven")
+            # all_to_all: lists of tensors of their own shapes
+            outs = [torch.zeros(rows[s][rank], dtype=dtype) for s in range(world)]
+            dist.all_to_all(outs, [data(rank, rows[rank][r], dtype, salt=r) for r in range(world)])
+            assert all(torch.equal(outs[s], data(s, rows[s][rank], dtype, salt=rank))
+                       for s in range(world)), (dtype, count, "lists")
+            checked += 7
     # gather, scatter: to and from the last rank
     root = world - 1
     t = data(rank, 100, torch.float32)
@@ -175,8 +198,8 @@ def collectives(options):
     dist.barrier()
     expect_error(lambda: dist.send(torch.ones(1), dst=(rank + 1) % world), "send",
                  "not supported")
-    expect_error(lambda: dist.all_to_all_single(torch.zeros(world), torch.ones(world)),
-                 "all_to_all_single")
+    expect_error(lambda: dist.all_to_all_single(torch.zeros(world + 1), torch.ones(world + 1)),
+                 "all_to_all_single", "equal blocks")
     pg = dist.distributed_c10d._get_default_group()
     registered = pg.variables_registered
     dist.destroy_process_group()
