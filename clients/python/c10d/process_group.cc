@@ -181,6 +181,15 @@ ProcessGroupParallax::ProcessGroupParallax(const c10::intrusive_ptr<c10d::Store>
   for (int r = 0; r < size; ++r) torch_rank_[daemon_rank_[r]] = r;
 }
 
+px_var* ProcessGroupParallax::variable(const Operation& run, Kind kind, px_dtype dtype,
+                                       px_reduce_op op, uint64_t count) {
+  try {
+    return vars_.get(kind, dtype, op, count);
+  } catch (const std::exception& e) {
+    refuse(run.work->what() + ": " + e.what());
+  }
+}
+
 void* ProcessGroupParallax::arena(uint64_t bytes) {
   void* p = nullptr;
   if (px_.alloc(client_, bytes ? bytes : 1, &p) != PX_OK)
@@ -241,12 +250,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::reduce_impl(
     engine_.add(std::move(run));
     return work;
   }
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kAllreduce, *dtype, op, count);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kAllreduce, *dtype, op, count);
   char* stage = static_cast<char*>(arena(bytes));
   run.arena.push_back(stage);
   pack(stage, inputs);
@@ -288,12 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::gather_impl(
   run.work = c10::make_intrusive<ParallaxWork>(type, flat_outputs, describe(name, inputs));
   run.timeout = timeout_of(timeout);
   uint64_t words = block_words(bytes);
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kAllgather, PX_I32, PX_SUM, words);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kAllgather, PX_I32, PX_SUM, words);
   char* in = static_cast<char*>(arena(words * 4));
   run.arena.push_back(in);
   char* out = static_cast<char*>(arena(words * 4 * size_));
@@ -346,12 +345,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::broadcast_impl(
   run.work = c10::make_intrusive<ParallaxWork>(type, outputs, describe(name, outputs));
   run.timeout = timeout_of(timeout);
   uint64_t words = block_words(block_bytes);
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kBroadcast, PX_I32, PX_SUM, words * blocks);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kBroadcast, PX_I32, PX_SUM, words * blocks);
   char* stage = static_cast<char*>(arena(words * 4 * blocks));
   run.arena.push_back(stage);
   if (is_root)
@@ -508,12 +502,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::scatter_reduce_impl(
     engine_.add(std::move(run));
     return work;
   }
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kReduceScatter, *dtype, op, count);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kReduceScatter, *dtype, op, count);
   char* in = static_cast<char*>(arena(bytes * static_cast<uint64_t>(size_)));
   run.arena.push_back(in);
   char* result = static_cast<char*>(arena(bytes));
@@ -544,12 +533,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::alltoall_impl(
   run.work = c10::make_intrusive<ParallaxWork>(type, receives, describe(name, sends));
   run.timeout = timeout_of(timeout);
   auto work = run.work;
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kAlltoall, PX_I32, PX_SUM, kAlltoallWords);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kAlltoall, PX_I32, PX_SUM, kAlltoallWords);
   // Blocks in the daemons' rank order, each padded to whole 4-byte words.
   std::vector<uint64_t> send_words(size_), recv_words(size_), send_at(size_), recv_at(size_);
   uint64_t sent = 0, received = 0;
@@ -650,12 +634,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupParallax::barrier(const c10d::Barrier
   run.work = c10::make_intrusive<ParallaxWork>(c10d::OpType::BARRIER, std::vector<at::Tensor>{},
                                                describe("barrier", {}));
   run.timeout = timeout_of(opts.timeout);
-  px_var* var = nullptr;
-  try {
-    var = vars_.get(Kind::kBarrier, PX_I32, PX_SUM, 1);
-  } catch (const std::exception& e) {
-    refuse(run.work->what() + ": " + e.what());
-  }
+  px_var* var = variable(run, Kind::kBarrier, PX_I32, PX_SUM, 1);
   void* stage = arena(4);
   std::memset(stage, 0, 4);
   run.arena.push_back(stage);

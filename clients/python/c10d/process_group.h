@@ -120,6 +120,9 @@ class ProcessGroupParallax : public c10d::ProcessGroup {
                                                std::vector<at::Tensor> receives,
                                                std::chrono::milliseconds timeout);
 
+  // The variable of the signature (variables.h), or a refusal naming run's collective.
+  px_var* variable(const Operation& run, Kind kind, px_dtype dtype, px_reduce_op op,
+                   uint64_t count);
   void* arena(uint64_t bytes);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
   std::string describe(const char* name, const std::vector<at::Tensor>& tensors) const;
