@@ -18,10 +18,13 @@
 //   px-bench sparse ...   (bench_sparse.cc)
 //
 //   px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2] [--links 1,0,lo]
-//                        [--steps N] [--sleep-ms MS] [--peers ddp,ddp-copy] [--daemon PATH]
-//     A many-tensor dense step (ResNet-50's 161 gradients, synthetic compute;
-//     tools/bench/torch_dense.py): parallax.torch.DistributedDataParallel against torch DDP
-//     on gloo, 25 MB buckets, synchronized and under no_sync() (compute alone).
+//                        [--steps N] [--sleep-ms MS] [--peers ddp,ddp-parallax,ddp-copy]
+//                        [--model resnet50|lm] [--daemon PATH]
+//     A many-tensor dense step (ResNet-50's 161 gradients, or the language model's dense
+//     part; synthetic compute; tools/bench/torch_dense.py): parallax.torch's
+//     DistributedDataParallel and torch DDP on the "parallax" backend (ddp-parallax) against
+//     torch DDP on gloo (ddp), 25 MB buckets, synchronized and under no_sync() (compute
+//     alone).
 //
 //   px-bench lm [--json] [--nodes 2,4] [--link-gbit 1] ...   (tools/bench/lm.py)
 //     The demo's language model at vocabulary 800,000 through Parallax and through torch
@@ -359,13 +362,13 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
 }
 
 // `px-bench torch-dense`: a many-tensor dense training step (ResNet-50's 161 gradient
-// tensors, 25.6 M float32, synthetic compute; tools/bench/torch_dense.py) with
-// parallax.torch.DistributedDataParallel against torch DDP on gloo, both with 25 MB
-// buckets, on the same px-cluster links. Per system: the synchronized step and the same
-// step under no_sync() (compute alone), each the median (min, max) over steps of the
-// slowest rank's forward + backward.
-// A worker's RESULT lines (per-step times) and CPU lines (cores busy: machine, daemons,
-// workers) by name ("parallax-sync", ...).
+// tensors, 25.6 M float32, or with --model lm the demo language model's dense part;
+// synthetic compute; tools/bench/torch_dense.py) with parallax.torch.DistributedDataParallel
+// and torch's own DDP on torch.distributed's "parallax" backend (ddp-parallax) against torch
+// DDP on gloo (ddp), all with 25 MB buckets, on the same px-cluster links. Per system: the
+// synchronized step and the same step under no_sync() (compute alone), each the median (min, max)
+// over steps of the slowest rank's forward + backward. A worker's RESULT lines (per-step times) and
+// CPU lines (cores busy: machine, daemons, workers) by name ("parallax-sync", ...).
 struct TorchRun {
   std::map<std::string, StepSummary> steps;
   std::map<std::string, std::array<double, 3>> cores;
@@ -388,7 +391,8 @@ TorchRun collect_results(const std::string& command, const char* what) {
 
 int bench_torch_dense(int argc, char** argv) {
   bool json = false;
-  std::string nodes_list = "4", per_node_list = "1,2", links_list = "1,0", peers_list = "ddp";
+  std::string nodes_list = "4", per_node_list = "1,2", links_list = "1,0";
+  std::string peers_list = "ddp,ddp-parallax", model = "resnet50";
   std::string daemon = default_daemon_path();
   int steps = 20;
   double sleep_ms = 0.5;
@@ -414,11 +418,16 @@ int bench_torch_dense(int argc, char** argv) {
       sleep_ms = std::stod(value());
     else if (a == "--daemon")
       daemon = value();
+    else if (a == "--model")
+      model = value();
     else
       die("unknown option " + a);
   }
+  if (model != "resnet50" && model != "lm") die("--model is resnet50 or lm, not " + model);
   std::string source = PX_SOURCE_DIR;
   std::string script = source + "/tools/bench/torch_dense.py";
+  // Staging room for DDP's buckets and its 250 MB broadcast at construction (ddp-parallax).
+  setenv("PARALLAX_ARENA_BYTES", std::to_string(512ull << 20).c_str(), 0);
   // The worker imports the package from the source tree and loads this build's library.
   std::string pythonpath = source + "/clients/python";
   if (const char* old = getenv("PYTHONPATH")) pythonpath += std::string(":") + old;
@@ -431,9 +440,12 @@ int bench_torch_dense(int argc, char** argv) {
   if (json)
     printf(
         "{\"scenario\":\"torch-dense\",\"cores\":%u,\"timing\":\"%s; forward+backward\","
-        "\"model\":\"resnet50 shapes: 161 float32 tensors, 25557032 values\","
-        "\"bucket_cap_mb\":25,\"sleep_ms_per_tensor\":%g,\"steps\":%d,\"results\":[",
-        std::thread::hardware_concurrency(), kTimingMethod, sleep_ms, steps);
+        "\"model\":\"%s\",\"bucket_cap_mb\":25,\"sleep_ms_per_tensor\":%g,\"steps\":%d,"
+        "\"results\":[",
+        std::thread::hardware_concurrency(), kTimingMethod,
+        model == "lm" ? "lm dense part: 6 float32 tensors, 107584 values"
+                      : "resnet50 shapes: 161 float32 tensors, 25557032 values",
+        sleep_ms, steps);
   else
     printf("timing: %s; seconds per forward+backward: median (min, max)\n", kTimingMethod);
   bool first = true;
@@ -450,13 +462,18 @@ int bench_torch_dense(int argc, char** argv) {
         std::string base = source + "/tools/px-cluster --nodes " + n_text + " --workers-per-node " +
                            w_text + " " + mode + " --timeout 1800";
         std::map<std::string, TorchRun> by_system;
-        by_system["parallax"] = collect_results(
-            base + " --daemon " + daemon + " -- /usr/bin/python3 " + script + " parallax" + args,
-            "parallax");
-        for (const std::string& peer : split(peers_list))
-          by_system[peer] = collect_results(base + " --no-daemons -- /usr/bin/python3 " + script +
-                                                " " + peer + args + " " + std::to_string(port++),
-                                            peer.c_str());
+        by_system["parallax"] =
+            collect_results(base + " --daemon " + daemon + " -- /usr/bin/python3 " + script +
+                                " parallax" + args + " 0 " + model,
+                            "parallax");
+        for (const std::string& peer : split(peers_list)) {
+          // ddp-parallax is torch's DDP on the daemons; the other peers run without them.
+          std::string daemons = peer == "ddp-parallax" ? " --daemon " + daemon : " --no-daemons";
+          by_system[peer] =
+              collect_results(base + daemons + " -- /usr/bin/python3 " + script + " " + peer +
+                                  args + " " + std::to_string(port++) + " " + model,
+                              peer.c_str());
+        }
         for (auto& [system_name, r] : by_system) {
           StepSummary step = r.steps[system_name + "-sync"];
           StepSummary compute = r.steps[system_name + "-compute"];
@@ -553,7 +570,8 @@ int main(int argc, char** argv) {
         "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
         "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
         "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
-        "                            [--peers ddp,ddp-copy] [--daemon PATH]\n"
+        "                            [--peers ddp,ddp-parallax,ddp-copy] [--model resnet50|lm]\n"
+        "                            [--daemon PATH]\n"
         "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
         "                   [--steps N] (tools/bench/lm.py --help)\n"

@@ -2,13 +2,16 @@
 """Worker of `px-bench torch-dense`: a many-tensor dense training step, one process per
 worker, under tools/px-cluster (with daemons for parallax, --no-daemons for ddp).
 
-    torch_dense.py SYSTEM STEPS SLEEP_MS [PORT]
+    torch_dense.py SYSTEM STEPS SLEEP_MS [PORT [MODEL]]
       SYSTEM: parallax (parallax.torch.DistributedDataParallel, 25 MB buckets) or
               ddp (torch DDP on gloo, 25 MB buckets, gradient_as_bucket_view=True) or
-              ddp-copy (the same with DDP's default gradient_as_bucket_view=False)
-
-The model has ResNet-50's 161 parameter tensors (25,557,032 float32 values: 53 convs,
-53 BatchNorms' weight and bias, the classifier), in torchvision's registration order.
+              ddp-copy (the same with DDP's default gradient_as_bucket_view=False) or
+              ddp-parallax (torch DDP as ddp, on torch.distributed's "parallax" backend:
+              init_process_group("parallax"), the daemons under it)
+      MODEL:  resnet50 (default): ResNet-50's 161 parameter tensors (25,557,032 float32
+              values: 53 convs, 53 BatchNorms' weight and bias, the classifier), in
+              torchvision's registration order; or lm: the demo language model's dense
+              part (tools/lm/model.py's LSTM and projection: 6 tensors, 107,584 values)
 Compute is synthetic: forward is a chain of one cheap autograd Function per parameter, so
 backward visits the parameters in reverse order, and each Function's backward sleeps
 SLEEP_MS (an accelerator busy with the layer: the CPU is left free, as with a GPU
@@ -36,6 +39,14 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 WARMUP = 3
+
+
+def lm_dense_shapes():
+    """The shapes of the demo language model's dense parameters (tools/lm/model.py's Body:
+    nn.LSTM(64, 128) and nn.Linear(128, 64)), in order."""
+    embed, hidden = 64, 128
+    return [(4 * hidden, embed), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,),
+            (embed, hidden), (embed,)]
 
 
 def resnet50_shapes():
@@ -75,10 +86,10 @@ class Layer(torch.autograd.Function):
         return g, torch.full(ctx.shape, ctx.value), None, None
 
 
-class SyntheticResNet50(nn.Module):
-    def __init__(self, sleep_s, value):
+class SyntheticModel(nn.Module):
+    def __init__(self, sleep_s, value, shapes):
         super().__init__()
-        self.params = nn.ParameterList(nn.Parameter(torch.zeros(s)) for s in resnet50_shapes())
+        self.params = nn.ParameterList(nn.Parameter(torch.zeros(s)) for s in shapes)
         self.sleep_s, self.value = sleep_s, value
 
     def forward(self, x):
@@ -174,13 +185,16 @@ def print_trace(rank, events, times):
 def main():
     system, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     port = int(sys.argv[4]) if len(sys.argv) > 4 else 29561
+    model_name = sys.argv[5] if len(sys.argv) > 5 else "resnet50"
+    shapes = {"resnet50": resnet50_shapes, "lm": lm_dense_shapes}[model_name]()
     per_node = int(os.environ.get("PX_CLUSTER_WORKERS_PER_NODE", "1"))
     rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
     world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
     torch.set_num_threads(1)
-    model = SyntheticResNet50(sleep_ms / 1000, float(rank + 1))
+    model = SyntheticModel(sleep_ms / 1000, float(rank + 1), shapes)
     nbytes = sum(p.numel() * 4 for p in model.parameters())
-    assert len(list(model.parameters())) == 161 and nbytes == 25557032 * 4
+    assert model_name != "resnet50" or (len(shapes) == 161 and nbytes == 25557032 * 4)
+    assert model_name != "lm" or nbytes == 107584 * 4
 
     if system == "parallax":
         import parallax
@@ -199,11 +213,15 @@ def main():
         per_step_max.n = 0
     else:
         import torch.distributed as dist
+        backend = "gloo"
+        if system == "ddp-parallax":
+            import parallax.torch  # noqa: F401  registers the "parallax" backend
+            backend = "parallax"
         master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
-        dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
+        dist.init_process_group(backend, init_method=f"tcp://{master}:{port}", rank=rank,
                                 world_size=world)
         wrapped = nn.parallel.DistributedDataParallel(
-            model, bucket_cap_mb=25, gradient_as_bucket_view=(system == "ddp"))
+            model, bucket_cap_mb=25, gradient_as_bucket_view=(system != "ddp-copy"))
         barrier = dist.barrier
 
         def per_step_max(times):
@@ -262,7 +280,7 @@ def main():
     if system == "parallax":
         client.close()
     else:
-        # torch 1.13's ProcessGroupGloo destructor (run by DDP's Reducer at exit) can join a
+        # (ddp-parallax too: the same DDP.) torch 1.13's ProcessGroupGloo destructor (run by DDP's Reducer at exit) can join a
         # thread that waits for the GIL the destructor holds: a hang at exit in about one
         # run of ten. Everything is measured and printed: leave without the teardown.
         os._exit(0)
