@@ -160,6 +160,7 @@ void pack(AlltoallRun& run) {
       uint64_t len = 0;
       for (int r = first; r < first + size; ++r)
         len += run.send_counts[s][static_cast<size_t>(r)] * run.elem;
+      if (len == 0) continue;  // (an empty payload has no data(): memcpy takes no null)
       std::memcpy(at, run.blocks[s] + from, len);
       at += len;
     }
