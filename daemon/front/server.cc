@@ -91,20 +91,38 @@ bool Server::listen(std::string* error) {
     return false;
   }
   if (probe >= 0) ::close(probe);
-  ::unlink(path.c_str());
+  // The socket is bound under a private name and renamed into place once it listens, with its
+  // mode and group set: whoever sees the file (a worker, a test, a service manager waiting for
+  // it) can connect at once. Bound straight at the path, there is a window between bind() and
+  // listen() where the file exists and connect() is refused. A path too long for the private
+  // name is bound in place.
+  std::string bound_path = path + ".starting-" + std::to_string(getpid());
+  if (bound_path.size() >= sizeof addr.sun_path) bound_path = path;
+  sockaddr_un bound_addr{};
+  bound_addr.sun_family = AF_UNIX;
+  std::memcpy(bound_addr.sun_path, bound_path.c_str(), bound_path.size() + 1);
+  ::unlink(bound_path.c_str());
+  if (bound_path == path) ::unlink(path.c_str());
   mode_t old_mask = umask(0117);  // socket file 0660
-  int bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int bound = bind(fd, reinterpret_cast<sockaddr*>(&bound_addr), sizeof bound_addr);
   umask(old_mask);
   if (bound != 0 || ::listen(fd, 128) != 0) {
     *error = "cannot listen on " + path + ": " + strerror(errno);
     ::close(fd);
+    if (bound == 0) ::unlink(bound_path.c_str());
     return false;
   }
-  chmod(path.c_str(), 0660);
+  chmod(bound_path.c_str(), 0660);
   if (allowed_gid_ != static_cast<gid_t>(-1) &&
-      chown(path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
+      chown(bound_path.c_str(), static_cast<uid_t>(-1), allowed_gid_) != 0)
     PX_LOG_WARN("cannot give %s to group %s: %s", path.c_str(), config_.group.c_str(),
                 strerror(errno));
+  if (bound_path != path && ::rename(bound_path.c_str(), path.c_str()) != 0) {
+    *error = "cannot move the socket into place at " + path + ": " + strerror(errno);
+    ::close(fd);
+    ::unlink(bound_path.c_str());
+    return false;
+  }
   listen_fd_ = fd;
   uv_poll_init(&loop_, &listen_poll_, listen_fd_);
   listen_poll_.data = this;

@@ -3,9 +3,13 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "tests/integration/harness.h"
 
@@ -164,4 +168,38 @@ TEST_CASE("daemon: a second parallaxd on the same socket is refused") {
   CHECK(all_ok(run_workers(daemon, "twice", 1,
                            {"allreduce", "--dtype", "f64", "--op", "min", "--count", "10",
                             "--memory", "arena", "--steps", "1"})));
+}
+
+TEST_CASE("daemon: its socket file appears only once it accepts connections") {
+  // Scripts, service managers and the Python tests wait for the file, then connect: the file
+  // must never exist while connect() would be refused. listen() is slowed by 300 ms (a
+  // preloaded shim) so that a daemon binding at the path before it listens fails every time.
+  std::string asan = getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "";
+  setenv("LD_PRELOAD", PX_SLOW_LISTEN_PATH, 1);
+  // An ASan daemon insists on its runtime coming first in the library list.
+  setenv("ASAN_OPTIONS", (asan + (asan.empty() ? "" : ":") + "verify_asan_link_order=0").c_str(),
+         1);
+  for (int start = 0; start < 3; ++start) {
+    DaemonProcess daemon("appears", {}, /*wait_ready=*/false);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    struct stat st {};
+    while (stat(daemon.socket().c_str(), &st) != 0) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    int fd = connect_unix(daemon.socket());
+    CHECK_MESSAGE(fd >= 0, "start " << start << ": the socket existed but refused a connection");
+    if (fd >= 0) close(fd);
+    CHECK((st.st_mode & 0777) == 0660);
+    // Nothing is left under the private name it was bound with.
+    std::filesystem::path dir = std::filesystem::path(daemon.socket()).parent_path();
+    std::string prefix = std::filesystem::path(daemon.socket()).filename().string() + ".starting-";
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      CHECK(entry.path().filename().string().rfind(prefix, 0) == std::string::npos);
+  }
+  unsetenv("LD_PRELOAD");
+  if (asan.empty())
+    unsetenv("ASAN_OPTIONS");
+  else
+    setenv("ASAN_OPTIONS", asan.c_str(), 1);
 }
