@@ -85,14 +85,12 @@ int main(int argc, char** argv) {
   // Libraries that libfabric's providers load as fi_getinfo initializes them (PSM's
   // libinfinipath) install SIGINT/SIGTERM handlers that call exit(), which then waits
   // forever for the libfabric lock that very fi_getinfo holds: a daemon stopped during its
-  // start hung (seen when a test stopped a forming cluster). Both signals stay blocked, in
-  // this thread and every thread started from it, until Server::run() has installed the
-  // daemon's own handlers over those; a signal sent meanwhile is delivered then.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // start hung (seen when a test stopped a forming cluster). SIGHUP's default action ends
+  // the process: a daemon sent it while starting (logrotate) died. The signals the daemon
+  // handles stay blocked, in this thread and every thread started from it, until
+  // Server::run() has installed its own handlers; a signal sent meanwhile is delivered then.
+  sigset_t handled = px::Server::handled_signals();
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   px::Server server(config);
   std::string error;
   if (!server.listen(&error)) {

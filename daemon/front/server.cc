@@ -323,6 +323,15 @@ void Server::on_fatal(const std::string& why) {
       200, 0);
 }
 
+sigset_t Server::handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
 int Server::run() {
   // This thread runs the loop from here on: loop-only functions check that they run on it.
   LoopThreadScope loop_thread;
@@ -332,13 +341,6 @@ int Server::run() {
   sigint_.data = sigterm_.data = this;
   uv_signal_start(&sigint_, on_signal, SIGINT);
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
-  // main() blocked them until the daemon's handlers replaced any a provider's library
-  // installed (main.cc); one sent during the start arrives now.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   uv_timer_init(&loop_, &stall_timer_);
   stall_timer_.data = this;
@@ -350,7 +352,11 @@ int Server::run() {
     uv_timer_start(&stall_timer_, on_stall_check, every, every);
   }
   PX_LOG_INFO("listening on %s (%u reduction threads)", config_.socket_path.c_str(), pool_.size());
-  service_.start();
+  service_.start();  // SIGHUP's handler
+  // main() blocked the handled signals until the daemon's handlers replaced any a provider's
+  // library installed (main.cc); one sent during the start arrives now.
+  sigset_t handled = handled_signals();
+  pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
   periodic_checkpoints_.start();
   uv_run(&loop_, UV_RUN_DEFAULT);
   if (fabric_) fabric_->stop();

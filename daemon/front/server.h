@@ -1,6 +1,7 @@
 // parallaxd's event loop: the listening socket, sessions, jobs, the scheduler and the pool.
 #pragma once
 
+#include <signal.h>
 #include <uv.h>
 
 #include <functional>
@@ -36,6 +37,11 @@ class Server {
   bool listen(std::string* error);
   // Runs until SIGINT/SIGTERM (exit code 0) or a fatal cluster error (1).
   int run();
+  // The signals the daemon handles (SIGINT, SIGTERM, SIGHUP). main() blocks them before
+  // anything starts and run() unblocks them once its handlers are installed: one sent during
+  // the start (a stop, logrotate's SIGHUP) waits for its handler instead of taking the
+  // default action or a provider library's handler.
+  static sigset_t handled_signals();
 
   const DaemonConfig& config() const { return config_; }
   // Readiness, watchdog, SIGHUP and the SIGTERM drain (service.h).

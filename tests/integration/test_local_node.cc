@@ -2,6 +2,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -170,15 +171,33 @@ TEST_CASE("daemon: a second parallaxd on the same socket is refused") {
                             "--memory", "arena", "--steps", "1"})));
 }
 
+// While it lives, daemons started by this process have a listen() that pauses 300 ms first (a
+// preloaded shim, slow_listen.cc): a window in the start that tests can aim at.
+class SlowListen {
+ public:
+  SlowListen() : asan_(getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "") {
+    setenv("LD_PRELOAD", PX_SLOW_LISTEN_PATH, 1);
+    // An ASan daemon insists on its runtime coming first in the library list.
+    std::string options = asan_ + (asan_.empty() ? "" : ":") + "verify_asan_link_order=0";
+    setenv("ASAN_OPTIONS", options.c_str(), 1);
+  }
+  ~SlowListen() {
+    unsetenv("LD_PRELOAD");
+    if (asan_.empty())
+      unsetenv("ASAN_OPTIONS");
+    else
+      setenv("ASAN_OPTIONS", asan_.c_str(), 1);
+  }
+
+ private:
+  std::string asan_;
+};
+
 TEST_CASE("daemon: its socket file appears only once it accepts connections") {
   // Scripts, service managers and the Python tests wait for the file, then connect: the file
-  // must never exist while connect() would be refused. listen() is slowed by 300 ms (a
-  // preloaded shim) so that a daemon binding at the path before it listens fails every time.
-  std::string asan = getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "";
-  setenv("LD_PRELOAD", PX_SLOW_LISTEN_PATH, 1);
-  // An ASan daemon insists on its runtime coming first in the library list.
-  setenv("ASAN_OPTIONS", (asan + (asan.empty() ? "" : ":") + "verify_asan_link_order=0").c_str(),
-         1);
+  // must never exist while connect() would be refused. With listen() slowed, a daemon that
+  // binds at the path before it listens fails this every time.
+  SlowListen slow;
   for (int start = 0; start < 3; ++start) {
     DaemonProcess daemon("appears", {}, /*wait_ready=*/false);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -197,9 +216,34 @@ TEST_CASE("daemon: its socket file appears only once it accepts connections") {
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       CHECK(entry.path().filename().string().rfind(prefix, 0) == std::string::npos);
   }
-  unsetenv("LD_PRELOAD");
-  if (asan.empty())
-    unsetenv("ASAN_OPTIONS");
-  else
-    setenv("ASAN_OPTIONS", asan.c_str(), 1);
+}
+
+TEST_CASE("daemon: SIGHUP and SIGTERM sent while it starts wait for its handlers") {
+  // logrotate's SIGHUP, or a stop, can reach a daemon that is still starting: it must be
+  // handled once the daemon runs, not take the default action (SIGHUP's ends the process).
+  SlowListen slow;  // the start lasts 300 ms more, with the signals blocked
+  for (int signum : {SIGHUP, SIGTERM}) {
+    CAPTURE(signum);
+    DaemonProcess daemon("start-signal", {}, /*wait_ready=*/false);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    // Its first line comes from Server::listen(), which then spends 300 ms in listen().
+    while (!contains(daemon.log(), "gpu: ")) {
+      REQUIRE_MESSAGE(daemon.alive(), "parallaxd exited: " << daemon.log());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(kill(daemon.pid(), signum) == 0);
+    if (signum == SIGHUP) {
+      while (!contains(daemon.log(), "SIGHUP: logging to stderr, no log file to reopen")) {
+        REQUIRE_MESSAGE(daemon.alive(), "parallaxd died of SIGHUP: " << daemon.log());
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      CHECK(contains(daemon.log(), "listening on"));
+      CHECK(daemon.kill_and_reap(SIGTERM) == 0);
+    } else {
+      CHECK(daemon.wait_exit(20000) == 0);  // drained: it started, then stopped cleanly
+      CHECK(contains(daemon.log(), "SIGTERM: draining"));
+    }
+  }
 }
