@@ -261,7 +261,7 @@ def main():
     if trace:
         print_trace(rank, events, synced)
     # Sanity: every rank's gradient is rank + 1, so the mean is (world + 1) / 2.
-    got = model.params[0].grad[0, 0, 0, 0].item()
+    got = model.params[0].grad.reshape(-1)[0].item()  # any shape (resnet50: 4-D, lm: 2-D)
     if abs(got - (world + 1) / 2) > 1e-5:
         print(f"WARNING: {system} rank {rank}: gradient {got}, expected {(world + 1) / 2}",
               file=sys.stderr)
