@@ -46,7 +46,7 @@ BENCH = os.path.join(os.path.dirname(HERE), "bench")
 MACHINE_REST = "24 GiB, Debian 12 VM, no GPU (page)"
 
 COLOURS = {"parallax": "C0", "mpi": "C1", "gloo": "C2", "ddp": "C3", "ddp-sparse": "C1",
-           "ddp-dense": "C3"}
+           "ddp-dense": "C3", "ddp-parallax": "C4"}
 ROUTE_COLOURS = {"ps": "C0", "hybrid": "C5", "auto": "C9", "alltoall-rows": "C1",
                  "alltoall-columns": "C4", "allgatherv": "C2", "allreduce": "C3",
                  "gloo sparse all_reduce": "C7"}
@@ -531,6 +531,52 @@ def _torch_dense(spec):
     b.set_ylabel("seconds per step, run 7")
     b.legend(fontsize=7)
     b.grid(axis="y", alpha=0.3)
+    return fig
+
+
+BACKEND_RUNS = ["torch-backend-n4-resnet50-dc0b7fd-run1.json",
+                "torch-backend-n4-resnet50-dc0b7fd-run2.json",
+                "torch-backend-n4-lm-dc0b7fd-run1.json", "torch-backend-n4-lm-dc0b7fd-run2.json"]
+
+
+@plot("torch-backend", "benchmarks/torch-dense",
+      "torch's DDP on the \"parallax\" backend and parallax.torch's DDP, each ÷ DDP on gloo "
+      "(one dot per run)",
+      BACKEND_RUNS,
+      "build/tools/px-bench torch-dense --json [--model lm] --nodes 4 --workers-per-node 1,2 "
+      "--links 1,0 (page)",
+      "dc0b7fd (file names)")
+def _torch_backend(spec):
+    fig, ax = new_figure(spec, ncols=2, width=11, height=4)
+    for a, model in zip((ax[0][0], ax[0][1]), ("resnet50", "lm")):
+        files = [f for f in spec["data"] if f"-{model}-" in f]
+        configs = []
+        for r in load(files[0])["results"]:
+            c = (r["workers_per_node"], r["link"])
+            if c not in configs:
+                configs.append(c)
+        for k, f in enumerate(files):
+            res = {(r["system"], r["workers_per_node"], r["link"]): r for r in load(f)["results"]}
+            for s_i, system in enumerate(("ddp-parallax", "parallax")):
+                ratios = [res[("ddp",) + c]["step_s"] / res[(system,) + c]["step_s"]
+                          for c in configs]
+                a.scatter([i - 0.15 + 0.3 * s_i + 0.06 * k for i in range(len(configs))], ratios,
+                          s=22, zorder=3, color=COLOURS[system], marker="os"[k],
+                          label=f"{system}, run {k + 1}")
+        a.axhline(1.0, color="k", lw=1)
+        a.axhline(1.1, color="k", ls="--", lw=1)
+        a.axhline(0.95, color="k", ls=":", lw=1)
+        a.text(len(configs) - 0.5, 1.1, "1.1× (target at 4 × 2)", ha="right", va="bottom",
+               fontsize=7)
+        a.text(len(configs) - 0.5, 0.95, "0.95× (target at 4 × 1)", ha="right", va="top",
+               fontsize=7)
+        a.set_xticks(range(len(configs)), [f"4 × {w}\n{LINK_NAMES[l]}" for w, l in configs],
+                     fontsize=8)
+        a.set_title("ResNet-50-shaped step" if model == "resnet50" else "the LM's dense part",
+                    fontsize=9)
+        a.set_ylabel("gloo DDP step ÷ this step (above 1: faster)")
+        a.legend(fontsize=7)
+        a.grid(axis="y", alpha=0.3)
     return fig
 
 
