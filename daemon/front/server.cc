@@ -98,11 +98,10 @@ bool Server::listen(std::string* error) {
   // name is bound in place.
   std::string bound_path = path + ".starting-" + std::to_string(getpid());
   if (bound_path.size() >= sizeof addr.sun_path) bound_path = path;
-  sockaddr_un bound_addr{};
-  bound_addr.sun_family = AF_UNIX;
+  sockaddr_un bound_addr = addr;
   std::memcpy(bound_addr.sun_path, bound_path.c_str(), bound_path.size() + 1);
+  // A dead daemon's file at the path goes here when bound in place, else with the rename().
   ::unlink(bound_path.c_str());
-  if (bound_path == path) ::unlink(path.c_str());
   mode_t old_mask = umask(0117);  // socket file 0660
   int bound = bind(fd, reinterpret_cast<sockaddr*>(&bound_addr), sizeof bound_addr);
   umask(old_mask);

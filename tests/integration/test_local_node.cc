@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -246,4 +248,34 @@ TEST_CASE("daemon: SIGHUP and SIGTERM sent while it starts wait for its handlers
       CHECK(contains(daemon.log(), "SIGTERM: draining"));
     }
   }
+}
+
+TEST_CASE("daemon: a dead daemon's socket file is replaced") {
+  // A daemon killed with SIGKILL leaves its socket file behind; the next one on that path
+  // must take it over (connect() to it is refused, so no live daemon holds it).
+  std::string path = "/tmp/pxt-stale-" + std::to_string(getpid()) + ".sock";
+  int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(stale >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  unlink(path.c_str());
+  REQUIRE(bind(stale, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  close(stale);  // the file stays, with nobody listening
+  REQUIRE(std::filesystem::exists(path));
+  {
+    // The later --socket wins; the harness would wait on its own path, so this test waits.
+    DaemonProcess daemon("stale", {"--socket", path}, /*wait_ready=*/false);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    int fd;
+    while ((fd = connect_unix(path)) < 0) {
+      REQUIRE_MESSAGE(daemon.alive(), "parallaxd exited: " << daemon.log());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    close(fd);
+    CHECK(daemon.alive());
+    CHECK(daemon.kill_and_reap(SIGTERM) == 0);
+  }
+  unlink(path.c_str());
 }
