@@ -8,10 +8,10 @@
 namespace px {
 namespace {
 
-constexpr uint64_t kMaxChunks = 1 << 20;  // 20 tag bits
-
 class ChainBroadcast : public std::enable_shared_from_this<ChainBroadcast> {
  public:
+  static constexpr uint64_t kMaxChunks = 1 << 20;  // 20 tag bits
+
   ChainBroadcast(CollectiveTransport& t, const BroadcastSpec& spec, CollectiveDone done)
       : t_(t), spec_(spec), n_(t.size()), rank_(t.rank()) {
     chunk_ = std::max<uint64_t>(std::max<uint64_t>(1, spec.chunk_bytes),

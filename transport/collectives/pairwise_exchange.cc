@@ -8,14 +8,14 @@
 namespace px {
 namespace {
 
-constexpr size_t kMaxChunks = (size_t{1} << kTagAlgorithmBits) - 2;  // tag 0 is the header
-
 size_t chunks_of(size_t bytes, size_t chunk) {
   return bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
 }
 
 class PairwiseExchange : public std::enable_shared_from_this<PairwiseExchange> {
  public:
+  static constexpr size_t kMaxChunks = (size_t{1} << kTagAlgorithmBits) - 2;  // tag 0: header
+
   PairwiseExchange(CollectiveTransport& t, const PairwiseExchangeSpec& spec, CollectiveDone done)
       : t_(t), spec_(spec), done_(std::move(done)) {}
 

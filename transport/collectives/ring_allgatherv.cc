@@ -8,10 +8,10 @@
 namespace px {
 namespace {
 
-constexpr size_t kMaxChunks = 4096;
-
 class RingAllgatherv : public std::enable_shared_from_this<RingAllgatherv> {
  public:
+  static constexpr size_t kMaxChunks = 4096;
+
   RingAllgatherv(CollectiveTransport& t, const AllgathervSpec& spec, CollectiveDone done)
       : t_(t), spec_(spec), n_(t.size()), rank_(t.rank()) {
     uint64_t offset = 0, largest = 0;

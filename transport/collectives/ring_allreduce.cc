@@ -10,10 +10,10 @@
 namespace px {
 namespace {
 
-constexpr size_t kMaxChunks = 4096;  // 12 tag bits
-
 class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
  public:
+  static constexpr size_t kMaxChunks = 4096;  // 12 tag bits
+
   RingAllreduce(CollectiveTransport& t, const RingAllreduceSpec& spec, Executor executor,
                 CollectiveDone done)
       : t_(t), spec_(spec), executor_(std::move(executor)), done_(std::move(done)) {

@@ -10,10 +10,10 @@
 namespace px {
 namespace {
 
-constexpr size_t kMaxChunks = 4096;  // 12 tag bits, below the step's
-
 class RingReduceScatter : public std::enable_shared_from_this<RingReduceScatter> {
  public:
+  static constexpr size_t kMaxChunks = 4096;  // 12 tag bits, below the step's
+
   RingReduceScatter(CollectiveTransport& t, const RingReduceScatterSpec& spec, Executor executor,
                     CollectiveDone done)
       : t_(t), spec_(spec), executor_(std::move(executor)), done_(std::move(done)) {
