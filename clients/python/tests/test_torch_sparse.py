@@ -58,6 +58,19 @@ def test_train_pipeline_prefetches_and_matches_reference_on_a_cluster_2x2():
     assert max(r["served_ahead"] for r in results) > 0
 
 
+def test_a_table_looked_up_twice_in_a_step_on_one_worker(daemon):
+    # The repro of a tied embedding: (emb(a) * emb(b)).sum().backward() waited for the
+    # operation deadline; one pull step and one push step a training step now.
+    results = _torch_workers(daemon, "tables_looked_up_more_than_once", 1)
+    assert results[0]["pull_steps"] == 5 and results[0]["push_steps"] == 5
+
+
+def test_tables_looked_up_more_than_once_match_nn_embedding_on_a_cluster_2x2():
+    results = run_cluster(2, 2, "tables_looked_up_more_than_once", worker="torchworker.py")
+    assert len(results) == 4
+    assert all(r["pull_steps"] == 5 and r["push_steps"] == 5 for r in results)
+
+
 def test_embedding_bag_and_eval_reads_without_steps(daemon):
     _torch_workers(daemon, "embedding_bag_and_eval", 1)
 

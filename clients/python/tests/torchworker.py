@@ -174,9 +174,65 @@ def checkpoint_and_restore(px):
     emit(px, ok=True, weight=emb.state_dict()["weight"].tolist())
 
 
+def tables_looked_up_more_than_once(px):
+    """One Embedding looked up three times a step (two features of one table, and the same
+    table tied as the output's candidate rows) and one EmbeddingBag twice, Adagrad on both:
+    the same tables as nn.Embedding / nn.EmbeddingBag trained on the global batch. At step 2
+    a training forward has no backward (a logged loss): the next forward joins its step."""
+    steps, per = 5, 6
+    torch.manual_seed(3)
+    w_emb, w_bag = torch.randn(ROWS, DIM), torch.randn(ROWS, DIM)
+    adagrad = dict(optimizer="adagrad", lr=0.3, initial_accumulator=0.1, epsilon=1e-10)
+    emb = pxt.Embedding(ROWS, DIM, name="t.tied", client=px, **adagrad)
+    bag = pxt.EmbeddingBag(ROWS, DIM, mode="sum", name="t.bag2", client=px, **adagrad)
+    emb.load_state_dict({"weight": w_emb})
+    bag.load_state_dict({"weight": w_bag})
+    ref_emb, ref_bag = nn.Embedding(ROWS, DIM), nn.EmbeddingBag(ROWS, DIM, mode="sum")
+    ref_emb.weight.data.copy_(w_emb)
+    ref_bag.weight.data.copy_(w_bag)
+    opt = torch.optim.Adagrad(list(ref_emb.parameters()) + list(ref_bag.parameters()), lr=0.3,
+                              initial_accumulator_value=0.1, eps=1e-10)
+    rank, world = px.rank, px.world_size
+    g = torch.Generator().manual_seed(77)
+
+    def loss_of(e, b, user, item, cand, hist, offsets):
+        # Two features of one table (user, item), the same table's rows as the output's
+        # candidates (tied), and one bag looked up twice (history, and the item as a bag).
+        context = e(user) * e(item) + b(hist, offsets) + b(item.reshape(-1, 1))
+        return ((context[:, None, :] * e(cand)).sum(-1) - 1.0).pow(2).mean()
+
+    for step in range(steps):
+        n = world * per
+        user, item = (torch.randint(0, ROWS, (n,), generator=g) for _ in range(2))
+        cand = torch.randint(0, ROWS, (n, 3), generator=g)
+        hist = torch.randint(0, ROWS, (n * 2,), generator=g)
+        lo, hi = rank * per, (rank + 1) * per
+        mine = (user[lo:hi], item[lo:hi], cand[lo:hi], hist[2 * lo:2 * hi],
+                torch.arange(0, 2 * per, 2))
+        if step == 2:
+            loss_of(emb, bag, *mine).item()  # training mode, no backward
+        loss_of(emb, bag, *mine).backward()
+        opt.zero_grad()
+        loss_of(ref_emb, ref_bag, user, item, cand, hist,
+                torch.arange(0, 2 * n, 2)).backward()
+        opt.step()
+    emb.synchronize()
+    bag.synchronize()
+    px.barrier(30)
+    errs = []
+    for layer, ref in ((emb, ref_emb), (bag, ref_bag)):
+        got = layer.state_dict()["weight"]
+        errs.append(((got - ref.weight.data).abs() /
+                     ref.weight.data.abs().clamp_min(1e-3)).max().item())
+    assert max(errs) < 1e-4, errs
+    stats = emb.variable.stats()
+    emit(px, ok=True, max_rel_err=max(errs), pull_steps=stats.pull_steps,
+         push_steps=stats.push_steps)
+
+
 SCENARIOS = {f.__name__: f for f in (embedding_matches_reference, embedding_bag_and_eval,
                                      sampled_softmax_matches_reference, bad_input,
-                                     checkpoint_and_restore)}
+                                     checkpoint_and_restore, tables_looked_up_more_than_once)}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

@@ -3,9 +3,20 @@
 A training forward pulls the batch's unique rows (a pull step), the layer computes on them
 as an ordinary leaf tensor, and autograd's hook on that leaf pushes their gradients (a push
 step) without waiting: the daemon applies the layer's optimizer on the shards, and the next
-pull (step n + 1) sees every worker's push n (PX_SYNC). So each training forward must be
-followed by a backward on every worker, as with DDP; a forward under torch.no_grad() or in
-eval() mode reads the rows instead (not a step) and needs no backward.
+pull (step n + 1) sees every worker's push n (PX_SYNC). So each training step must end in a
+backward on every worker, as with DDP; a forward under torch.no_grad() or in eval() mode
+reads the rows instead (not a step) and needs no backward.
+
+A table looked up more than once in a step (a tied or shared embedding, several features on
+one table): the step lasts from its first training lookup until its gradients are pushed.
+The first lookup is the pull; each later one takes the rows already pulled from them and
+reads only the rows it adds (px_read_rows: one round trip, none if it adds none). Under
+PX_SYNC that read sees the table after the previous step, as the pull did: the owners apply
+push n only once every node sent it, and this worker's comes after its backward. Backward
+gives each lookup's leaf its gradient; they are summed per row and pushed once, as soon as
+every lookup's has come, or at the end of the backward for the lookups it did not reach.
+A forward whose backward never came is such a lookup too: the next training forward joins
+its step, and only the gradients a backward gives are pushed.
 
 Prefetch (a table with prefetch=True): module.prefetch(next_indices) after a training
 forward and before its backward pulls the next forward's rows early (px_prefetch_rows), as
@@ -58,6 +69,8 @@ class _Table:
         # Device steps: not on a prefetch table (the daemon checks its rows on the host).
         self.device_steps = not options.get("prefetch", False)
         self._pushes: list = []
+        self._step: Optional[_StepRows] = None  # the training step pulled, not yet pushed
+        self._steps = 0  # training steps begun, for messages
         self._stages: dict = {}  # (kind, device) -> (indices, rows) in px_alloc_ex memory
 
     def _stage(self, kind: str, unique: torch.Tensor):
@@ -82,9 +95,11 @@ class _Table:
         return unique.device.type == "cuda" and self.device_steps
 
     def lookup(self, unique: torch.Tensor, training: bool) -> torch.Tensor:
-        """The rows' values (on unique's device): a pull step when training, a read
-        otherwise."""
+        """The rows' values (on unique's device): a pull step when training (a read of the
+        rows it adds, within a step already pulled), a read otherwise."""
         if training:
+            if self._step is not None:
+                return self._step.extend(unique, self._read_host)
             self.finish_pushes()
         op = self.var.pull if training else self.var.read
         if self._staged(unique):
@@ -94,6 +109,37 @@ class _Table:
         if unique.device.type != "cpu":  # a prefetch table's CUDA rows: through the host
             return op(unique.cpu()).wait().to(unique.device)
         return op(unique).wait()
+
+    def _read_host(self, unique: torch.Tensor) -> torch.Tensor:
+        """The rows' current values, read through host memory (on unique's device)."""
+        return self.var.read(unique.cpu()).wait().to(unique.device)
+
+    def begin_step(self, unique: torch.Tensor, rows: torch.Tensor) -> "_StepRows":
+        """Records a training step's pulled rows (its first lookup)."""
+        self._steps += 1
+        self._step = _StepRows(self.var.name, self._steps, unique, rows.detach())
+        return self._step
+
+    def gradient(self, step: "_StepRows", unique: torch.Tensor, grad: torch.Tensor) -> None:
+        """One lookup's gradient (its leaf's backward hook). The step is pushed once every
+        lookup's gradient has come, or at the end of this backward."""
+        if step is not self._step:
+            raise parallax.InvalidArgument(
+                1, f"'{self.var.name}': a gradient of training step {step.number} came after "
+                   "that step was pushed: every lookup of a step must be in one backward")
+        step.grads.append((unique, grad.detach()))
+        if len(step.grads) == step.lookups:
+            self._push_step(step)
+        elif not step.end_queued:
+            step.end_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: self._push_step(step))
+
+    def _push_step(self, step: "_StepRows") -> None:
+        if step is not self._step:
+            return  # pushed already, when its last lookup's gradient came
+        self._step = None
+        self.push_later(*step.summed_gradient())
 
     def push_later(self, unique: torch.Tensor, grad: torch.Tensor) -> None:
         """Pushes the gradient of the rows of unique without waiting (finish_pushes)."""
@@ -132,6 +178,54 @@ class _Table:
             self.var.load(idx, values[start:start + len(idx)]).wait()
 
 
+class _StepRows:
+    """A training step of one table between its pull and its push: the rows its lookups
+    took (sorted unique indices, detached values) and the gradients backward gave them."""
+
+    def __init__(self, table: str, number: int, index: torch.Tensor, values: torch.Tensor):
+        self.table, self.number = table, number
+        self.index, self.values = index, values
+        self.lookups = 1
+        self.grads: list = []  # (unique indices, their gradient rows), one per lookup reached
+        self.end_queued = False  # the push at the end of the backward is queued
+
+    def _positions(self, unique: torch.Tensor):
+        """Where each of unique's indices is in self.index, and which are there."""
+        pos = torch.searchsorted(self.index, unique).clamp_(max=max(0, self.index.numel() - 1))
+        if self.index.numel() == 0:
+            return pos, torch.zeros_like(unique, dtype=torch.bool)
+        return pos, self.index[pos] == unique
+
+    def extend(self, unique: torch.Tensor, read) -> torch.Tensor:
+        """A later lookup's rows (on unique's device): those the step has, and the others
+        read (read(indices) -> rows) and added to it."""
+        device = unique.device
+        unique = unique.to(self.index.device)
+        _, present = self._positions(unique)
+        missing = unique[~present]
+        if missing.numel() > 0:
+            index = torch.cat([self.index, missing])
+            values = torch.cat([self.values, read(missing).to(self.values.device)])
+            index, order = torch.sort(index)
+            self.index, self.values = index, values[order]
+        pos, _ = self._positions(unique)
+        self.lookups += 1
+        return self.values[pos].to(device)
+
+    def summed_gradient(self):
+        """(unique indices, gradient rows): every gradient that came, summed per row."""
+        if len(self.grads) == 1:
+            return self.grads[0]
+        device = self.grads[0][1].device
+        index = torch.cat([u.to(device) for u, _ in self.grads])
+        grads = torch.cat([g.to(device, torch.float32) for _, g in self.grads])
+        unique, inverse = torch.unique(index, return_inverse=True)
+        summed = torch.zeros((unique.numel(), grads.shape[1]), dtype=torch.float32,
+                             device=device)
+        summed.index_add_(0, inverse, grads)
+        return unique, summed
+
+
 def _unique(indices: torch.Tensor, rows: int, name: str):
     """(sorted unique indices as int64, inverse index), on the indices' device."""
     if indices.dtype.is_floating_point:
@@ -165,7 +259,9 @@ class _SparseModule(nn.Module):
         self._ahead = (indices.detach().clone(), unique, inverse, request)
 
     def _lookup(self, indices: torch.Tensor, training: bool):
-        if training and self._ahead is not None:
+        # A later lookup of a step already pulled extends it, prefetched rows or not (they
+        # are the next step's).
+        if training and self._ahead is not None and self._table._step is None:
             expected, unique, inverse, request = self._ahead
             self._ahead = None
             if expected.shape != indices.shape or not torch.equal(
@@ -180,13 +276,17 @@ class _SparseModule(nn.Module):
         return self._table.lookup(unique, training), unique, inverse
 
     def _rows(self, indices: torch.Tensor):
-        """(unique rows as a leaf tensor, inverse index); the leaf's gradient is pushed."""
+        """(unique rows as a leaf tensor, inverse index); the leaf's gradient is pushed with
+        the step's (module docstring: a table looked up more than once in a step)."""
         training = self.training and torch.is_grad_enabled()
+        table = self._table
+        step = table._step if training else None
         rows, unique, inverse = self._lookup(indices, training)
         if training:
+            if step is None:
+                step = table.begin_step(unique, rows)
             rows.requires_grad_(True)
-            table = self._table
-            rows.register_hook(lambda grad: table.push_later(unique, grad))
+            rows.register_hook(lambda grad: table.gradient(step, unique, grad))
         return rows, inverse.reshape(indices.shape)
 
     def synchronize(self) -> None:
