@@ -99,7 +99,7 @@ class _Table:
         rows it adds, within a step already pulled), a read otherwise."""
         if training:
             if self._step is not None:
-                return self._step.extend(unique, self._read_host)
+                return self._step.extend(unique, lambda added: self.lookup(added, False))
             self.finish_pushes()
         op = self.var.pull if training else self.var.read
         if self._staged(unique):
@@ -110,14 +110,10 @@ class _Table:
             return op(unique.cpu()).wait().to(unique.device)
         return op(unique).wait()
 
-    def _read_host(self, unique: torch.Tensor) -> torch.Tensor:
-        """The rows' current values, read through host memory (on unique's device)."""
-        return self.var.read(unique.cpu()).wait().to(unique.device)
-
     def begin_step(self, unique: torch.Tensor, rows: torch.Tensor) -> "_StepRows":
         """Records a training step's pulled rows (its first lookup)."""
         self._steps += 1
-        self._step = _StepRows(self.var.name, self._steps, unique, rows.detach())
+        self._step = _StepRows(self._steps, unique, rows.detach())
         return self._step
 
     def gradient(self, step: "_StepRows", unique: torch.Tensor, grad: torch.Tensor) -> None:
@@ -182,8 +178,8 @@ class _StepRows:
     """A training step of one table between its pull and its push: the rows its lookups
     took (sorted unique indices, detached values) and the gradients backward gave them."""
 
-    def __init__(self, table: str, number: int, index: torch.Tensor, values: torch.Tensor):
-        self.table, self.number = table, number
+    def __init__(self, number: int, index: torch.Tensor, values: torch.Tensor):
+        self.number = number
         self.index, self.values = index, values
         self.lookups = 1
         self.grads: list = []  # (unique indices, their gradient rows), one per lookup reached
@@ -201,14 +197,14 @@ class _StepRows:
         read (read(indices) -> rows) and added to it."""
         device = unique.device
         unique = unique.to(self.index.device)
-        _, present = self._positions(unique)
-        missing = unique[~present]
-        if missing.numel() > 0:
+        pos, present = self._positions(unique)
+        if not bool(present.all()):
+            missing = unique[~present]
             index = torch.cat([self.index, missing])
             values = torch.cat([self.values, read(missing).to(self.values.device)])
             index, order = torch.sort(index)
             self.index, self.values = index, values[order]
-        pos, _ = self._positions(unique)
+            pos, _ = self._positions(unique)
         self.lookups += 1
         return self.values[pos].to(device)
 
