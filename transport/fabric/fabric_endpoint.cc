@@ -32,16 +32,37 @@ struct FabricEndpoint::Op {
 namespace {
 
 constexpr size_t kMaxEagerBytes = 256 * 1024;
+constexpr size_t kHeaderMargin = 4096;  // rxm's header, with room to spare
 constexpr int kMsgRxDepth = 64;
 
-// The largest payload ofi_rxm sends eagerly: its buffer size (FI_OFI_RXM_BUFFER_SIZE, set in
-// open() unless the environment did, else rxm's default of 16 KiB), less a margin for its
-// header (open() adds the same 4 KiB).
-size_t rxm_eager_limit() {
-  constexpr size_t kHeaderMargin = 4096, kRxmDefault = 16384;
-  const char* set = getenv("FI_OFI_RXM_BUFFER_SIZE");
-  size_t buffer = set ? std::strtoull(set, nullptr, 10) : kRxmDefault;
-  return buffer > kHeaderMargin ? buffer - kHeaderMargin : 0;
+size_t env_size(const char* name) {
+  const char* set = getenv(name);
+  return set ? std::strtoull(set, nullptr, 10) : 0;
+}
+
+bool env_off(const char* name) {
+  const char* set = getenv(name);
+  if (!set) return false;
+  std::string v = set;
+  return v == "0" || v == "no" || v == "off" || v == "false";
+}
+
+// Whether rxm carries eager messages between the caller's buffers (its dynamic receive
+// buffers and direct send): over tcp, unless the environment turned either off.
+bool rxm_direct_eager(const std::string& provider) {
+  return provider.rfind("tcp", 0) == 0 && !env_off("FI_OFI_RXM_ENABLE_DYN_RBUF") &&
+         !env_off("FI_OFI_RXM_ENABLE_DIRECT_SEND");
+}
+
+// The largest payload ofi_rxm sends eagerly: its buffer size (FI_OFI_RXM_BUFFER_SIZE, else
+// rxm's default of 16 KiB) or, where rxm sends eagerly without bounce buffers, its eager
+// limit (FI_OFI_RXM_EAGER_LIMIT) if larger; less the margin open() added for rxm's header.
+size_t rxm_eager_limit(const std::string& provider) {
+  constexpr size_t kRxmDefaultBuffer = 16384;
+  size_t buffer = env_size("FI_OFI_RXM_BUFFER_SIZE");
+  size_t limit = buffer ? buffer : kRxmDefaultBuffer;
+  if (rxm_direct_eager(provider)) limit = std::max(limit, env_size("FI_OFI_RXM_EAGER_LIMIT"));
+  return limit > kHeaderMargin ? limit - kHeaderMargin : 0;
 }
 
 std::string fi_error(const char* what, int rc) {
@@ -72,17 +93,26 @@ FabricEndpoint::~FabricEndpoint() {
 std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& options,
                                                      std::string* error) {
   if (options.eager_bytes > 0) {
+    // Eager messages of the collectives' chunk size. rxm allocates its bounce buffers 1,024
+    // at a time and zeroes each batch (libfabric 1.17, ofi_bufpool_grow): one batch for
+    // receives when the endpoint opens, one for sends at the first send. Eager-sized (256
+    // KiB) buffers made that 2 x 266 MB resident per daemon. Over tcp, rxm's dynamic receive
+    // buffers and direct send (both on by default) carry an eager message up to its eager
+    // limit between the caller's buffers, so there the bounce buffers keep rxm's default
+    // size: they hold control messages and small unexpected messages (a larger unexpected
+    // one gets a buffer of its size while it waits). Other providers need eager-sized ones.
     size_t eager = std::min<size_t>(options.eager_bytes, kMaxEagerBytes);
-    std::string value = std::to_string(eager + 4096);    // + rxm's header
-    setenv("FI_OFI_RXM_BUFFER_SIZE", value.c_str(), 0);  // the environment wins
-    // Each connection's receive queue holds that many eager-sized buffers; the provider's
-    // default depth left a daemon at 1.7 GB after 64 MiB allreduces across 4 nodes, 64 at
-    // 0.6 GB with the same bandwidth (README, Limits).
+    std::string value = std::to_string(eager + kHeaderMargin);
+    const char* knob =
+        rxm_direct_eager(options.provider) ? "FI_OFI_RXM_EAGER_LIMIT" : "FI_OFI_RXM_BUFFER_SIZE";
+    setenv(knob, value.c_str(), 0);  // the environment wins
+    // Each connection's receive queue depth: the provider's default left a daemon at 1.7 GB
+    // after 64 MiB allreduces across 4 nodes when the bounce buffers were eager-sized.
     setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(kMsgRxDepth).c_str(), 0);
   }
   std::unique_ptr<FabricEndpoint> e(new FabricEndpoint());
   e->max_posted_ = options.max_posted ? options.max_posted : 1;
-  e->eager_limit_ = rxm_eager_limit();
+  e->eager_limit_ = rxm_eager_limit(options.provider);
   size_t window = options.send_window_bytes ? options.send_window_bytes : 4 * e->eager_limit_;
   e->window_ = SendWindow<std::unique_ptr<Op>>(window);
   fi_info* hints = fi_allocinfo();

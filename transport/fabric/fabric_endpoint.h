@@ -36,8 +36,8 @@ struct FabricOptions {
   std::string address = "127.0.0.1";     // local address to bind (FI_SOURCE)
   std::string service;                   // local port; empty: any
   size_t max_posted = 256;               // posted operations before the backlog holds more
-  // Largest message ofi_rxm sends eagerly (FI_OFI_RXM_BUFFER_SIZE, unless the environment
-  // sets it; capped at 256 KiB since rxm preallocates hundreds of such buffers): the
+  // Largest message ofi_rxm sends eagerly (FI_OFI_RXM_EAGER_LIMIT over tcp, else its buffer
+  // size, FI_OFI_RXM_BUFFER_SIZE, unless the environment sets it; capped at 256 KiB): the
   // collectives' chunk size. Larger messages take rxm's rendezvous path, which measured at
   // half the link rate on tc-limited links.
   size_t eager_bytes = 0;
@@ -92,7 +92,7 @@ class FabricEndpoint : public CollectiveTransport {
   // priority overtook): for stats and tests.
   uint64_t priority_overtakes();
   size_t send_window_bytes() const { return window_.window_bytes(); }
-  // Sends up to this size are eager (ofi_rxm's buffer size) and wait in the window.
+  // Sends up to this size are eager (ofi_rxm's eager limit) and wait in the window.
   size_t eager_limit() const { return eager_limit_; }
 
   // Starts the progress thread (after set_peers).
