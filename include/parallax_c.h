@@ -50,8 +50,9 @@ extern "C" {
  * connect without waiting; 1.4: px_var_stats.restored_steps; 1.5: PX_ROUTE_ALLTOALL,
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
  * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD,
- * px_reduce_scatter, px_alltoall, px_alltoallv */
-#define PX_ABI_VERSION_MINOR 9
+ * px_reduce_scatter, px_alltoall, px_alltoallv; 1.10: launchers' variables (torchrun, Open
+ * MPI, Slurm) read by px_connect, px_launch_info_from_env */
+#define PX_ABI_VERSION_MINOR 10
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -117,12 +118,16 @@ typedef struct px_request px_request; /* one submitted operation; free with px_r
 
 /* How px_connect connects. Fill with px_connect_options_init, then override fields. */
 typedef struct px_connect_options {
-  uint32_t struct_size;    /* sizeof(px_connect_options) */
-  uint32_t abi_version;    /* PX_ABI_VERSION of the caller's header */
-  const char* socket_path; /* NULL: $PARALLAX_SOCKET, else /run/parallax/parallaxd.sock */
-  const char* job_name;    /* NULL: $PARALLAX_JOB, else "default" */
-  int32_t local_rank;      /* -1: $PARALLAX_LOCAL_RANK, else the first free rank */
-  int32_t local_size;      /* 0: $PARALLAX_LOCAL_SIZE, else 1 */
+  uint32_t struct_size; /* sizeof(px_connect_options) */
+  uint32_t abi_version; /* PX_ABI_VERSION of the caller's header */
+  /* Fields left unset (NULL, -1, 0) come from the environment: PARALLAX_SOCKET /
+   * PARALLAX_JOB / PARALLAX_LOCAL_RANK / PARALLAX_LOCAL_SIZE, else (1.10) what the
+   * launcher that started the process set (torchrun, Open MPI's mpirun, Slurm's srun: see
+   * px_launch_info), else the defaults below. */
+  const char* socket_path; /* NULL: the environment, else /run/parallax/parallaxd.sock */
+  const char* job_name;    /* NULL: the environment, else "default" */
+  int32_t local_rank;      /* -1: the environment, else the first free rank */
+  int32_t local_size;      /* 0: the environment, else 1 */
   int64_t timeout_ms;      /* deadline for connect (it waits for all local workers) and for
                               control calls; 0: 30000 */
   uint64_t arena_bytes;    /* shared-memory arena size; 0: $PARALLAX_ARENA_BYTES, else 256 MiB;
@@ -161,6 +166,24 @@ typedef struct px_alloc_options {
                            -1 (default): the calling thread's current device */
   uint32_t reserved;    /* zero */
 } px_alloc_options;
+
+/* (1.10) What px_connect takes from the environment for the px_connect_options fields a
+ * caller leaves unset (px_launch_info_from_env): PARALLAX_SOCKET, PARALLAX_JOB,
+ * PARALLAX_LOCAL_RANK and PARALLAX_LOCAL_SIZE, each over what the launcher that started the
+ * process set: torchrun, Open MPI's mpirun or Slurm's srun, the first found. Each one's
+ * variables and job name: docs/launchers.md. px_connect writes a warning to stderr when the
+ * launcher's global rank differs from the rank the daemons gave the worker. */
+typedef struct px_launch_info {
+  uint32_t struct_size; /* sizeof(px_launch_info), set by the caller */
+  int32_t local_rank;   /* -1: not set */
+  int32_t local_size;   /* 0: not set */
+  int32_t rank;         /* the launcher's global rank; -1: none */
+  /* The strings are the library's, valid until the calling thread's next
+   * px_launch_info_from_env; never NULL. */
+  const char* launcher;    /* "torchrun", "openmpi", "slurm", or "" (none found) */
+  const char* job_name;    /* "": not set */
+  const char* socket_path; /* "": not set */
+} px_launch_info;
 
 /* Where this worker sits in its job (px_world). */
 typedef struct px_world_info {
@@ -330,6 +353,10 @@ PX_API const char* px_last_error(void);
 /* --- connection ------------------------------------------------------------------- */
 /* Fills options with the defaults (every field from the environment, see px_connect_options). */
 PX_API void px_connect_options_init(px_connect_options* options);
+/* (1.10) Reads the environment as px_connect would (px_launch_info). PX_ERR_INVALID, naming
+ * the variable, for a value that is not a count, a Slurm tasks-per-node list without this
+ * node, or a torchrun run id of "none" without MASTER_ADDR and MASTER_PORT. */
+PX_API px_status px_launch_info_from_env(px_launch_info* out_info);
 /* Connects to parallaxd and waits until all local_size workers of the job have connected.
  * options may be NULL (all defaults). */
 PX_API px_status px_connect(const px_connect_options* options, px_client** out_client);

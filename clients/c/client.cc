@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "clients/c/client_internal.h"
+#include "clients/c/launch_env.h"
 #include "sharding/sparse_spec.h"  // header only: the sparse defaults
 
 using px::fail;
@@ -37,11 +39,6 @@ constexpr uint64_t kDefaultArenaBytes = 256ull << 20;
 // True if the caller's (possibly older, smaller) options struct contains field.
 #define PX_HAS_FIELD(options, type, field) \
   ((options)->struct_size >= offsetof(type, field) + sizeof((options)->field))
-
-const char* env_or(const char* name, const char* fallback) {
-  const char* v = getenv(name);
-  return v && *v ? v : fallback;
-}
 
 bool env_int(const char* name, long long* out) {
   const char* v = getenv(name);
@@ -192,6 +189,25 @@ PX_API void px_connect_options_init(px_connect_options* options) {
   options->wait_for_daemon = -1;
 }
 
+PX_API px_status px_launch_info_from_env(px_launch_info* out_info) {
+  using namespace px;
+  if (!out_info || out_info->struct_size < sizeof(px_launch_info))
+    return fail(PX_ERR_INVALID,
+                "px_launch_info_from_env: out_info is NULL or its struct_size "
+                "is not sizeof(px_launch_info)");
+  thread_local LaunchEnv launch;  // owns the strings handed out, until the next call
+  std::string error;
+  if (!read_launch_env(getenv, &launch, &error))
+    return fail(PX_ERR_INVALID, "px_launch_info_from_env: " + error);
+  out_info->local_rank = launch.local_rank;
+  out_info->local_size = launch.local_size;
+  out_info->rank = launch.rank;
+  out_info->launcher = launch.launcher.c_str();
+  out_info->job_name = launch.job.c_str();
+  out_info->socket_path = launch.socket_path.c_str();
+  return succeed();
+}
+
 PX_API px_status px_connect(const px_connect_options* options, px_client** out_client) {
   using namespace px;
   if (!out_client) return fail(PX_ERR_INVALID, "px_connect: out_client is NULL");
@@ -208,15 +224,19 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
     o.struct_size = sizeof o;
   }
-  std::string socket_path =
-      o.socket_path ? o.socket_path : env_or("PARALLAX_SOCKET", kDefaultSocket);
-  std::string job = o.job_name ? o.job_name : env_or("PARALLAX_JOB", "default");
+  LaunchEnv launch;
+  std::string launch_error;
+  if (!read_launch_env(getenv, &launch, &launch_error))
+    return fail(PX_ERR_INVALID, "px_connect: " + launch_error);
+  std::string socket_path = o.socket_path                 ? o.socket_path
+                            : !launch.socket_path.empty() ? launch.socket_path
+                                                          : kDefaultSocket;
+  std::string job = o.job_name ? o.job_name : !launch.job.empty() ? launch.job : "default";
   long long v;
-  int32_t local_rank = o.local_rank;
-  if (local_rank < 0 && env_int("PARALLAX_LOCAL_RANK", &v)) local_rank = static_cast<int32_t>(v);
-  int32_t local_size = o.local_size;
-  if (local_size == 0)
-    local_size = env_int("PARALLAX_LOCAL_SIZE", &v) ? static_cast<int32_t>(v) : 1;
+  int32_t local_rank = o.local_rank >= 0 ? o.local_rank : launch.local_rank;
+  int32_t local_size = o.local_size != 0       ? o.local_size
+                       : launch.local_size > 0 ? launch.local_size
+                                               : 1;
   uint64_t arena_bytes = o.arena_bytes;
   if (arena_bytes == 0 && env_int("PARALLAX_ARENA_BYTES", &v) && v > 0)
     arena_bytes = static_cast<uint64_t>(v);
@@ -304,6 +324,13 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   client->daemon_gpu_why = reply->gpu_why_none() ? reply->gpu_why_none()->str() : "";
   if (client->daemon_gpu_why.empty() && client->daemon_gpus.empty())
     client->daemon_gpu_why = "the daemon did not say (ABI 1.7 or older)";
+  if (launch.rank >= 0 && launch.rank != w.rank)
+    std::fprintf(stderr,
+                 "parallax: warning: job '%s': parallaxd made this worker rank %d of %d (node "
+                 "%d, local rank %d: ranks go node by node), but %s (%s) says rank %d. "
+                 "Parallax's results follow px_world's rank.\n",
+                 job.c_str(), w.rank, w.world_size, w.node_index, w.local_rank,
+                 launch.rank_variable.c_str(), launch.launcher.c_str(), launch.rank);
   *out_client = add_client_handle(std::move(client));
   return succeed();
 }

@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 9u), "ABI 1.9");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 10u), "ABI 1.10");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -54,6 +54,14 @@ static_assert(offsetof(px_connect_options, local_size) == 28);
 static_assert(offsetof(px_connect_options, timeout_ms) == 32);
 static_assert(offsetof(px_connect_options, arena_bytes) == 40);
 static_assert(offsetof(px_connect_options, wait_for_daemon) == 48);  // 1.3; 1.2 ended at 48
+
+static_assert(sizeof(px_launch_info) == 40);  // 1.10
+static_assert(offsetof(px_launch_info, local_rank) == 4);
+static_assert(offsetof(px_launch_info, local_size) == 8);
+static_assert(offsetof(px_launch_info, rank) == 12);
+static_assert(offsetof(px_launch_info, launcher) == 16);
+static_assert(offsetof(px_launch_info, job_name) == 24);
+static_assert(offsetof(px_launch_info, socket_path) == 32);
 
 static_assert(sizeof(px_alloc_options) == 16);
 static_assert(offsetof(px_alloc_options, memory_kind) == 4);

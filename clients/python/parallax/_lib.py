@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 9
+ABI_MINOR = 10
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -62,6 +62,12 @@ class ConnectOptions(Structure):
                 ("local_rank", c_int32), ("local_size", c_int32),
                 ("timeout_ms", c_int64), ("arena_bytes", c_uint64),
                 ("wait_for_daemon", c_int32), ("reserved", c_uint32)]
+
+
+class LaunchInfo(Structure):
+    _fields_ = [("struct_size", c_uint32), ("local_rank", c_int32), ("local_size", c_int32),
+                ("rank", c_int32), ("launcher", c_char_p), ("job_name", c_char_p),
+                ("socket_path", c_char_p)]
 
 
 class OpOptions(Structure):
@@ -115,6 +121,7 @@ _SIGNATURES = {
     "px_last_error": (c_char_p, []),
     "px_connect_options_init": (None, [POINTER(ConnectOptions)]),
     "px_connect": (c_int, [POINTER(ConnectOptions), _PP]),
+    "px_launch_info_from_env": (c_int, [POINTER(LaunchInfo)]),
     "px_disconnect": (c_int, [_P]),
     "px_world": (c_int, [_P, POINTER(WorldInfo)]),
     "px_client_last_error": (c_int, [_P, POINTER(c_char), c_uint64, POINTER(c_uint64)]),

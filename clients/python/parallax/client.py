@@ -6,7 +6,6 @@ import asyncio
 import ctypes
 import math
 import os
-import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
@@ -29,37 +28,25 @@ class World:
     local_size: int
 
 
-def _env_int(*names: str) -> Optional[int]:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            # Slurm writes SLURM_NTASKS_PER_NODE as "2" or "2(x3)".
-            m = re.match(r"\s*(-?\d+)", value)
-            if m:
-                return int(m.group(1))
-    return None
-
-
 def resolve_settings(socket: Optional[str] = None, job: Optional[str] = None,
                      local_rank: Optional[int] = None,
                      local_size: Optional[int] = None) -> dict:
-    """The connection settings: explicit arguments, else PARALLAX_*, else what launchers
-    set (torchrun: LOCAL_RANK/LOCAL_WORLD_SIZE/TORCHELASTIC_RUN_ID; Slurm:
-    SLURM_LOCALID/SLURM_NTASKS_PER_NODE/SLURM_JOB_ID), else the C library's defaults."""
-    if local_rank is None:
-        local_rank = _env_int("PARALLAX_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID")
-    if local_size is None:
-        local_size = _env_int("PARALLAX_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                              "SLURM_NTASKS_PER_NODE")
-    if job is None:
-        job = (os.environ.get("PARALLAX_JOB") or os.environ.get("TORCHELASTIC_RUN_ID")
-               or (f"slurm-{os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID")
-                   else None))
+    """The connection settings Client would use: explicit arguments, else the environment as
+    libparallax reads it (px_launch_info_from_env: PARALLAX_*, else torchrun's, Open MPI's
+    or Slurm's variables), else None (socket, job) / -1 (local_rank) / 0 (local_size) for the
+    library's defaults. Also "launcher" (the one found, or "") and "rank" (its global rank,
+    or -1). Raises InvalidArgument for a variable the rules cannot use."""
+    info = _lib.LaunchInfo()
+    info.struct_size = ctypes.sizeof(info)
+    check(_lib.lib.px_launch_info_from_env(ctypes.byref(info)))
     if socket is None:
-        socket = os.environ.get("PARALLAX_SOCKET")
+        socket = info.socket_path.decode() or None
+    if job is None:
+        job = info.job_name.decode() or None
     return {"socket": socket, "job": job,
-            "local_rank": -1 if local_rank is None else local_rank,
-            "local_size": 0 if local_size is None else local_size}
+            "local_rank": info.local_rank if local_rank is None else local_rank,
+            "local_size": info.local_size if local_size is None else local_size,
+            "launcher": info.launcher.decode(), "rank": info.rank}
 
 
 class ArenaMemory:
@@ -117,15 +104,18 @@ class Client:
                  local_rank: Optional[int] = None, local_size: Optional[int] = None,
                  timeout: float = 30.0, op_timeout: float = 300.0,
                  arena_bytes: Optional[int] = None, wait_for_daemon: Optional[bool] = None):
-        settings = resolve_settings(socket, job, local_rank, local_size)
+        # Arguments left None stay unset: libparallax reads the environment for them
+        # (resolve_settings shows what it finds) and warns of a launcher's differing rank.
         options = _lib.ConnectOptions()
         _lib.lib.px_connect_options_init(ctypes.byref(options))
-        self._socket_bytes = settings["socket"].encode() if settings["socket"] else None
-        self._job_bytes = settings["job"].encode() if settings["job"] else None
+        self._socket_bytes = socket.encode() if socket else None
+        self._job_bytes = job.encode() if job else None
         options.socket_path = self._socket_bytes
         options.job_name = self._job_bytes
-        options.local_rank = settings["local_rank"]
-        options.local_size = settings["local_size"]
+        if local_rank is not None:
+            options.local_rank = local_rank
+        if local_size is not None:
+            options.local_size = local_size
         options.timeout_ms = int(timeout * 1000)
         if arena_bytes is not None:
             options.arena_bytes = arena_bytes

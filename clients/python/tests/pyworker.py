@@ -294,7 +294,7 @@ def late_peer(px):
 
 
 def world_only(px):
-    emit(px, world=px.world.__dict__)
+    emit(px, world=px.world.__dict__, settings=parallax.resolve_settings())
 
 
 SCENARIOS = {f.__name__: f for f in (dense, torch_views, sparse, torch_sparse, asyncio_waits,

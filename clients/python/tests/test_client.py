@@ -81,23 +81,94 @@ def test_mismatched_registration_names_the_variable(daemon):
     assert all(r["error"] == "PX_ERR_MISMATCH" and "py.pair" in r["message"] for r in errors)
 
 
-def test_launcher_variables_torchrun_and_slurm(daemon):
+def _launched(daemon, envs, scenario="world_only"):
+    """Starts one worker per environment (launcher variables, no PARALLAX_JOB/_LOCAL_*) and
+    returns (results, stderrs) in start order."""
+    procs = [subprocess.Popen([PYTHON, WORKER, scenario], env=e, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for e in envs]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    import json
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs], [e for _, e in outs]
+
+
+def _launcher_env(daemon, **launcher):
     env = daemon.env()
-    for k in ("PARALLAX_LOCAL_RANK", "PARALLAX_LOCAL_SIZE"):
+    for k in ("PARALLAX_JOB", "PARALLAX_LOCAL_RANK", "PARALLAX_LOCAL_SIZE"):
         env.pop(k, None)
-    torchrun = [dict(env, LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2") for r in range(2)]
-    slurm = [dict(env, SLURM_LOCALID=str(r), SLURM_NTASKS_PER_NODE="2(x1)",
-                  PARALLAX_JOB=env["PARALLAX_JOB"] + "-slurm") for r in range(2)]
-    for envs in (torchrun, slurm):
-        procs = [subprocess.Popen([PYTHON, WORKER, "world_only"], env=e, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                 for e in envs]
-        outs = [p.communicate(timeout=60) for p in procs]
-        assert all(p.returncode == 0 for p in procs), outs
-        import json
-        worlds = [json.loads(o.strip().splitlines()[-1])["world"] for o, _ in outs]
-        assert [w["local_rank"] for w in worlds] == [0, 1]
-        assert all(w["local_size"] == 2 for w in worlds)
+    for k in list(env):
+        if k.startswith(("SLURM_", "OMPI_", "PMIX_", "TORCHELASTIC_")) or k in (
+                "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
+            del env[k]
+    env.update(launcher)
+    return env
+
+
+def test_launcher_variables_torchrun_openmpi_slurm(daemon):
+    """libparallax's launcher rules (px_launch_info_from_env), as each launcher sets them:
+    torchrun's default run id 'none' named from its rendezvous address, Slurm's
+    tasks-per-node list with the step in the job name, Open MPI's local rank and size."""
+    tag = os.path.basename(daemon.dir)
+    cases = {
+        "torchrun": ([_launcher_env(daemon, LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", RANK=str(r),
+                                    TORCHELASTIC_RUN_ID="none", MASTER_ADDR=tag,
+                                    MASTER_PORT="29500", TORCHELASTIC_RESTART_COUNT="0")
+                      for r in range(2)], f"torchrun-{tag}:29500"),
+        "slurm": ([_launcher_env(daemon, SLURM_JOB_ID="77", SLURM_STEP_ID="1",
+                                 SLURM_LOCALID=str(r), SLURM_PROCID=str(4 + r),
+                                 SLURM_NODEID="2", SLURM_TASKS_PER_NODE="2(x3),1")
+                   for r in range(2)], "slurm-77.1"),
+        "openmpi": ([_launcher_env(daemon, OMPI_COMM_WORLD_RANK=str(r),
+                                   OMPI_COMM_WORLD_LOCAL_RANK=str(r),
+                                   OMPI_COMM_WORLD_LOCAL_SIZE="2", PMIX_NAMESPACE=tag)
+                     for r in range(2)], f"mpirun-{tag}"),
+    }
+    for launcher, (envs, job) in cases.items():
+        results, stderrs = _launched(daemon, envs)
+        assert [r["world"]["local_rank"] for r in results] == [0, 1], launcher
+        assert all(r["world"]["local_size"] == 2 for r in results), launcher
+        assert all(r["settings"]["launcher"] == launcher for r in results)
+        assert all(r["settings"]["job"] == job for r in results), results
+        # Slurm's global ranks 4 and 5 are not this one-node job's 0 and 1: a warning.
+        warned = [("parallax: warning" in e and "SLURM_PROCID (slurm) says rank" in e)
+                  for e in stderrs]
+        assert warned == ([True, True] if launcher == "slurm" else [False, False]), stderrs
+
+
+def test_launcher_variables_that_cannot_be_used_are_refused(daemon):
+    env = _launcher_env(daemon, LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", TORCHELASTIC_RUN_ID="none")
+    p = subprocess.run([PYTHON, WORKER, "world_only"], env=env, text=True, capture_output=True,
+                       timeout=60)
+    assert p.returncode != 0
+    assert "TORCHELASTIC_RUN_ID is 'none'" in p.stderr and "PARALLAX_JOB" in p.stderr, p.stderr
+    env = _launcher_env(daemon, SLURM_JOB_ID="5", SLURM_LOCALID="0", SLURM_NODEID="1",
+                        SLURM_TASKS_PER_NODE="2")
+    p = subprocess.run([PYTHON, WORKER, "world_only"], env=env, text=True, capture_output=True,
+                       timeout=60)
+    assert p.returncode != 0
+    assert "SLURM_TASKS_PER_NODE='2' has no count for node 1" in p.stderr, p.stderr
+
+
+def test_real_torchrun_starts_workers_unchanged(daemon):
+    """torchrun itself (Debian's, static rendezvous, run id 'none'): two workers of one job."""
+    import socket as sk
+    with sk.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _launcher_env(daemon)
+    # --redirects/--tee 1: Debian's torch 1.13 cannot parse their default "0" under Python
+    # 3.11 (IntFlag no longer iterates its zero member); workers' lines come "[defaultN]:..."
+    p = subprocess.run(["/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        "--redirects", "1", "--tee", "1", "--log_dir",
+                        os.path.join(daemon.dir, "torchrun"), "--master_addr", "127.0.0.1",
+                        "--master_port", str(port), WORKER, "world_only"],
+                       env=env, text=True, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import json
+    results = [json.loads(l.split(":", 1)[1]) for l in p.stdout.splitlines() if ":{" in l]
+    assert sorted(r["world"]["local_rank"] for r in results) == [0, 1], p.stdout
+    assert {r["settings"]["job"] for r in results} == {f"torchrun-127.0.0.1:{port}"}
+    assert "parallax: warning" not in p.stderr
 
 
 def test_daemon_killed_mid_training_raises(daemon):

@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.9), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.10), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 9;
+pub const PX_ABI_VERSION_MINOR: u32 = 10;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -123,6 +123,19 @@ pub struct px_connect_options {
     pub reserved: u32,
 }
 
+// 1.10: what px_connect reads from the environment (launchers' variables).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct px_launch_info {
+    pub struct_size: u32,
+    pub local_rank: i32,
+    pub local_size: i32,
+    pub rank: i32,
+    pub launcher: *const c_char,
+    pub job_name: *const c_char,
+    pub socket_path: *const c_char,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct px_op_options {
@@ -218,6 +231,7 @@ extern "C" {
         options: *const px_connect_options,
         out_client: *mut *mut px_client,
     ) -> px_status;
+    pub fn px_launch_info_from_env(out_info: *mut px_launch_info) -> px_status;
     pub fn px_disconnect(client: *mut px_client) -> px_status;
     pub fn px_world(client: *mut px_client, out_info: *mut px_world_info) -> px_status;
     pub fn px_client_last_error(

@@ -18,6 +18,11 @@ macro_rules! offset {
 
 #[test]
 fn struct_layouts_match_the_header() {
+    assert_eq!(size_of::<sys::px_launch_info>(), 40);
+    assert_eq!(offset!(sys::px_launch_info, rank), 12);
+    assert_eq!(offset!(sys::px_launch_info, launcher), 16);
+    assert_eq!(offset!(sys::px_launch_info, job_name), 24);
+    assert_eq!(offset!(sys::px_launch_info, socket_path), 32);
     assert_eq!(size_of::<sys::px_connect_options>(), 56);
     assert_eq!(offset!(sys::px_connect_options, abi_version), 4);
     assert_eq!(offset!(sys::px_connect_options, socket_path), 8);
@@ -110,7 +115,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 9));
+    assert_eq!(parallax::abi_version(), (1, 10));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

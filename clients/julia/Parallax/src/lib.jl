@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.9), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.10), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 9
+const PX_ABI_VERSION_MINOR = 10
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -102,6 +102,16 @@ struct PxConnectOptions  # 56 bytes
     arena_bytes::UInt64
     wait_for_daemon::Int32
     reserved::UInt32
+end
+
+struct PxLaunchInfo  # 40 bytes (1.10)
+    struct_size::UInt32
+    local_rank::Int32
+    local_size::Int32
+    rank::Int32
+    launcher::Ptr{UInt8}
+    job_name::Ptr{UInt8}
+    socket_path::Ptr{UInt8}
 end
 
 struct PxOpOptions  # 32 bytes
@@ -200,6 +210,8 @@ px_connect_options_init(o::Ref{PxConnectOptions}) =
     ccall((:px_connect_options_init, libparallax()), Cvoid, (Ref{PxConnectOptions},), o)
 px_connect(o::Ref{PxConnectOptions}, out::Ref{Ptr{Cvoid}}) =
     ccall((:px_connect, libparallax()), Cint, (Ref{PxConnectOptions}, Ref{Ptr{Cvoid}}), o, out)
+px_launch_info_from_env(out::Ref{PxLaunchInfo}) =
+    ccall((:px_launch_info_from_env, libparallax()), Cint, (Ref{PxLaunchInfo},), out)
 px_disconnect(c::Ptr{Cvoid}) = ccall((:px_disconnect, libparallax()), Cint, (Ptr{Cvoid},), c)
 px_world(c::Ptr{Cvoid}, out::Ref{PxWorldInfo}) =
     ccall((:px_world, libparallax()), Cint, (Ptr{Cvoid}, Ref{PxWorldInfo}), c, out)
