@@ -19,6 +19,39 @@ std::string describe(const StalledWorker& w) {
   return text + ")";
 }
 
+// A pull step is served once the push steps before it are applied (under PX_SYNC; fewer
+// under PX_BOUNDED). A local worker whose pushes stop short of the pull's step is what it
+// waits for here (a worker that pulled again without pushing: in PyTorch a training
+// forward whose backward never came); else the push is on its way, or, on a cluster, it
+// waits for another node's workers.
+std::string pull_waits_for(const InFlightOperation& op) {
+  constexpr uint32_t kPush = static_cast<uint32_t>(Opcode::kPushRows);
+  std::string missing;
+  int named = 0, count = 0;
+  for (int r = 0; r < op.local_workers; ++r) {
+    auto it = op.var->next_steps.find((static_cast<uint32_t>(r) << 16) | kPush);
+    uint64_t pushed = it == op.var->next_steps.end() ? 0 : it->second;  // push steps submitted
+    if (pushed >= op.step) continue;
+    ++count;
+    if (named++ < static_cast<int>(kNamedWorkers))
+      missing +=
+          (missing.empty() ? "" : ", ") + std::to_string(r) + " (pushed " +
+          (pushed == 0 ? std::string("no step") : "up to step " + std::to_string(pushed - 1)) + ")";
+  }
+  if (count > static_cast<int>(kNamedWorkers))
+    missing += " and " + std::to_string(count - static_cast<int>(kNamedWorkers)) + " more";
+  if (count > 0)
+    return " (push step " + std::to_string(op.step - 1) + " has not come from local rank" +
+           (count > 1 ? "s " : " ") + missing +
+           ": a pull waits for the push steps before it, so a worker that pulls again before "
+           "pushing the step it pulled, as in a training forward whose backward never came, "
+           "holds every worker's next pull)";
+  if (op.job->world().node_count > 1)
+    return " (waiting for the push steps before it: `pxctl stalls` on the other nodes names "
+           "whose)";
+  return " (waiting for the push steps before it to be applied on this node)";
+}
+
 }  // namespace
 
 std::vector<Stall> find_waiting_steps(const Job& job, int64_t now_ns, int64_t threshold_ns,
@@ -81,9 +114,12 @@ Stall in_flight_stall(const InFlightOperation& op, int64_t now_ns, const StallCo
   s.kind = op.stage;
   for (int r = 0; r < op.local_workers; ++r) s.arrived.push_back(r);
   std::string stage = op.stage;
-  std::string why = stage == "cross_node" || stage == "waiting for push" || stage == "sent"
-                        ? " (waiting for the other nodes: `pxctl stalls` there names whose)"
-                        : "";
+  std::string why;
+  if (std::string(op.operation) == "pull" && (stage == "waiting for push" || stage == "sent")) {
+    why = pull_waits_for(op);
+  } else if (stage == "cross_node") {
+    why = " (waiting for the other nodes: `pxctl stalls` there names whose)";
+  }
   s.description = head(s) + "all " + std::to_string(op.local_workers) +
                   " local workers submitted it " + std::to_string(s.waited_ms) +
                   " ms ago; it is in stage '" + stage + "'" + why;

@@ -8,6 +8,9 @@
 //                                               for DIR/stop
 //   observe_worker stall DIR RANK               allreduce step 0 of 'stalled'; global rank
 //                                               RANK submits it only once DIR/stop exists
+//   observe_worker pull-stall DIR RANK          pull step 0 of 'emb', then push 0 and pull
+//                                               1; global rank RANK submits pull 1 first
+//                                               and push 0 only once DIR/stop exists
 // Every scenario ends with a barrier, so no worker leaves while another still needs it.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,7 +87,7 @@ uint64_t number(const char* text) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 2) die("usage: observe_worker dense|sparse|hold|stall ...");
+  if (argc < 2) die("usage: observe_worker dense|sparse|hold|stall|pull-stall ...");
   std::string scenario = argv[1];
   px_client* c = connect_default();
   px_world_info w = world_of(c);
@@ -108,6 +111,30 @@ int main(int argc, char** argv) {
     touch(dir + "/ready." + std::to_string(w.rank));
     if (w.rank == stalling) wait_for_file(dir + "/stop");
     allreduces(v, 4, 1);
+  } else if (scenario == "pull-stall" && argc == 4) {
+    // A worker that pulls again before pushing: every worker's pull 1 waits for its push 0.
+    std::string dir = argv[2];
+    int stalling = static_cast<int>(number(argv[3]));
+    px_var* v = sparse(c, 100, 4);
+    std::vector<int64_t> idx = {1, 2};
+    std::vector<float> rows(8), grads(8, 0.5f);
+    pull_rows_ok(v, idx.data(), idx.size(), rows.data(), "pull 0");
+    if (w.rank == stalling) {
+      px_request* next = nullptr;
+      check(px_pull_rows(v, idx.data(), idx.size(), rows.data(), &next), "pull 1");
+      touch(dir + "/ready." + std::to_string(w.rank));
+      wait_for_file(dir + "/stop");
+      push_rows_ok(v, idx.data(), idx.size(), grads.data(), "push 0");
+      check_wait(next, "pull 1", kWaitMs);
+    } else {  // push 0 completes once the stalling rank's comes: pull 1 goes out before
+      px_request *push = nullptr, *next = nullptr;
+      check(px_push_rows(v, idx.data(), idx.size(), grads.data(), &push), "push 0");
+      check(px_pull_rows(v, idx.data(), idx.size(), rows.data(), &next), "pull 1");
+      touch(dir + "/ready." + std::to_string(w.rank));
+      check_wait(push, "push 0", kWaitMs);
+      check_wait(next, "pull 1", kWaitMs);
+    }
+    push_rows_ok(v, idx.data(), idx.size(), grads.data(), "push 1");
   } else {
     die("unknown scenario or wrong arguments: " + scenario);
   }

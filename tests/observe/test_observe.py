@@ -227,6 +227,25 @@ def test_stall_report_names_the_missing_worker(daemons, scratch):
     assert pxctl(d, "stalls").json["stalls"] == []
 
 
+def test_stall_report_names_the_worker_whose_push_a_pull_waits_for(daemons, scratch):
+    # One node: a pull waits for a local worker that pulled again before pushing, and the
+    # report names that worker and the push step, never "the other nodes".
+    d = daemons.start("pullstall", ["--stall-report-ms", "300"])
+    workers = Workers([d], "pullstall", 2, ["pull-stall", scratch, "1"], scratch)
+    wait_for_files([os.path.join(scratch, "ready.%d" % r) for r in range(2)])
+    for _ in deadline_loop(20, "the stall report"):
+        stalls = [s for s in pxctl(d, "stalls").json["stalls"] if s["operation"] == "pull"]
+        if stalls:
+            break
+    s = stalls[0]
+    assert (s["variable"], s["step"], s["kind"]) == ("emb", 1, "sent"), s
+    assert "push step 0 has not come from local rank 1 (pushed no step)" in s["description"]
+    assert "other nodes" not in s["description"]
+    open(os.path.join(scratch, "stop"), "w").close()
+    workers.wait()
+    assert pxctl(d, "stalls").json["stalls"] == []
+
+
 def test_two_node_cluster_metrics_peers_and_stalls(daemons, scratch):
     nodes = daemons.cluster(2, ["--stall-report-ms", "300"])
     for i, d in enumerate(nodes):

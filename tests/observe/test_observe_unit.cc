@@ -250,3 +250,46 @@ TEST_CASE("observe: config keys for the metrics endpoint and the stall report") 
   CHECK(!load("[metrics]\nport = 1\n", &c, &error));
   CHECK(has(error, "unknown setting 'metrics.port'"));
 }
+
+TEST_CASE("observe: a stalled pull names the local workers whose push it waits for") {
+  Job job("j", 2);
+  Fingerprint f;
+  f.count = 100;
+  f.sparse = true;
+  f.dim = 4;
+  Variable& var = job.add("emb", f, "test");
+  constexpr uint16_t kPush = static_cast<uint16_t>(Opcode::kPushRows);
+  var.next_step(0, kPush) = 3;  // rank 0 pushed steps 0, 1 and 2
+  var.next_step(1, kPush) = 2;  // rank 1 pulled step 2 but never pushed it
+  InFlightOperation op;
+  op.job = &job;
+  op.var = &var;
+  op.operation = "pull";
+  op.step = 3;
+  op.matched_ns = 1000;
+  op.stage = "sent";
+  op.local_workers = 2;
+  StallContext context;
+  context.node_label = "node 0";
+  Stall s = in_flight_stall(op, 1000 + 5000000000, context);
+  CHECK(s.description ==
+        "stall: job 'j', variable 'emb', pull step 3, node 0: all 2 local workers submitted it "
+        "5000 ms ago; it is in stage 'sent' (push step 2 has not come from local rank 1 (pushed "
+        "up to step 1): a pull waits for the push steps before it, so a worker that pulls again "
+        "before pushing the step it pulled, as in a training forward whose backward never "
+        "came, holds every worker's next pull)");
+  // Every local push in: on one node it waits for them to be applied, never for "other
+  // nodes"; on a cluster, for the other nodes'.
+  var.next_step(1, kPush) = 3;
+  s = in_flight_stall(op, 1000 + 5000000000, context);
+  CHECK(s.description.find("the push steps before it to be applied on this node") !=
+        std::string::npos);
+  CHECK(s.description.find("other nodes") == std::string::npos);
+  JobWorld world;
+  world.node_count = 2;
+  world.world_size = 4;
+  world.node_sizes = {2, 2};
+  job.set_world(world);
+  s = in_flight_stall(op, 1000 + 5000000000, context);
+  CHECK(s.description.find("`pxctl stalls` on the other nodes names whose") != std::string::npos);
+}
