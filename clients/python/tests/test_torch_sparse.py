@@ -63,12 +63,24 @@ def test_a_table_looked_up_twice_in_a_step_on_one_worker(daemon):
     # operation deadline; one pull step and one push step a training step now.
     results = _torch_workers(daemon, "tables_looked_up_more_than_once", 1)
     assert results[0]["pull_steps"] == 5 and results[0]["push_steps"] == 5
+    _check_misuse(results[0]["misuse"])
+
+
+def _check_misuse(misuse):
+    # Step 2's forward without backward, told at each table's next training lookup.
+    assert len(misuse) == 2, misuse
+    assert ("'t.tied': 3 of the 6 training-mode lookups of training step 3 got no gradient"
+            in misuse[0]), misuse[0]
+    assert "'t.bag2': 2 of the 4 training-mode lookups of training step 3" in misuse[1], misuse[1]
+    assert all("eval() or torch.no_grad()" in m for m in misuse)
 
 
 def test_tables_looked_up_more_than_once_match_nn_embedding_on_a_cluster_2x2():
     results = run_cluster(2, 2, "tables_looked_up_more_than_once", worker="torchworker.py")
     assert len(results) == 4
     assert all(r["pull_steps"] == 5 and r["push_steps"] == 5 for r in results)
+    for r in results:
+        _check_misuse(r["misuse"])
 
 
 def test_embedding_bag_and_eval_reads_without_steps(daemon):

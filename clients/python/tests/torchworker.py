@@ -178,7 +178,8 @@ def tables_looked_up_more_than_once(px):
     """One Embedding looked up three times a step (two features of one table, and the same
     table tied as the output's candidate rows) and one EmbeddingBag twice, Adagrad on both:
     the same tables as nn.Embedding / nn.EmbeddingBag trained on the global batch. At step 2
-    a training forward has no backward (a logged loss): the next forward joins its step."""
+    a training forward has no backward (a logged loss): the next forward joins its step, and
+    the first training lookup of each table after that backward raises the misuse."""
     steps, per = 5, 6
     torch.manual_seed(3)
     w_emb, w_bag = torch.randn(ROWS, DIM), torch.randn(ROWS, DIM)
@@ -194,6 +195,7 @@ def tables_looked_up_more_than_once(px):
                               initial_accumulator_value=0.1, eps=1e-10)
     rank, world = px.rank, px.world_size
     g = torch.Generator().manual_seed(77)
+    misuse = []
 
     def loss_of(e, b, user, item, cand, hist, offsets):
         # Two features of one table (user, item), the same table's rows as the output's
@@ -211,6 +213,13 @@ def tables_looked_up_more_than_once(px):
                 torch.arange(0, 2 * per, 2))
         if step == 2:
             loss_of(emb, bag, *mine).item()  # training mode, no backward
+        if step == 3:  # each table tells it once, before any step begins
+            for layer, args in ((emb, (mine[0],)), (bag, (mine[3], mine[4]))):
+                try:
+                    layer(*args)
+                    raise AssertionError(f"{layer.table_name}: no misuse error")
+                except parallax.InvalidArgument as e:
+                    misuse.append(str(e))
         loss_of(emb, bag, *mine).backward()
         opt.zero_grad()
         loss_of(ref_emb, ref_bag, user, item, cand, hist,
@@ -227,7 +236,7 @@ def tables_looked_up_more_than_once(px):
     assert max(errs) < 1e-4, errs
     stats = emb.variable.stats()
     emit(px, ok=True, max_rel_err=max(errs), pull_steps=stats.pull_steps,
-         push_steps=stats.push_steps)
+         push_steps=stats.push_steps, misuse=misuse)
 
 
 SCENARIOS = {f.__name__: f for f in (embedding_matches_reference, embedding_bag_and_eval,

@@ -15,8 +15,11 @@ PX_SYNC that read sees the table after the previous step, as the pull did: the o
 push n only once every node sent it, and this worker's comes after its backward. Backward
 gives each lookup's leaf its gradient; they are summed per row and pushed once, as soon as
 every lookup's has come, or at the end of the backward for the lookups it did not reach.
-A forward whose backward never came is such a lookup too: the next training forward joins
-its step, and only the gradients a backward gives are pushed.
+A forward whose backward never came cannot be told from such a lookup until the backward:
+the next training forward joins its step, the backward pushes the gradients it gives, and
+the training forward after that raises InvalidArgument naming the table, the step and the
+rule (eval() or torch.no_grad() for a forward without backward). Nothing is left waiting:
+the step was pushed, so the other workers go on, and so can this one after the error.
 
 Prefetch (a table with prefetch=True): module.prefetch(next_indices) after a training
 forward and before its backward pulls the next forward's rows early (px_prefetch_rows), as
@@ -71,6 +74,9 @@ class _Table:
         self._pushes: list = []
         self._step: Optional[_StepRows] = None  # the training step pulled, not yet pushed
         self._steps = 0  # training steps begun, for messages
+        # A step pushed with lookups its backward did not reach: raised at the next training
+        # lookup (the rule, _push_step).
+        self._misuse: Optional[str] = None
         self._stages: dict = {}  # (kind, device) -> (indices, rows) in px_alloc_ex memory
 
     def _stage(self, kind: str, unique: torch.Tensor):
@@ -100,6 +106,9 @@ class _Table:
         if training:
             if self._step is not None:
                 return self._step.extend(unique, lambda added: self.lookup(added, False))
+            if self._misuse is not None:
+                why, self._misuse = self._misuse, None
+                raise parallax.InvalidArgument(1, why)
             self.finish_pushes()
         op = self.var.pull if training else self.var.read
         if self._staged(unique):
@@ -135,6 +144,18 @@ class _Table:
         if step is not self._step:
             return  # pushed already, when its last lookup's gradient came
         self._step = None
+        # The step is pushed with what came, so that no other worker waits for it; a lookup
+        # the backward did not reach was a training forward whose backward never came (a
+        # loss logged, a metric), told at the next training forward rather than guessed
+        # at this one: a second lookup of a step looks the same until its backward.
+        missed = step.lookups - len(step.grads)
+        if missed:
+            self._misuse = (
+                f"'{self.var.name}': {missed} of the {step.lookups} training-mode lookups of "
+                f"training step {step.number} got no gradient from its backward (a training "
+                "forward whose backward never came?); the gradients that came were pushed. "
+                "Use eval() or torch.no_grad() for a forward without backward: it reads the "
+                "table and takes no step")
         self.push_later(*step.summed_gradient())
 
     def push_later(self, unique: torch.Tensor, grad: torch.Tensor) -> None:
