@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -47,6 +48,16 @@ std::string address_of(const std::string& label) {
   size_t open = label.find('('), close = label.rfind(')');
   return open != std::string::npos && close > open ? label.substr(open + 1, close - open - 1)
                                                    : label;
+}
+
+// The process's resident set (/proc/self/statm's second field, in pages); 0 if unreadable.
+static uint64_t resident_bytes() {
+  unsigned long long size = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  int read = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return read == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 DaemonState collect_daemon_state(Server& server) {
@@ -93,8 +104,13 @@ DaemonState collect_daemon_state(Server& server) {
       p.state = ready ? "up" : "joining";
     s.peers.push_back(std::move(p));
   }
-  for (const auto& [id, session] : server.sessions())
+  for (const auto& [id, session] : server.sessions()) {
     if (session->job() && !session->closed()) ++s.workers;
+    if (!session->closed()) s.memory.arenas += session->arena().size();
+  }
+  s.memory.resident = resident_bytes();
+  if (FabricEndpoint* fabric = server.fabric())
+    s.memory.fabric_buffers = fabric->bounce_buffer_bytes();
   for (const auto& [name, job] : server.jobs()) {
     JobState j;
     j.name = name;
@@ -137,6 +153,7 @@ DaemonState collect_daemon_state(Server& server) {
       v.route = var->stats.route;  // dense: set by device steps only
       v.route_reason = var->route.why;
       if (var->sparse) {
+        if (var->sparse->owner) s.memory.shards += var->sparse->owner->store_bytes();
         v.route = route_label(var->sparse->options);
         SparseCounters sc = sparse_counters(*var->sparse);
         v.pull_steps = sc.pull_steps;
@@ -223,7 +240,8 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
       b, version, abi, s.pid, s.uptime_ms, socket, cluster, state, s.node_index, s.node_count,
       label, s.nodes_up, s.workers, static_cast<uint32_t>(s.jobs.size()), variables,
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
-      s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node);
+      s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node,
+      s.memory.resident, s.memory.shards, s.memory.arenas, s.memory.fabric_buffers);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

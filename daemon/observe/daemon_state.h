@@ -55,6 +55,18 @@ struct PeerState {
   std::string state;  // self, up, lost, joining
 };
 
+// The daemon's memory by part, in bytes: what it holds for its jobs and what its fabric
+// costs, beside what the kernel counts as resident. The parts overlap resident only where
+// touched (an arena's pages count once a worker or the daemon writes them).
+struct DaemonMemory {
+  uint64_t resident = 0;  // VmRSS: the daemon's resident set, shared pages included
+  uint64_t shards = 0;    // sparse tables' rows and optimizer state held on this node
+  uint64_t arenas = 0;    // the connected workers' shared-memory arenas it maps
+  // ofi_rxm's bounce buffers, estimated from their size and count (1,024 a batch, a batch
+  // for receives once the fabric is open and one for sends after the first send).
+  uint64_t fabric_buffers = 0;
+};
+
 struct DaemonState {
   std::string version;
   std::string abi;
@@ -82,6 +94,7 @@ struct DaemonState {
   std::string gpu;
   std::string nccl;            // NCCL's version, "" without it
   std::string gpu_cross_node;  // "nccl" (this daemon offers it) or "host ring (why)"
+  DaemonMemory memory;
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;
   std::vector<PeerState> peers;

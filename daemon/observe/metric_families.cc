@@ -196,6 +196,16 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
                    "Variables left out of the per-variable series (metrics.max_variables)",
                    static_cast<double>(s.variables.size() - labelled)));
 
+  MetricFamily memory = family("parallax_memory_bytes",
+                               "The daemon's memory by part: resident (the kernel's count), "
+                               "shards, arenas (mapped), fabric_buffers (estimated)",
+                               MetricType::Gauge);
+  gauge(memory, static_cast<double>(s.memory.resident), {{"part", "resident"}});
+  gauge(memory, static_cast<double>(s.memory.shards), {{"part", "shards"}});
+  gauge(memory, static_cast<double>(s.memory.arenas), {{"part", "arenas"}});
+  gauge(memory, static_cast<double>(s.memory.fabric_buffers), {{"part", "fabric_buffers"}});
+  out.push_back(std::move(memory));
+
   out.push_back(single_gauge("parallax_stalled_operations",
                              "Operations waiting longer than timeouts.stall_report_ms",
                              static_cast<double>(s.stalls.size())));

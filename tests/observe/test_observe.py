@@ -124,6 +124,16 @@ def test_pxctl_every_subcommand_on_one_node(daemons, scratch):
     assert status["workers"] == 2 and status["jobs"] == 1 and status["variables"] == 2
     assert status["stalls"] == 0 and status["timeline_path"] == ""
     assert status["socket"] == d.socket
+    # Memory by part: the table's 100 x 4 f32 rows (SGD: no optimizer state), two workers'
+    # arenas, no fabric on a single node; the same in the metrics.
+    memory = status["memory"]
+    assert memory["shards"] == 100 * 4 * 4, memory
+    assert memory["arenas"] >= 2 * (1 << 20) and memory["fabric_buffers"] == 0, memory
+    assert memory["resident"] > 4 * (1 << 20), memory
+    m = d.metrics()
+    assert metric(m, "parallax_memory_bytes", part="shards") == 100 * 4 * 4
+    assert metric(m, "parallax_memory_bytes", part="arenas") == memory["arenas"]
+    assert "memory" in pxctl(d, "status", json_output=False).stdout
 
     jobs = pxctl(d, "jobs").json["jobs"]
     assert len(jobs) == 1
@@ -264,6 +274,9 @@ def test_two_node_cluster_metrics_peers_and_stalls(daemons, scratch):
         assert delta(b, a, OPS, route="ps", operation="pull") == 2
         assert delta(b, a, OPS, route="ps", operation="push") == 2
         assert metric(a, "parallax_cluster_nodes_up") == 2
+        # rxm's bounce buffers: a batch of 1,024 of 16 KiB each for receives and, after the
+        # first send, one for sends.
+        assert metric(a, "parallax_memory_bytes", part="fabric_buffers") == 2 * 1024 * 16384
         # Every operation here runs at priority 0: nothing overtakes (send_window.h).
         assert metric(a, "parallax_fabric_priority_overtakes_total") == 0
         assert delta(b, a, "parallax_step_latency_seconds_count", route="allreduce") == 3

@@ -71,6 +71,12 @@ std::string status_json(const control::AdminStatus& s) {
       .add("gpu", str(s.gpu()))
       .add("nccl", str(s.nccl()))
       .add("gpu_cross_node", str(s.gpu_cross_node()))
+      .add_raw("memory", JsonObject()
+                             .add("resident", s.memory_resident())
+                             .add("shards", s.memory_shards())
+                             .add("arenas", s.memory_arenas())
+                             .add("fabric_buffers", s.memory_fabric_buffers())
+                             .str())
       .str();
 }
 
@@ -89,6 +95,10 @@ std::string status_text(const control::AdminStatus& s) {
   t.row({"workers", std::to_string(s.workers()) + " connected"});
   t.row({"jobs",
          cat({std::to_string(s.jobs()), " (", std::to_string(s.variables()), " variables)"})});
+  t.row({"memory",
+         cat({human_bytes(s.memory_resident()), " resident; shards ",
+              human_bytes(s.memory_shards()), ", workers' arenas ", human_bytes(s.memory_arenas()),
+              " mapped, fabric buffers ~", human_bytes(s.memory_fabric_buffers())})});
   std::string threshold = s.stall_report_ms() > 0
                               ? std::to_string(s.stall_report_ms()) + " ms"
                               : "10000 ms (stall log off: timeouts.stall_report_ms = 0)";

@@ -34,6 +34,7 @@ namespace {
 constexpr size_t kMaxEagerBytes = 256 * 1024;
 constexpr size_t kHeaderMargin = 4096;  // rxm's header, with room to spare
 constexpr int kMsgRxDepth = 64;
+constexpr size_t kRxmDefaultBuffer = 16384;  // FI_OFI_RXM_BUFFER_SIZE's default
 
 size_t env_size(const char* name) {
   const char* set = getenv(name);
@@ -58,7 +59,6 @@ bool rxm_direct_eager(const std::string& provider) {
 // rxm's default of 16 KiB) or, where rxm sends eagerly without bounce buffers, its eager
 // limit (FI_OFI_RXM_EAGER_LIMIT) if larger; less the margin open() added for rxm's header.
 size_t rxm_eager_limit(const std::string& provider) {
-  constexpr size_t kRxmDefaultBuffer = 16384;
   size_t buffer = env_size("FI_OFI_RXM_BUFFER_SIZE");
   size_t limit = buffer ? buffer : kRxmDefaultBuffer;
   if (rxm_direct_eager(provider)) limit = std::max(limit, env_size("FI_OFI_RXM_EAGER_LIMIT"));
@@ -113,6 +113,10 @@ std::unique_ptr<FabricEndpoint> FabricEndpoint::open(const FabricOptions& option
   std::unique_ptr<FabricEndpoint> e(new FabricEndpoint());
   e->max_posted_ = options.max_posted ? options.max_posted : 1;
   e->eager_limit_ = rxm_eager_limit(options.provider);
+  if (options.provider.find("ofi_rxm") != std::string::npos) {
+    size_t buffer = env_size("FI_OFI_RXM_BUFFER_SIZE");
+    e->rxm_batch_bytes_ = 1024 * static_cast<uint64_t>(buffer ? buffer : kRxmDefaultBuffer);
+  }
   size_t window = options.send_window_bytes ? options.send_window_bytes : 4 * e->eager_limit_;
   e->window_ = SendWindow<std::unique_ptr<Op>>(window);
   fi_info* hints = fi_allocinfo();
@@ -411,7 +415,10 @@ bool FabricEndpoint::try_post(Op* op, std::string* error) {
     rc = fi_trecv(ep_, op->buffer, op->bytes, nullptr, peers_[static_cast<size_t>(op->peer)],
                   op->tag, 0, &op->context);
   }
-  if (rc == 0) return true;
+  if (rc == 0) {
+    if (op->is_send) sent_any_.store(true, std::memory_order_relaxed);
+    return true;
+  }
   if (rc != -FI_EAGAIN)
     *error = std::string(op->is_send ? "fi_tsend to" : "fi_trecv from") + " node " +
              std::to_string(op->peer) + ": " + fi_strerror(static_cast<int>(-rc));

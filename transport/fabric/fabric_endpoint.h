@@ -94,6 +94,12 @@ class FabricEndpoint : public CollectiveTransport {
   size_t send_window_bytes() const { return window_.window_bytes(); }
   // Sends up to this size are eager (ofi_rxm's eager limit) and wait in the window.
   size_t eager_limit() const { return eager_limit_; }
+  // ofi_rxm's bounce buffers, estimated: it allocates them 1,024 at a time (libfabric
+  // 1.17), a batch for receives when the endpoint opens and one for sends at the first
+  // send; each of its buffer size (plus a header not counted). 0 for other providers.
+  uint64_t bounce_buffer_bytes() const {
+    return rxm_batch_bytes_ * (sent_any_.load(std::memory_order_relaxed) ? 2 : 1);
+  }
 
   // Starts the progress thread (after set_peers).
   void start();
@@ -145,6 +151,8 @@ class FabricEndpoint : public CollectiveTransport {
   int self_ = 0;
   size_t max_posted_ = 256;
   size_t eager_limit_ = 0;
+  uint64_t rxm_batch_bytes_ = 0;
+  std::atomic<bool> sent_any_{false};
 
   std::mutex mutex_;  // guards everything below
   std::deque<std::unique_ptr<Op>> backlog_;
