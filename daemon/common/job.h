@@ -119,8 +119,14 @@ struct Variable {
   // The next step local worker `rank` must submit for opcode (each opcode counts its steps
   // apart). Kept with the variable, not the worker, so the layers that check steps need no
   // worker type; a rank's worker never changes once the job is ready (no rejoin).
-  uint64_t& next_step(int rank, uint16_t opcode) {
-    return next_steps[(static_cast<uint32_t>(rank) << 16) | opcode];
+  uint64_t& next_step(int rank, uint16_t opcode) { return next_steps[step_key(rank, opcode)]; }
+  // The same, read only: how many steps of opcode local worker `rank` has submitted.
+  uint64_t steps_submitted(int rank, uint16_t opcode) const {
+    auto it = next_steps.find(step_key(rank, opcode));
+    return it == next_steps.end() ? 0 : it->second;
+  }
+  static uint32_t step_key(int rank, uint16_t opcode) {
+    return (static_cast<uint32_t>(rank) << 16) | opcode;
   }
   std::unordered_map<uint32_t, uint64_t> next_steps;
 };

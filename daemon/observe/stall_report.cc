@@ -25,15 +25,13 @@ std::string describe(const StalledWorker& w) {
 // forward whose backward never came); else the push is on its way, or, on a cluster, it
 // waits for another node's workers.
 std::string pull_waits_for(const InFlightOperation& op) {
-  constexpr uint32_t kPush = static_cast<uint32_t>(Opcode::kPushRows);
+  constexpr uint16_t kPush = static_cast<uint16_t>(Opcode::kPushRows);
   std::string missing;
-  int named = 0, count = 0;
+  int count = 0;
   for (int r = 0; r < op.local_workers; ++r) {
-    auto it = op.var->next_steps.find((static_cast<uint32_t>(r) << 16) | kPush);
-    uint64_t pushed = it == op.var->next_steps.end() ? 0 : it->second;  // push steps submitted
+    uint64_t pushed = op.var->steps_submitted(r, kPush);
     if (pushed >= op.step) continue;
-    ++count;
-    if (named++ < static_cast<int>(kNamedWorkers))
+    if (++count <= static_cast<int>(kNamedWorkers))
       missing +=
           (missing.empty() ? "" : ", ") + std::to_string(r) + " (pushed " +
           (pushed == 0 ? std::string("no step") : "up to step " + std::to_string(pushed - 1)) + ")";
