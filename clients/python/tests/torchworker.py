@@ -91,6 +91,26 @@ def embedding_bag_and_eval(px):
     with torch.no_grad():
         torch.testing.assert_close(bag(idx.reshape(1, 5)), ref(idx.reshape(1, 5)))
     assert bag.variable.stats().pull_steps == 0
+    # padding_idx (negative: from the end) and include_last_offset, as torch's.
+    padded = pxt.EmbeddingBag(ROWS, DIM, mode="mean", name="t.padded", client=px,
+                              padding_idx=-1, include_last_offset=True, optimizer="sgd",
+                              lr=1.0)
+    assert padded.padding_idx == ROWS - 1
+    assert float(padded.state_dict()["weight"][ROWS - 1].abs().sum()) == 0.0
+    w1 = padded.state_dict()["weight"]
+    ref_padded = nn.EmbeddingBag(ROWS, DIM, mode="mean", padding_idx=-1,
+                                 include_last_offset=True)
+    ref_padded.weight.data.copy_(w1)
+    idx = torch.tensor([ROWS - 1, 4, ROWS - 1, 5, 4])
+    offsets = torch.tensor([0, 2, 5])
+    torch.testing.assert_close(padded(idx, offsets), ref_padded(idx, offsets))
+    padded(idx, offsets).sum().backward()
+    padded.synchronize()
+    after = padded.state_dict()["weight"]
+    assert torch.equal(after[ROWS - 1], w1[ROWS - 1])  # no gradient for the padding row
+    assert not torch.equal(after[4], w1[4])
+    emb = pxt.Embedding(ROWS, DIM, name="t.padded_emb", client=px, padding_idx=3)
+    assert float(emb.state_dict()["weight"][3].abs().sum()) == 0.0
     emit(px, ok=True)
 
 

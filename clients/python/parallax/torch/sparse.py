@@ -243,6 +243,16 @@ class _StepRows:
         return unique, summed
 
 
+def _padding_index(padding_idx: Optional[int], rows: int, name: str) -> Optional[int]:
+    """padding_idx as torch takes it (negative counts from the end), as a row index."""
+    if padding_idx is None:
+        return None
+    if not -rows <= padding_idx < rows:
+        raise parallax.InvalidArgument(1, f"'{name}': padding_idx {padding_idx} is outside "
+                                          f"the table's {rows} rows")
+    return padding_idx + rows if padding_idx < 0 else padding_idx
+
+
 def _unique(indices: torch.Tensor, rows: int, name: str):
     """(sorted unique indices as int64, inverse index), on the indices' device."""
     if indices.dtype.is_floating_point:
@@ -257,11 +267,21 @@ def _unique(indices: torch.Tensor, rows: int, name: str):
 
 class _SparseModule(nn.Module):
     def __init__(self, rows: int, dim: int, name: str, client: Optional[parallax.Client],
-                 options: dict):
+                 options: dict, padding_idx: Optional[int] = None,
+                 table: Optional[_Table] = None):
         super().__init__()
         self.table_name = name
-        self._table = _Table(client or default_client(), name, rows, dim, options)
+        # table: another layer's, for layers sharing one weight (parallelize()).
+        self._table = table or _Table(client or default_client(), name, rows, dim, options)
+        self.padding_idx = _padding_index(padding_idx, rows, name)
         self._ahead = None  # (indices, unique, inverse, request) of a prefetch
+
+    def _zero_padding_row(self) -> None:
+        """Loads zeros into the padding row, as nn.Embedding initialises it. Every worker
+        loads the same zeros, and no push changes the row (its gradients are dropped)."""
+        if self.padding_idx is not None:
+            idx = torch.tensor([self.padding_idx], dtype=torch.int64)
+            self._table.var.load(idx, torch.zeros((1, self._table.dim))).wait()
 
     def prefetch(self, indices: torch.Tensor) -> None:
         """Pulls the rows of the next training forward now (its pull step, issued ahead):
@@ -293,18 +313,28 @@ class _SparseModule(nn.Module):
         return self._table.lookup(unique, training), unique, inverse
 
     def _rows(self, indices: torch.Tensor):
-        """(unique rows as a leaf tensor, inverse index); the leaf's gradient is pushed with
-        the step's (module docstring: a table looked up more than once in a step)."""
+        """(unique rows as a leaf tensor, inverse index, the padding row's place among the
+        rows or None); the leaf's gradient is pushed with the step's (module docstring: a
+        table looked up more than once in a step), the padding row's left out."""
         training = self.training and torch.is_grad_enabled()
         table = self._table
         step = table._step if training else None
         rows, unique, inverse = self._lookup(indices, training)
+        pad = None
+        if self.padding_idx is not None:
+            at = int(torch.searchsorted(unique, self.padding_idx))
+            if at < unique.numel() and int(unique[at]) == self.padding_idx:
+                pad = at
         if training:
             if step is None:
                 step = table.begin_step(unique, rows)
             rows.requires_grad_(True)
-            rows.register_hook(lambda grad: table.gradient(step, unique, grad))
-        return rows, inverse.reshape(indices.shape)
+            if pad is None:
+                rows.register_hook(lambda grad: table.gradient(step, unique, grad))
+            else:
+                keep = unique != self.padding_idx
+                rows.register_hook(lambda grad: table.gradient(step, unique[keep], grad[keep]))
+        return rows, inverse.reshape(indices.shape), pad
 
     def synchronize(self) -> None:
         """Waits for the pushes this worker has in flight (before a checkpoint, say)."""
@@ -341,47 +371,65 @@ class Embedding(_SparseModule):
     global batch's mean loss, as DDP averages; "sum") are options of the table (see
     parallax.SparseVariable). name must be the same on every worker and unique in the job.
     Indices may be on the host or on a CUDA device; the rows come back on theirs (module
-    docstring: device steps, or through the host for a prefetch table).
+    docstring: device steps, or through the host for a prefetch table). padding_idx as
+    nn.Embedding's: its row is loaded with zeros at construction (by every worker) and
+    gets no gradient, so no push changes it.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, name: str,
                  client: Optional[parallax.Client] = None, optimizer: str = "adagrad",
                  lr: float = 0.1, aggregation: str = "mean", initializer: str = "normal",
-                 init_std: float = 1.0, **options: Any):
+                 init_std: float = 1.0, padding_idx: Optional[int] = None, **options: Any):
+        # _table: another layer's table, shared (parallelize(): modules sharing a weight).
+        _table = options.pop("_table", None)
         options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
                        initializer=initializer, init_std=init_std)
-        super().__init__(num_embeddings, embedding_dim, name, client, options)
+        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx,
+                         _table)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if _table is None:
+            self._zero_padding_row()
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        rows, inverse = self._rows(indices)
-        return F.embedding(inverse, rows)
+        rows, inverse, pad = self._rows(indices)
+        return F.embedding(inverse, rows, padding_idx=pad)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, table='{self.table_name}'"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}, table='{self.table_name}'"
 
 
 class EmbeddingBag(_SparseModule):
     """A drop-in for nn.EmbeddingBag (mode "sum", "mean" or "max"; offsets or 2-D input;
-    per_sample_weights with "sum") over a table in the daemons; options as Embedding."""
+    per_sample_weights with "sum"; include_last_offset; padding_idx, whose entries are left
+    out of their bags, as Embedding's) over a table in the daemons; options as Embedding."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean", *,
                  name: str, client: Optional[parallax.Client] = None,
                  optimizer: str = "adagrad", lr: float = 0.1, aggregation: str = "mean",
-                 initializer: str = "normal", init_std: float = 1.0, **options: Any):
+                 initializer: str = "normal", init_std: float = 1.0,
+                 include_last_offset: bool = False, padding_idx: Optional[int] = None, **options: Any):
+        # _table: another layer's table, shared (parallelize(): modules sharing a weight).
+        _table = options.pop("_table", None)
         options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
                        initializer=initializer, init_std=init_std)
-        super().__init__(num_embeddings, embedding_dim, name, client, options)
+        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx,
+                         _table)
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.include_last_offset = include_last_offset
+        if _table is None:
+            self._zero_padding_row()
 
     def forward(self, indices: torch.Tensor, offsets: Optional[torch.Tensor] = None,
                 per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
-        rows, inverse = self._rows(indices)
+        rows, inverse, pad = self._rows(indices)
         return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
-                               per_sample_weights=per_sample_weights)
+                               per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset, padding_idx=pad)
 
     def extra_repr(self) -> str:
-        return (f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}', "
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return (f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'{pad}, "
                 f"table='{self.table_name}'")
 
 
@@ -464,7 +512,7 @@ class SampledSoftmax(_SparseModule):
                                               f"rows for {targets.shape[0]} targets")
         sampled = self.sampler.sample(self.num_sampled, self.step).to(targets.device)
         self.step += 1
-        rows, inverse = self._rows(torch.cat([targets, sampled]))
+        rows, inverse, _ = self._rows(torch.cat([targets, sampled]))
         b = targets.shape[0]
         return sampled_softmax_loss(hidden, targets, sampled, rows[inverse[:b]],
                                     rows[inverse[b:]], self.sampler)
