@@ -4,7 +4,8 @@ LM1B's shape, small: a sparse input embedding, an LSTM, a projection, and a samp
 softmax output whose weight table is sparse too. Through Parallax the two tables live in
 the daemons (parallax.torch.Embedding / SampledSoftmax); `ReferenceLM` is the same model
 in plain PyTorch (nn.Embedding, an ordinary output table, torch.optim.Adagrad on both), the
-single-process baseline of the equivalence test.
+single-process baseline of the equivalence test, and the model train.py --parallelize
+hands to parallax.torch.parallelize() as it is.
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ class ReferenceLM(nn.Module):
         self.step += 1
         return pxt.sampled_softmax_loss(hidden, targets, sampled, self.softmax_table(targets),
                                         self.softmax_table(sampled), self.sampler)
+
+    def log_probs(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """As ParallaxLM.log_probs; table: the softmax table's weight."""
+        hidden = self.body(self.embedding(x)).reshape(-1, self.cfg.embed)
+        return torch.log_softmax(hidden @ table[:, :-1].t() + table[:, -1], dim=-1)
 
     def tables(self) -> list:
         return [self.embedding.weight, self.softmax_table.weight]

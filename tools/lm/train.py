@@ -54,6 +54,9 @@ def parse_args():
                    help="after the last step, meet at a barrier, print 'paused after "
                         "training' (rank 0) and wait SECONDS before the evaluation: a "
                         "window to sample the processes (tools/bench/soak.py)")
+    p.add_argument("--parallelize", action="store_true",
+                   help="train ReferenceLM, the plain-PyTorch model, as it is: "
+                        "parallax.torch.parallelize() makes its tables daemon-held")
     p.add_argument("--reference", type=int, default=0, metavar="WORKERS",
                    help="train in this process on the global batch of WORKERS workers")
     p.add_argument("--json", default="", help="write per-step losses and final state here")
@@ -74,9 +77,13 @@ def batches(ids: torch.Tensor, rows: int, bptt: int, first_row: int, count: int)
         t += bptt
 
 
-def run_reference(args, cfg, corpus) -> None:
+def _reference_pair(cfg):
     model = ReferenceLM(cfg)
-    optimizers = model.optimizers()
+    return model, model.optimizers()
+
+
+def run_reference(args, cfg, corpus) -> None:
+    model, optimizers = _reference_pair(cfg)
     data = batches(corpus.train, args.reference * args.batch, args.bptt, 0,
                    args.reference * args.batch)
     losses = []
@@ -100,9 +107,9 @@ def run_reference(args, cfg, corpus) -> None:
                                        for p in model.body.parameters())}, f)
 
 
-def route_report(client, model) -> list:
+def route_report(client, tables, buckets) -> list:
     lines = []
-    for var, kind in ((model.embedding.variable, "sparse"), (model.softmax.variable, "sparse")):
+    for var, kind in ((t.variable, "sparse") for t in tables):
         s = var.stats()
         alpha = s.rows_pulled / max(1, s.pull_steps * client.world.local_size * var.rows)
         route = ["hybrid", "ps", "allgatherv", "allreduce"][var.options.route]
@@ -110,7 +117,7 @@ def route_report(client, model) -> list:
                      f"route {route:<10} alpha {alpha:.4f}  rows {var.rows}x{var.dim}  "
                      f"sent {s.bytes_sent / 2**20:8.2f} MiB  received "
                      f"{s.bytes_received / 2**20:8.2f} MiB")
-    for bucket in model.body.buckets:
+    for bucket in buckets:
         var = bucket.variable
         s = var.stats()
         lines.append(f"  node {client.world.node_index}  {var.name:<14} dense  "
@@ -125,9 +132,18 @@ def run_parallax(args, cfg, corpus) -> None:
     client = parallax.Client(timeout=120, op_timeout=300)
     pxt.set_default_client(client)
     world = client.world
-    model = ParallaxLM(cfg, client)
-    model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body")
-    optimizer = torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)
+    if args.parallelize:
+        # The single-process model and optimizers, unchanged: parallelize() finds the two
+        # nn.Embedding tables (the output one looked up twice a step) and Adagrad for them.
+        model, optimizers = pxt.parallelize(*_reference_pair(cfg), client=client, name="lm")
+        plan = pxt.plan(model)
+        tables = [plan.tables["embedding"], plan.tables["softmax_table"]]
+        buckets = plan.buckets
+    else:
+        model = ParallaxLM(cfg, client)
+        model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body")
+        optimizers = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
+        tables, buckets = [model.embedding, model.softmax], model.body.buckets
     data = batches(corpus.train, world.world_size * args.batch, args.bptt,
                    world.rank * args.batch, args.batch)
     loss_var = client.dense("lm.loss", 1, np.float64, op="mean")
@@ -143,7 +159,7 @@ def run_parallax(args, cfg, corpus) -> None:
     data = itertools.islice(data, args.steps)
     # --prefetch: TrainPipeline takes each next batch ahead and pulls its rows of both
     # tables while this step's backward runs.
-    pipeline = pxt.TrainPipeline(model, [optimizer], forward=lambda m, batch: m(*batch),
+    pipeline = pxt.TrainPipeline(model, optimizers, forward=lambda m, batch: m(*batch),
                                  prefetch=lambda batch: model.prefetch(*batch))
     for step in range(args.steps):
         t0 = time.monotonic()
@@ -151,10 +167,12 @@ def run_parallax(args, cfg, corpus) -> None:
             loss = pipeline.progress(data)
         else:
             x, y = next(data)
-            optimizer.zero_grad()
+            for o in optimizers:
+                o.zero_grad()
             loss = model(x, y)
             loss.backward()
-            optimizer.step()
+            for o in optimizers:
+                o.step()
         mean = np.array([loss.item()])
         loss_var.allreduce(mean).wait()
         losses.append(float(mean[0]))
@@ -175,17 +193,17 @@ def run_parallax(args, cfg, corpus) -> None:
     per_worker = args.eval_tokens // world.world_size
     valid = corpus.valid[world.rank * per_worker:(world.rank + 1) * per_worker + 1]
     nll = np.zeros(2)
-    table = model.softmax.state_dict()["weight"]
+    softmax = tables[1].state_dict()["weight"]
     with torch.no_grad():
         for start in range(0, len(valid) - 1, 512):
             x = valid[start:start + 512]
             y = valid[start + 1:start + 513]
             x = x[:len(y)]
-            logp = model.log_probs(x[None, :], table)
+            logp = model.log_probs(x[None, :], softmax)
             nll[0] += -logp.gather(1, y[:, None]).sum().item()
             nll[1] += len(y)
     client.dense("lm.eval", 2, np.float64).allreduce(nll).wait()
-    report = route_report(client, model)
+    report = route_report(client, tables, buckets)
     client.barrier()
     if lead:
         print(f"trained {args.steps} steps in {train_s:.1f} s: "
@@ -204,8 +222,8 @@ def run_parallax(args, cfg, corpus) -> None:
             json.dump({"losses": losses,
                        "perplexity": math.exp(nll[0] / nll[1]),
                        "train_s": train_s, "wire_dtype": args.wire_dtype,
-                       "embedding_sum": model.embedding.state_dict()["weight"].double().sum().item(),
-                       "softmax_sum": model.softmax.state_dict()["weight"].double().sum().item(),
+                       "embedding_sum": tables[0].state_dict()["weight"].double().sum().item(),
+                       "softmax_sum": softmax.double().sum().item(),
                        "body_sum": sum(p.double().sum().item()
                                        for p in model.body.parameters())}, f)
     client.barrier()
@@ -219,6 +237,8 @@ def main() -> None:
     cfg = LMConfig(vocab=corpus.vocab_size, embed=args.embed, hidden=args.hidden,
                    num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype,
                    prefetch=args.prefetch)
+    if args.parallelize and args.prefetch:
+        sys.exit("train.py: --prefetch needs ParallaxLM's prefetch(), not --parallelize")
     if args.reference:
         run_reference(args, cfg, corpus)
     else:

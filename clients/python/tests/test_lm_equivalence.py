@@ -1,6 +1,7 @@
 """The equivalence test: the language model trained on 2 nodes x 2 workers through Parallax
 reaches the same loss after 20 steps as one plain-PyTorch process given the same global
-batch and the same initialisation.
+batch and the same initialisation: written with parallax.torch's layers, and as the plain
+model handed to parallax.torch.parallelize().
 
 Tolerance 1e-4 relative: both runs do the same float32 arithmetic in a different order
 (each worker's gradient is a quarter of the batch, averaged by the daemons; the reference
@@ -44,7 +45,14 @@ def test_2x2_cluster_with_prefetch_matches_one_process():
     _matches_reference(["--prefetch"])
 
 
-def _matches_reference(extra):
+def test_2x2_cluster_parallelizing_the_reference_model_matches_one_process():
+    # train.py --parallelize: ReferenceLM and its optimizers (Adam on the body, Adagrad on
+    # both nn.Embedding tables) as they are, through pxt.parallelize(); the output table is
+    # looked up twice a step (targets and the sample).
+    _matches_reference(["--parallelize"], tables=("lm.embedding", "lm.softmax_table"))
+
+
+def _matches_reference(extra, tables=("lm.embedding", "lm.softmax")):
     work = tempfile.mkdtemp(prefix="pxpy-lm-")
     ref_json, px_json = os.path.join(work, "ref.json"), os.path.join(work, "px.json")
     ref = subprocess.run([sys.executable, TRAIN, "--reference", "4", "--json", ref_json, *ARGS],
@@ -72,5 +80,5 @@ def _matches_reference(extra):
     # The demo's report: perplexity and a route line per table per node.
     assert "held-out perplexity" in run.stdout
     for node in (0, 1):
-        for table in ("lm.embedding", "lm.softmax"):
+        for table in tables:
             assert f"node {node}  {table}" in run.stdout, run.stdout

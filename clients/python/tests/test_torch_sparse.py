@@ -125,3 +125,32 @@ def test_checkpoint_then_restore_in_a_new_daemon(tmp_path):
     finally:
         second.stop()
     assert restored[0]["weight"] == saved
+
+
+# parallax.torch.parallelize() on unmodified models (parallelizeworker.py).
+def test_parallelized_recommender_matches_one_process_on_a_cluster_2x2():
+    # Adagrad over the whole model: tables mapped to the daemons' adagrad, the MLP averaged.
+    results = run_cluster(2, 2, "recommender", "adagrad", worker="parallelizeworker.py")
+    assert len(results) == 4
+    # Two lookups of the item table a step (history, candidate): one pull and one push.
+    assert all(r["items_pull_steps"] == 5 and r["items_push_steps"] == 5 for r in results)
+
+
+def test_parallelized_recommender_with_sparse_adam_on_a_cluster_2x2():
+    # nn.EmbeddingBag(sparse=True) + SparseAdam for the tables, Adam for the MLP.
+    results = run_cluster(2, 2, "recommender", "sparseadam", worker="parallelizeworker.py")
+    assert len(results) == 4
+
+
+def test_parallelize_refuses_what_tables_cannot_do(daemon):
+    seen = run_workers(daemon, "refusals", 1, worker="parallelizeworker.py")[0]["seen"]
+    assert "'0.weight' (SGD): momentum=0.9" in seen["momentum"], seen["momentum"]
+    assert "RMSprop): no daemon optimizer applies it" in seen["rmsprop"], seen["rmsprop"]
+    assert "dense=['0']" in seen["rmsprop"]
+    assert "'refused.max_norm.0': max_norm" in seen["max_norm"], seen["max_norm"]
+    assert "in no param group" in seen["not_trained"], seen["not_trained"]
+    assert "nope" in seen["unknown_table"], seen["unknown_table"]
+    assert "come from the optimizer" in seen["table_lr"], seen["table_lr"]
+    assert "lazy, as torch.optim.SparseAdam" in seen["adam"], seen["adam"]
+    assert ("'scheduled.0': its param group's lr changed from 0.1 to 0.05"
+            in seen["lr_changed"]), seen["lr_changed"]

@@ -1,5 +1,9 @@
 """PyTorch integration: parallax.torch.
 
+parallelize(model, optimizer) (parallelize.py) turns an unmodified single-process model
+into one every worker trains: its embeddings become the sparse layers below, the rest
+goes through the DDP engine.
+
 Dense (ddp.py): DistributedDataParallel, DistributedOptimizer, broadcast_parameters,
 broadcast_optimizer_state. Sparse (sparse.py): Embedding, EmbeddingBag, SampledSoftmax,
 whose tables live in the daemons. Pipeline (pipeline.py): TrainPipeline, the data loader
@@ -11,6 +15,7 @@ default parallax.Client. Importing it registers torch.distributed's "parallax" b
 from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
                   broadcast_optimizer_state, broadcast_parameters, client)
 from .backend import register as _register_backend
+from .parallelize import ParallelPlan, parallelize, plan
 from .pipeline import TrainPipeline
 from .session import default_client, set_default_client
 from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
@@ -19,6 +24,7 @@ from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
 __all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
            "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
-           "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline"]
+           "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline", "parallelize",
+           "ParallelPlan", "plan"]
 
 _register_backend()

@@ -592,11 +592,15 @@ class DistributedDataParallel(torch.nn.Module):
         return self._engine.info()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._before_forward()
+        return self.module(*args, **kwargs)
+
+    def _before_forward(self) -> None:
+        """What a forward does first (also parallelize()'s forward pre-hook)."""
         if torch.is_grad_enabled():
             self._engine.check_idle("forward() called")
             if self.broadcast_buffers and self.module.training and self._engine.sync:
                 self._sync_buffers()
-        return self.module(*args, **kwargs)
 
     def _sync_buffers(self) -> None:
         named = list(self.module.named_buffers())
