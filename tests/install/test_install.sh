@@ -15,7 +15,7 @@ trap cleanup EXIT
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/parallax_c.h lib/libparallax.so.1 lib/pkgconfig/parallax.pc \
-         lib/cmake/Parallax/ParallaxConfig.cmake sbin/parallaxd bin/px-cluster bin/px-demo; do
+         lib/cmake/Parallax/ParallaxConfig.cmake sbin/parallaxd bin/px-cluster bin/px-run bin/px-demo; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
 done
 
