@@ -51,8 +51,8 @@ extern "C" {
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
  * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD,
  * px_reduce_scatter, px_alltoall, px_alltoallv; 1.10: launchers' variables (torchrun, Open
- * MPI, Slurm) read by px_connect, px_launch_info_from_env */
-#define PX_ABI_VERSION_MINOR 10
+ * MPI, Slurm) read by px_connect, px_launch_info_from_env; 1.11: px_set_sparse_lr */
+#define PX_ABI_VERSION_MINOR 11
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -403,6 +403,19 @@ PX_API void px_sparse_options_init(px_sparse_options* options);
 PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtype dtype,
                                     uint64_t rows, uint64_t dim, const px_sparse_options* options,
                                     px_var** out_var);
+/* (1.11) Sets the learning rate the sparse variable's optimizer applies from this worker's
+ * next push step on (a schedule: warm-up, decay). Every worker of the job must set the same
+ * rate before the same push step: a local worker that pushes that step without having set
+ * it fails the step for every local worker (PX_ERR_INVALID, naming both workers); another
+ * rate for a step another local worker set, or a step it already pushed at the old rate,
+ * is refused here (PX_ERR_MISMATCH).
+ * Each node's shards apply the rate its own workers set, at that push step, so a PX_SYNC
+ * table changes at the same step on every node; nodes are not compared with each other.
+ * Under PX_ASYNC and PX_BOUNDED a push another node sends ahead of this node's workers is
+ * applied with the rate this node's workers have set so far. Checkpoints do not keep it:
+ * set it again after a restore. PX_ERR_INVALID: not a sparse variable, or a rate that is
+ * not finite and > 0. */
+PX_API px_status px_set_sparse_lr(px_var* var, double learning_rate);
 
 /* --- shared memory ---------------------------------------------------------------- */
 /* Memory in the arena shared with the daemon: buffers there are reduced in place, without

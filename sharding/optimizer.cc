@@ -22,9 +22,9 @@ float optimizer_state_initial(const SparseOptions& options, size_t slot) {
   return 0.0f;
 }
 
-void optimizer_apply_row(const SparseOptions& options, float* w, float* state, const float* g,
-                         size_t dim, uint64_t step) {
-  const float lr = static_cast<float>(options.learning_rate);
+void optimizer_apply_row(const SparseOptions& options, double learning_rate, float* w, float* state,
+                         const float* g, size_t dim, uint64_t step) {
+  const float lr = static_cast<float>(learning_rate);
   switch (options.optimizer) {
     case Optimizer::kSgd:
       for (size_t c = 0; c < dim; ++c) w[c] -= lr * g[c];
@@ -41,7 +41,7 @@ void optimizer_apply_row(const SparseOptions& options, float* w, float* state, c
     case Optimizer::kAdam: {
       const double t = static_cast<double>(step);
       const float lr_t =
-          static_cast<float>(options.learning_rate * std::sqrt(1.0 - std::pow(options.beta2, t)) /
+          static_cast<float>(learning_rate * std::sqrt(1.0 - std::pow(options.beta2, t)) /
                              (1.0 - std::pow(options.beta1, t)));
       // 1 - beta in double: in float, 1 - 0.999f is off by 1.3e-5 relative.
       const float b1 = static_cast<float>(options.beta1);

@@ -120,10 +120,11 @@ void ShardStore::load(const int64_t* rows, size_t n, const float* values) {
     std::memcpy(row_values(rows[i]), values + i * dim_, dim_ * sizeof(float));
 }
 
-void ShardStore::apply(const int64_t* rows, size_t n, const float* grads, uint64_t step) {
+void ShardStore::apply(const int64_t* rows, size_t n, const float* grads, uint64_t step,
+                       double learning_rate) {
   for (size_t i = 0; i < n; ++i)
-    optimizer_apply_row(options_, row_values(rows[i]), slots_ ? row_state(rows[i]) : nullptr,
-                        grads + i * dim_, dim_, step);
+    optimizer_apply_row(options_, learning_rate, row_values(rows[i]),
+                        slots_ ? row_state(rows[i]) : nullptr, grads + i * dim_, dim_, step);
 }
 
 }  // namespace px

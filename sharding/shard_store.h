@@ -55,8 +55,9 @@ class ShardStore {
   // Overwrites rows (the last of equal rows wins); optimizer state is kept.
   void load(const int64_t* rows, size_t n, const float* values);
   // Applies aggregated gradients (n x dim, rows unique) with the optimizer; step is the
-  // variable's 1-based count of applied push steps.
-  void apply(const int64_t* rows, size_t n, const float* grads, uint64_t step);
+  // variable's 1-based count of applied push steps, learning_rate the push step's.
+  void apply(const int64_t* rows, size_t n, const float* grads, uint64_t step,
+             double learning_rate);
 
  private:
   struct Partition {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -590,6 +591,36 @@ PX_API px_status px_var_stats_get(px_var* handle, px_var_stats* out_stats) {
   s.restored_steps = reply->restored_steps();
   s.rows_served_ahead = reply->rows_served_ahead();
   std::memcpy(out_stats, &s, s.struct_size);
+  return succeed();
+}
+
+PX_API px_status px_set_sparse_lr(px_var* handle, double learning_rate) {
+  using namespace px;
+  VarRef ref;
+  if (!find_var(handle, &ref)) return stale_handle("px_set_sparse_lr", "variable", handle);
+  Client* c = ref.client.get();
+  const std::string what = "px_set_sparse_lr('" + ref.var->name + "')";
+  if (!ref.var->sparse) return fail(c, PX_ERR_INVALID, what + ": not a sparse variable");
+  if (!std::isfinite(learning_rate) || learning_rate <= 0)
+    return fail(
+        c, PX_ERR_INVALID,
+        what + ": learning rate " + std::to_string(learning_rate) + " is not finite and > 0");
+  uint64_t from_step;
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    from_step = ref.var->next_push_step;  // pushes numbered before keep the older rate
+  }
+  flatbuffers::FlatBufferBuilder b;
+  auto request = control::CreateSetSparseLr(b, ref.var->id, from_step, learning_rate);
+  std::string payload;
+  const control::Message* message = nullptr;
+  px_status status = control_call(c, finish_frame(b, control::Body::SetSparseLr, request.Union()),
+                                  control::Body::SetSparseLrReply, &payload, &message);
+  if (status != PX_OK) return status;
+  const control::SetSparseLrReply* reply = message->body_as_SetSparseLrReply();
+  if (reply->status() != PX_OK)
+    return fail(c, static_cast<px_status>(reply->status()),
+                reply->message() ? reply->message()->str() : "");
   return succeed();
 }
 

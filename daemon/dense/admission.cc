@@ -2,6 +2,7 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
+#include "daemon/sparse/sparse_router.h"  // a sparse variable's learning rates
 
 namespace px {
 namespace {
@@ -185,6 +186,16 @@ std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
 }
 
 // The order of the checks is part of the protocol: the first that fails names the cause.
+// A push step another local worker set a new learning rate for, and this one did not
+// (px_set_sparse_lr): the step fails for every local worker, naming both.
+std::string unset_learning_rate(const Variable& var, int rank, const SubmitEntry& entry) {
+  if (entry.opcode != static_cast<uint16_t>(Opcode::kPushRows) || !var.sparse ||
+      !var.sparse->learning_rates)
+    return "";
+  std::string why = var.sparse->learning_rates->check_push(entry.step, rank);
+  return why.empty() ? "" : why + step_suffix(var, entry.opcode, entry.step);
+}
+
 Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& entry) {
   PX_ASSERT_LOOP_THREAD();
   Variable* var = job.find(entry.var_id);
@@ -211,6 +222,16 @@ Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& 
   if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + suffix);
   if (step_op && job.needs_departed(*var)) return refuse(PX_ERR_PEER_LOST, job.departed() + suffix);
   std::string invalid = check_buffers(*var, job.world(), worker, entry);
+  if (invalid.empty() && step_op) {
+    std::string unset = unset_learning_rate(*var, rank, entry);
+    if (!unset.empty()) {
+      Admission a;
+      a.var = var;
+      a.step = true;
+      a.invalid = unset;
+      return a;
+    }
+  }
   Admission a;
   a.var = var;
   a.step = step_op;

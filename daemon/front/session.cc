@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "daemon/common/log.h"
@@ -170,6 +171,9 @@ void Session::handle_frame(const std::string& payload) {
       break;
     case control::Body::StatsRequest:
       if (state_ == State::kActive) return handle_stats(*message->body_as_StatsRequest());
+      break;
+    case control::Body::SetSparseLr:
+      if (state_ == State::kActive) return handle_set_sparse_lr(*message->body_as_SetSparseLr());
       break;
     case control::Body::ErrorText:
       if (state_ == State::kActive) return handle_error_text(*message->body_as_ErrorText());
@@ -552,6 +556,44 @@ void Session::handle_abort(const control::Abort& request) {
   flatbuffers::FlatBufferBuilder b;
   auto body = control::CreateAbortReply(b, PX_OK);
   send_frame(finish_frame(b, control::Body::AbortReply, body.Union()));
+}
+
+// px_set_sparse_lr: the rate from push step from_step on (learning_rates.h).
+void Session::handle_set_sparse_lr(const control::SetSparseLr& request) {
+  Variable* var = job_->find(request.var_id());
+  uint64_t step = request.from_step();
+  double rate = request.learning_rate();
+  px_status status = PX_OK;
+  std::string why;
+  if (!var || !var->registered[static_cast<size_t>(local_rank_)]) {
+    status = PX_ERR_NOT_FOUND;
+    why = "variable id " + std::to_string(request.var_id()) + " is not registered by " + label();
+  } else if (!var->sparse) {
+    status = PX_ERR_INVALID;
+    why = "variable '" + var->name + "' is not sparse";
+  } else if (!std::isfinite(rate) || rate <= 0) {
+    status = PX_ERR_INVALID;
+    why = "learning rate " + std::to_string(rate) + " is not finite and > 0";
+  } else {
+    LearningRates& rates = *var->sparse->learning_rates;
+    const uint16_t push = static_cast<uint16_t>(Opcode::kPushRows);
+    for (int r = 0; r < job_->local_size() && why.empty(); ++r)
+      if (r != local_rank_ && var->steps_submitted(r, push) > step && !rates.asked(step, r))
+        why = "local worker " + std::to_string(r) + " pushed step " + std::to_string(step) +
+              " already, with the rate in force then";
+    if (why.empty()) why = rates.ask(step, rate, local_rank_, job_->local_size());
+    if (!why.empty()) {
+      status = PX_ERR_MISMATCH;
+      why = label() + " sets learning rate " + std::to_string(rate) + " of variable '" + var->name +
+            "' from push step " + std::to_string(step) + ", but " + why;
+    } else {
+      PX_LOG_DEBUG_AT(log_fields(var->name), "%s: learning rate %g from push step %llu",
+                      label().c_str(), rate, static_cast<unsigned long long>(step));
+    }
+  }
+  flatbuffers::FlatBufferBuilder b;
+  auto body = control::CreateSetSparseLrReply(b, status, why.empty() ? 0 : b.CreateString(why));
+  send_frame(finish_frame(b, control::Body::SetSparseLrReply, body.Union()));
 }
 
 void Session::handle_stats(const control::StatsRequest& request) {

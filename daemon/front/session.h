@@ -85,6 +85,7 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   // requests in flight (it is already counted), or "".
   std::string request_limit_refusal() const;
   void handle_stats(const control::StatsRequest& request);
+  void handle_set_sparse_lr(const control::SetSparseLr& request);
   void handle_checkpoint(const control::Checkpoint& request);
   void handle_error_text(const control::ErrorText& request);
   void handle_cancel(const control::Cancel& request);

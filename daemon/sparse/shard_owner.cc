@@ -488,9 +488,10 @@ void ShardOwner::push(ShardRequest r) {
     exchange_->exchange(std::move(r));
   } else if (options_.consistency != Consistency::kSync) {
     // Applied on arrival, each node's push on its own.
+    uint64_t step = r.step;
     std::vector<ShardRequest> one;
     one.push_back(std::move(r));
-    apply(unit, std::move(one));
+    apply(unit, std::move(one), step);
     serve_ready_pulls();
   } else {
     uint64_t step = r.step;
@@ -511,7 +512,7 @@ void ShardOwner::apply_sync_steps(Unit& unit) {
     std::vector<ShardRequest> by_node;
     for (auto& slot : it->second) by_node.push_back(std::move(*slot));
     unit.sync_pushes.erase(it);
-    apply(unit, std::move(by_node));
+    apply(unit, std::move(by_node), unit.applied_steps);
     ++unit.applied_steps;
     unit.pulled.erase(unit.pulled.begin(), unit.pulled.lower_bound(unit.applied_steps));
     unit.pulled_sorted.erase(unit.pulled_sorted.begin(),
@@ -523,22 +524,23 @@ void ShardOwner::apply_sync_steps(Unit& unit) {
 // Sums the nodes' gradients (in node order, each already summed over its workers), scales
 // for mean aggregation and runs the optimizer on the touched rows. Nodes send their rows
 // ascending, so the sum is a merge applied row by row; anything else is coalesced first.
-void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches) {
+void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t push_step) {
   uint64_t step = ++unit.applies;
+  double learning_rate = rates_ ? rates_->at(push_step) : options_.learning_rate;
   size_t values = 0;
   for (auto& b : batches) values += b.count * dim_;
   auto shared = std::make_shared<std::vector<ShardRequest>>(std::move(batches));
   auto touched = std::make_shared<uint64_t>(0);
   queue_->push(
       values > kInlineValues,
-      [this, shared, step, touched] {
+      [this, shared, step, touched, learning_rate] {
         std::vector<RowBatch> parts;
         for (auto& b : *shared) parts.push_back({b.rows, b.count, b.values});
         float divisor = options_.mean ? static_cast<float>(world_size_) : 1.0f;
         auto apply_row = [&](int64_t row, float* sum) {
           if (options_.mean)
             for (size_t c = 0; c < dim_; ++c) sum[c] /= divisor;
-          store_.apply(&row, 1, sum, step);
+          store_.apply(&row, 1, sum, step, learning_rate);
           ++*touched;
         };
         if (merge_sorted(parts, dim_, apply_row, [this](int64_t row) { store_.prefetch(row); }))
@@ -584,7 +586,7 @@ void ShardOwner::exchanged(uint64_t step, std::vector<ShardRequest> batches) {
     if (it == exchanged_.end()) return;
     std::vector<ShardRequest> ready = std::move(it->second);
     exchanged_.erase(it);
-    apply(unit, std::move(ready));
+    apply(unit, std::move(ready), unit.applied_steps);
     ++unit.applied_steps;
     for (auto& pushed : unit.pushes_by_node) pushed = std::max(pushed, unit.applied_steps);
     serve_ready_pulls();

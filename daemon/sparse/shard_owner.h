@@ -22,6 +22,7 @@
 
 #include "daemon/common/serial_queue.h"
 #include "daemon/common/status_join.h"
+#include "daemon/sparse/learning_rates.h"
 #include "daemon/sparse/replicated_exchange.h"
 #include "daemon/sparse/shard_request.h"
 #include "parallax_c.h"
@@ -70,6 +71,8 @@ class ShardOwner {
   uint64_t applies() const;
   void continue_from(uint64_t steps, uint64_t applies);
 
+  // The table's learning rates by push step (px_set_sparse_lr); without, the registered one.
+  void set_learning_rates(std::shared_ptr<const LearningRates> rates) { rates_ = std::move(rates); }
   bool replicated() const { return replicated_; }
   bool column_slice() const { return columns_; }
   uint64_t store_bytes() const { return store_.bytes(); }
@@ -109,7 +112,8 @@ class ShardOwner {
   void serve(ShardRequest r);
   void push(ShardRequest r);
   void apply_sync_steps(Unit& unit);
-  void apply(Unit& unit, std::vector<ShardRequest> batches);
+  // push_step: the push step the batches are (its learning rate, learning_rates.h).
+  void apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t push_step);
   void serve_ready_pulls();
   // Replicated routes: a push step's batches, every node's rows in.
   void exchanged(uint64_t step, std::vector<ShardRequest> batches);
@@ -135,6 +139,7 @@ class ShardOwner {
   std::map<uint64_t, std::vector<ShardRequest>> exchanged_;  // replicated: done, by step
   uint64_t rows_applied_ = 0;
   uint64_t rows_served_ahead_ = 0;
+  std::shared_ptr<const LearningRates> rates_;
 };
 
 }  // namespace px

@@ -45,6 +45,8 @@ struct SparseTable {
   int node = 0;
   std::shared_ptr<ShardOwner> owner;
   std::shared_ptr<SparseChannel> channel;
+  // px_set_sparse_lr's changes, by push step; every owner the table has reads them.
+  std::shared_ptr<LearningRates> learning_rates;
   // Counters for stats: rows the local workers pulled (duplicates included) and the rows
   // this node asked the shards for (their union), summed over pull steps.
   uint64_t pull_steps = 0;

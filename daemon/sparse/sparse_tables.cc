@@ -89,6 +89,9 @@ std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOption
       std::make_shared<ShardOwner>(table.label, table.map, node, shape.dim, options,
                                    table.world_size, offload_.pool(), offload_.post(), initialise);
   table.owner->set_names(table.job_name, table.var_name);
+  if (!table.learning_rates)
+    table.learning_rates = std::make_shared<LearningRates>(options.learning_rate);
+  table.owner->set_learning_rates(table.learning_rates);
   table.replicated = table.owner->replicated();
   table.columns = table.owner->column_slice();
   table.column_ranges.clear();

@@ -10,6 +10,7 @@
 // (the handlers dereference body_as_X() unchecked), every string in it is NUL-terminated
 // inside the frame, and every field a handler reads is readable. RegisterSparse options go
 // through SparseOptions::validate and canonical() as the session does.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -113,6 +114,17 @@ uint64_t read_body(const Message& m) {
              b->wait_ns() + b->reduce_ns() + b->pull_steps() + b->push_steps() + b->rows_pulled() +
              b->rows_unique() + b->rows_applied() + b->bytes_sent() + b->bytes_received() +
              b->request_partitions() + b->search_steps_left();
+    }
+    case Body::SetSparseLr: {
+      const SetSparseLr* b = m.body_as_SetSparseLr();
+      PX_FUZZ_CHECK(b);
+      double rate = b->learning_rate();  // any bits: the daemon checks it is finite and > 0
+      return b->var_id() + b->from_step() + (std::isfinite(rate) && rate > 0 ? 1u : 0u);
+    }
+    case Body::SetSparseLrReply: {
+      const SetSparseLrReply* b = m.body_as_SetSparseLrReply();
+      PX_FUZZ_CHECK(b);
+      return static_cast<uint64_t>(b->status()) + text(b->message());
     }
     case Body::Goodbye:
       PX_FUZZ_CHECK(m.body_as_Goodbye());

@@ -124,14 +124,14 @@ TEST_CASE("column stores initialise their columns and restore cells from any sli
   for (uint64_t r = 0; r < rows; ++r) all[r] = int64_t(r);
   std::vector<float> grads(rows * dim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * float(i % 13) - 0.05f;
-  whole.apply(all.data(), rows, grads.data(), 1);
+  whole.apply(all.data(), rows, grads.data(), 1, options.learning_rate);
   for (int n = 0; n < 3; ++n) {
     ColumnRange c = column_range(dim, 3, n);
     std::vector<float> part(rows * c.width());
     for (uint64_t r = 0; r < rows; ++r)
       for (uint64_t k = 0; k < c.width(); ++k)
         part[r * c.width() + k] = grads[r * dim + c.begin + k];
-    slices[size_t(n)].apply(all.data(), rows, part.data(), 1);
+    slices[size_t(n)].apply(all.data(), rows, part.data(), 1, options.learning_rate);
   }
   ShardFileData whole_file;
   whole.export_rows(&whole_file);
@@ -361,7 +361,7 @@ TEST_CASE("optimizers match the reference over steps that touch different rows")
         }
         ref_apply(o, ref[size_t(r)], g, step);
       }
-      store.apply(touched.data(), touched.size(), grads.data(), step);
+      store.apply(touched.data(), touched.size(), grads.data(), step, o.learning_rate);
     }
     for (int64_t r = 0; r < int64_t(rows); ++r) {
       float got[dim];

@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 10
+ABI_MINOR = 11
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -130,6 +130,7 @@ _SIGNATURES = {
     "px_progress": (c_int, [_P]),
     "px_register_dense": (c_int, [_P, c_char_p, c_int, c_uint64, c_int, _PP]),
     "px_var_stats_get": (c_int, [_P, POINTER(VarStats)]),
+    "px_set_sparse_lr": (c_int, [_P, c_double]),
     "px_sparse_options_init": (None, [POINTER(SparseOptions)]),
     "px_register_sparse": (c_int, [_P, c_char_p, c_int, c_uint64, c_uint64,
                                    POINTER(SparseOptions), _PP]),

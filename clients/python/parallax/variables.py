@@ -315,6 +315,7 @@ class SparseVariable(_Variable):
         o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
         o.prefetch = 1 if prefetch else 0
         self.options = o
+        self._learning_rate = o.learning_rate
         handle = ctypes.c_void_p()
         check(_lib.lib.px_register_sparse(client._h(), name.encode(), _lib.F32, self.rows,
                                           self.dim, ctypes.byref(o), ctypes.byref(handle)),
@@ -389,3 +390,15 @@ class SparseVariable(_Variable):
     def read(self, indices: Any, out: Any = None) -> Request:
         """The rows' current values without a step (export, evaluation)."""
         return self._rows_op(_lib.lib.px_read_rows_ex, "read", indices, out, True)
+
+    @property
+    def learning_rate(self) -> float:
+        """The optimizer's learning rate for this worker's next push step. Setting it
+        (px_set_sparse_lr) applies from that step on; every worker must set the same rate
+        before the same push step."""
+        return self._learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, rate: float) -> None:
+        check(_lib.lib.px_set_sparse_lr(self._h(), float(rate)), self.client._handle)
+        self._learning_rate = float(rate)

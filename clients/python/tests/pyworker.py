@@ -293,12 +293,67 @@ def late_peer(px):
     emit(px, ok=True, timed_out=timed_out)
 
 
+def sparse_lr(px):
+    """px_set_sparse_lr: each push step applied with the rate set before it, on every
+    node; with 2 local workers, a rate another worker disputes or never set is refused."""
+    w = px.world
+    t = px.sparse("py.lr", 10, 2, optimizer="sgd", lr=1.0, initializer="zeros",
+                  aggregation="sum")
+    idx = np.array([3], np.int64)
+
+    def step(grad=1.0):
+        t.pull(idx).wait()
+        t.push(idx, np.full((1, 2), grad, np.float32)).wait()
+
+    with pytest_raises(parallax.InvalidArgument, "not finite and > 0"):
+        t.learning_rate = float("nan")
+    step()                    # push step 0 at the registered 1.0
+    t.learning_rate = 0.25
+    assert t.learning_rate == 0.25
+    step()                    # push step 1 at 0.25
+    t.learning_rate = 0.5
+    step()                    # push step 2 at 0.5
+    got = t.pull(idx).wait()  # pull step 3 sees push step 2
+    np.testing.assert_allclose(got, np.full((1, 2), -w.world_size * 1.75, np.float32))
+    t.push(idx, np.zeros((1, 2), np.float32)).wait()
+    seen = {}
+    if w.local_size == 2:
+        # Another rate for the same push step (4): refused to the second worker to ask.
+        if w.local_rank == 0:
+            t.learning_rate = 0.1
+        px.barrier(30)
+        if w.local_rank == 1:
+            try:
+                t.learning_rate = 0.2
+                raise AssertionError("a disputed rate was taken")
+            except parallax.Mismatch as e:
+                seen["disputed"] = str(e)
+            t.learning_rate = 0.1
+        step()                # push step 4 at 0.1
+        got = t.pull(idx).wait()
+        np.testing.assert_allclose(got, np.full((1, 2), -w.world_size * 1.85, np.float32),
+                                   rtol=1e-6)
+        t.push(idx, np.zeros((1, 2), np.float32)).wait()
+        # Worker 0 sets a rate from push step 6, worker 1 pushes it without: the step fails
+        # for both, naming them.
+        if w.local_rank == 0:
+            t.learning_rate = 2.0
+        t.pull(idx).wait()
+        try:
+            t.push(idx, np.ones((1, 2), np.float32)).wait()
+            raise AssertionError("a push without the new rate was taken")
+        except parallax.InvalidArgument as e:
+            seen["unset"] = str(e)
+    emit(px, ok=True, seen=seen)
+
+
 def world_only(px):
     emit(px, world=px.world.__dict__, settings=parallax.resolve_settings())
 
 
 SCENARIOS = {f.__name__: f for f in (dense, torch_views, sparse, torch_sparse, asyncio_waits,
-                                     errors, mismatch_pair, daemon_dies, late_peer, world_only)}
+                                     errors, mismatch_pair, daemon_dies, late_peer, world_only,
+                                     sparse_lr)}
 
 if __name__ == "__main__":
     scenario = SCENARIOS[sys.argv[1]]

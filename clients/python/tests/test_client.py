@@ -33,6 +33,22 @@ def test_sparse_pull_push_read(daemon):
     assert all(r["ok"] for r in run_workers(daemon, "sparse", 2))
 
 
+def test_sparse_learning_rate_changes_between_steps(daemon):
+    results = run_workers(daemon, "sparse_lr", 2)
+    disputed = results[1]["seen"]["disputed"]
+    assert "sets learning rate 0.2" in disputed and "local worker 0 set learning rate 0.1 " \
+        "from push step 4" in disputed, disputed
+    for r in results:
+        unset = r["seen"]["unset"]
+        assert ("local worker 0 set learning rate 2 from push step 6 and local worker 1 pushed "
+                "that step without setting it" in unset), unset
+
+
+def test_sparse_learning_rate_changes_on_a_cluster_2x1():
+    # Each node's shards apply the rate its own worker set, at the same push step.
+    assert all(r["ok"] for r in run_cluster(2, 1, "sparse_lr"))
+
+
 def test_sparse_on_a_cluster_2x1():
     assert all(r["ok"] for r in run_cluster(2, 1, "sparse"))
 

@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.10), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.11), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 10;
+pub const PX_ABI_VERSION_MINOR: u32 = 11;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -264,6 +264,8 @@ extern "C" {
         options: *const px_sparse_options,
         out_var: *mut *mut px_var,
     ) -> px_status;
+    // 1.11: a sparse variable's learning rate from this worker's next push step on.
+    pub fn px_set_sparse_lr(var: *mut px_var, learning_rate: f64) -> px_status;
 
     // shared memory
     pub fn px_alloc(client: *mut px_client, bytes: u64, out_ptr: *mut *mut c_void) -> px_status;

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.10), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.11), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 10
+const PX_ABI_VERSION_MINOR = 11
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -239,6 +239,9 @@ px_register_sparse(c::Ptr{Cvoid}, name::AbstractString, dtype, rows::Integer, di
     ccall((:px_register_sparse, libparallax()), Cint,
           (Ptr{Cvoid}, Cstring, Cint, UInt64, UInt64, Ref{PxSparseOptions}, Ref{Ptr{Cvoid}}),
           c, name, dtype, rows, dim, o, out)
+# (1.11) The learning rate from this worker's next push step on.
+px_set_sparse_lr(v::Ptr{Cvoid}, lr::Real) =
+    ccall((:px_set_sparse_lr, libparallax()), Cint, (Ptr{Cvoid}, Cdouble), v, lr)
 
 # --- shared memory -------------------------------------------------------------------
 px_alloc(c::Ptr{Cvoid}, bytes::Integer, out::Ref{Ptr{Cvoid}}) =
