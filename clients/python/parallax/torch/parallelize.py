@@ -8,8 +8,10 @@ What it does, in place:
   the daemons, named "<name>.<module path>", holding rank 0's weights (loaded by rank 0
   behind a barrier), with padding_idx, mode, include_last_offset as the module had them.
   Modules sharing one weight share one table (looked up several times a step).
-* The table's optimizer is the user's for that weight, mapped to the daemons' (_OPTIMIZERS
-  below); the weight leaves the user's optimizer, whose other parameters stay.
+* The table's optimizer is the user's for that weight, mapped to the daemons'
+  (_table_optimizer); the weight leaves the user's optimizer, whose other parameters stay.
+  The table follows its param group's lr (a scheduler's changes) at each forward of the
+  model (px_set_sparse_lr).
 * The other parameters are averaged as DistributedDataParallel averages them (its engine,
   driven by hooks on the model): rank 0's parameters and buffers are broadcast now, the
   buffers again at each training forward, and each gradient is the mean over every
@@ -24,7 +26,6 @@ warning; a frozen one (requires_grad False, nothing to communicate); those named
 
 from __future__ import annotations
 
-import types
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -175,19 +176,14 @@ def _parallax_layer(module: nn.Module, table_name: str, client: Client, options:
     return layer
 
 
-def _checked_step(table_lrs: List[Tuple[dict, float, str]]):
-    """An optimizer step() that first checks that no group holding a table changed its lr
-    (a scheduler): the daemons apply the lr given at parallelize() (docs: Limits)."""
-
-    def step(self, *args: Any, **kwargs: Any) -> Any:
-        for group, lr, table in table_lrs:
-            if float(group["lr"]) != lr:
-                raise invalid(f"'{table}': its param group's lr changed from {lr} to "
-                              f"{group['lr']}; a daemon-held table's lr is fixed at "
-                              "parallelize() (Limits: learning-rate schedules)")
-        return type(self).step(self, *args, **kwargs)
-
-    return step
+def _follow_learning_rates(tables: List[Tuple[dict, _SparseModule]]) -> None:
+    """Gives each table its param group's lr (a scheduler changes the group's): run before
+    every forward of the model, so a change made after step n's optimizer.step() applies
+    from push step n + 1, as the group's new lr does to the dense parameters."""
+    for group, layer in tables:
+        rate = float(group["lr"])
+        if rate != layer.lr:
+            layer.lr = rate
 
 
 def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Client] = None,
@@ -230,7 +226,7 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
                 del found[mid]
     # Everything is checked before anything is made: a refusal leaves no table behind.
     checked = []  # (module id, path, module, options with the optimizer's; None: shared)
-    table_lrs: Dict[int, List[Tuple[dict, float, str]]] = {}  # optimizer id -> its checks
+    groups: Dict[int, dict] = {}  # weight id -> the param group that trains it
     weights = set()
     for mid, (path, module) in found.items():
         _check_module(module, f"{name}.{path}")
@@ -246,7 +242,7 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
         mapped, warning = _table_optimizer(opt, group, path)
         if warning:
             warnings.warn(warning, stacklevel=2)
-        table_lrs.setdefault(id(opt), []).append((group, mapped["lr"], f"{name}.{path}"))
+        groups[id(module.weight)] = group
         checked.append((mid, path, module, {**options, **mapped}))
     the_plan = ParallelPlan(client=c)
     made: Dict[int, nn.Module] = {}
@@ -268,8 +264,6 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
             group["params"] = [p for p in group["params"] if id(p) not in by_weight]
         for p in [p for p in opt.state if id(p) in by_weight]:
             del opt.state[p]
-        if id(opt) in table_lrs:
-            opt.step = types.MethodType(_checked_step(table_lrs[id(opt)]), opt)
     _replace_modules(model, made)
     # Every worker's tables hold rank 0's weights before anyone's first pull.
     if load_weights and by_weight:
@@ -282,5 +276,8 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
         the_plan.engine = DistributedDataParallel(model, c, bucket_cap_mb, name,
                                                   broadcast_buffers, init_sync=False)
         model.register_forward_pre_hook(lambda module, args: the_plan.engine._before_forward())
+    following = [(groups[w], layer) for w, layer in by_weight.items()]
+    if following:
+        model.register_forward_pre_hook(lambda module, args: _follow_learning_rates(following))
     model.__dict__["_parallax_plan"] = the_plan
     return model, optimizer

@@ -341,6 +341,17 @@ class _SparseModule(nn.Module):
         self._table.finish_pushes()
 
     @property
+    def lr(self) -> float:
+        """The table's learning rate for the next training step. Set it between steps
+        (px_set_sparse_lr: from this worker's next push on), the same on every worker, as
+        a scheduler does; parallelize() follows the optimizer's param group by itself."""
+        return self._table.var.learning_rate
+
+    @lr.setter
+    def lr(self, rate: float) -> None:
+        self._table.var.learning_rate = rate
+
+    @property
     def variable(self) -> parallax.SparseVariable:
         return self._table.var
 
