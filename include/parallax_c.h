@@ -134,7 +134,9 @@ typedef struct px_connect_options {
                               in [PX_ARENA_MIN_BYTES, PX_ARENA_MAX_BYTES] */
   /* 1.3: 1 waits (up to timeout_ms) for a daemon whose socket does not exist yet, as when
    * workers start with their daemon; 0 fails at once with PX_ERR_CONNECT; -1 (the value
-   * px_connect_options_init sets): $PARALLAX_WAIT_FOR_DAEMON if set, else 0. */
+   * px_connect_options_init sets): $PARALLAX_WAIT_FOR_DAEMON (0 or 1) if set, else 0. A
+   * variable set to anything else (or $PARALLAX_ARENA_BYTES to anything but a number in
+   * that range) fails px_connect with PX_ERR_INVALID naming it. */
   int32_t wait_for_daemon;
   uint32_t reserved; /* zero */
 } px_connect_options;

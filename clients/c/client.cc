@@ -41,12 +41,21 @@ constexpr uint64_t kDefaultArenaBytes = 256ull << 20;
 #define PX_HAS_FIELD(options, type, field) \
   ((options)->struct_size >= offsetof(type, field) + sizeof((options)->field))
 
-bool env_int(const char* name, long long* out) {
+// A variable of px_connect's own (not a launcher's, launch_env.cc): *present says whether
+// it is set; false, naming it, when it is set to anything but a whole integer in [min, max].
+bool env_integer(const char* name, long long min, long long max, long long* out, bool* present,
+                 std::string* error) {
   const char* v = getenv(name);
-  if (!v || !*v) return false;
+  *present = v && *v;
+  if (!*present) return true;
   char* end = nullptr;
+  errno = 0;
   long long x = strtoll(v, &end, 10);
-  if (*end) return false;
+  if (*end || errno || end == v || x < min || x > max) {
+    *error = std::string(name) + "='" + v + "' is not a whole number in " + std::to_string(min) +
+             ".." + std::to_string(max);
+    return false;
+  }
   *out = x;
   return true;
 }
@@ -172,11 +181,6 @@ px_status register_var(const std::shared_ptr<Client>& client, const std::string&
   return succeed();
 }
 
-bool env_flag_set(const char* name) {
-  long long v;
-  return env_int(name, &v) && v != 0;
-}
-
 }  // namespace px
 
 extern "C" {
@@ -233,18 +237,26 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
                             : !launch.socket_path.empty() ? launch.socket_path
                                                           : kDefaultSocket;
   std::string job = o.job_name ? o.job_name : !launch.job.empty() ? launch.job : "default";
-  long long v;
   int32_t local_rank = o.local_rank >= 0 ? o.local_rank : launch.local_rank;
   int32_t local_size = o.local_size != 0       ? o.local_size
                        : launch.local_size > 0 ? launch.local_size
                                                : 1;
-  uint64_t arena_bytes = o.arena_bytes;
-  if (arena_bytes == 0 && env_int("PARALLAX_ARENA_BYTES", &v) && v > 0)
-    arena_bytes = static_cast<uint64_t>(v);
-  if (arena_bytes == 0) arena_bytes = kDefaultArenaBytes;
+  // PARALLAX_ARENA_BYTES and PARALLAX_WAIT_FOR_DAEMON, for the options left unset: a value
+  // that is not a number is refused, not ignored (the caller meant something by it).
+  long long env_arena = 0, env_wait = 0;
+  bool arena_set = false, wait_set = false;
+  std::string env_error;
+  if ((o.arena_bytes == 0 &&
+       !env_integer("PARALLAX_ARENA_BYTES", PX_ARENA_MIN_BYTES, PX_ARENA_MAX_BYTES, &env_arena,
+                    &arena_set, &env_error)) ||
+      (o.wait_for_daemon < 0 &&
+       !env_integer("PARALLAX_WAIT_FOR_DAEMON", 0, 1, &env_wait, &wait_set, &env_error)))
+    return fail(PX_ERR_INVALID, "px_connect: " + env_error);
+  uint64_t arena_bytes = o.arena_bytes != 0 ? o.arena_bytes
+                         : arena_set        ? static_cast<uint64_t>(env_arena)
+                                            : kDefaultArenaBytes;
   int64_t timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : kDefaultTimeoutMs;
-  bool wait =
-      o.wait_for_daemon < 0 ? env_flag_set("PARALLAX_WAIT_FOR_DAEMON") : o.wait_for_daemon != 0;
+  bool wait = o.wait_for_daemon < 0 ? env_wait != 0 : o.wait_for_daemon != 0;
   if (local_size < 1) return fail(PX_ERR_INVALID, "px_connect: local_size must be at least 1");
   if (local_rank >= local_size)
     return fail(PX_ERR_INVALID, "px_connect: local_rank " + std::to_string(local_rank) +

@@ -163,6 +163,15 @@ def test_launcher_variables_that_cannot_be_used_are_refused(daemon):
                        timeout=60)
     assert p.returncode != 0
     assert "SLURM_TASKS_PER_NODE='2' has no count for node 1" in p.stderr, p.stderr
+    # px_connect's own variables: a value it cannot take is refused, not ignored.
+    for name, value, text in (("PARALLAX_ARENA_BYTES", "lots", "PARALLAX_ARENA_BYTES='lots' "
+                               "is not a whole number in 1048576.."),
+                              ("PARALLAX_WAIT_FOR_DAEMON", "yes",
+                               "PARALLAX_WAIT_FOR_DAEMON='yes' is not a whole number in 0..1")):
+        env = _launcher_env(daemon, **{name: value})
+        p = subprocess.run([PYTHON, WORKER, "world_only"], env=env, text=True,
+                           capture_output=True, timeout=60)
+        assert p.returncode != 0 and text in p.stderr, p.stderr
 
 
 def test_real_torchrun_starts_workers_unchanged(daemon):
