@@ -305,7 +305,7 @@ typedef enum px_nonfinite {
 typedef struct px_sparse_options {
   uint32_t struct_size;       /* sizeof(px_sparse_options) */
   int32_t optimizer;          /* px_optimizer; default PX_OPT_SGD */
-  double learning_rate;       /* default 0.01 */
+  double learning_rate;       /* default 0.01; finite and >= 0 */
   double beta1;               /* Adam; default 0.9 */
   double beta2;               /* Adam; default 0.999 */
   double epsilon;             /* Adagrad and Adam; default 1e-8 */
@@ -416,7 +416,7 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
  * Under PX_ASYNC and PX_BOUNDED a push another node sends ahead of this node's workers is
  * applied with the rate this node's workers have set so far. Checkpoints do not keep it:
  * set it again after a restore. PX_ERR_INVALID: not a sparse variable, or a rate that is
- * not finite and > 0. */
+ * not finite and >= 0 (0 is a rate torch takes: a warm-up's first step). */
 PX_API px_status px_set_sparse_lr(px_var* var, double learning_rate);
 
 /* --- shared memory ---------------------------------------------------------------- */

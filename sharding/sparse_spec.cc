@@ -59,7 +59,9 @@ bool SparseOptions::validate(std::string* error) const {
     return false;
   };
   if (optimizer > Optimizer::kAdam) return bad("unknown optimizer");
-  if (!finite_positive(learning_rate)) return bad("learning_rate must be finite and > 0");
+  // 0 is a rate torch takes (a warm-up's first step, a cosine schedule's last).
+  if (!std::isfinite(learning_rate) || learning_rate < 0)
+    return bad("learning_rate must be finite and >= 0");
   if (optimizer == Optimizer::kAdam) {
     if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1 must be in [0, 1)");
     if (!(beta2 >= 0 && beta2 < 1)) return bad("beta2 must be in [0, 1)");

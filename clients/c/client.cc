@@ -613,10 +613,10 @@ PX_API px_status px_set_sparse_lr(px_var* handle, double learning_rate) {
   Client* c = ref.client.get();
   const std::string what = "px_set_sparse_lr('" + ref.var->name + "')";
   if (!ref.var->sparse) return fail(c, PX_ERR_INVALID, what + ": not a sparse variable");
-  if (!std::isfinite(learning_rate) || learning_rate <= 0)
+  if (!std::isfinite(learning_rate) || learning_rate < 0)
     return fail(
         c, PX_ERR_INVALID,
-        what + ": learning rate " + std::to_string(learning_rate) + " is not finite and > 0");
+        what + ": learning rate " + std::to_string(learning_rate) + " is not finite and >= 0");
   uint64_t from_step;
   {
     std::lock_guard<std::mutex> lock(c->mutex);

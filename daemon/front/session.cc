@@ -571,9 +571,9 @@ void Session::handle_set_sparse_lr(const control::SetSparseLr& request) {
   } else if (!var->sparse) {
     status = PX_ERR_INVALID;
     why = "variable '" + var->name + "' is not sparse";
-  } else if (!std::isfinite(rate) || rate <= 0) {
+  } else if (!std::isfinite(rate) || rate < 0) {
     status = PX_ERR_INVALID;
-    why = "learning rate " + std::to_string(rate) + " is not finite and > 0";
+    why = "learning rate " + std::to_string(rate) + " is not finite and >= 0";
   } else {
     LearningRates& rates = *var->sparse->learning_rates;
     const uint16_t push = static_cast<uint16_t>(Opcode::kPushRows);

@@ -305,7 +305,7 @@ def sparse_lr(px):
         t.pull(idx).wait()
         t.push(idx, np.full((1, 2), grad, np.float32)).wait()
 
-    with pytest_raises(parallax.InvalidArgument, "not finite and > 0"):
+    with pytest_raises(parallax.InvalidArgument, "not finite and >= 0"):
         t.learning_rate = float("nan")
     step()                    # push step 0 at the registered 1.0
     t.learning_rate = 0.25
@@ -316,6 +316,14 @@ def sparse_lr(px):
     got = t.pull(idx).wait()  # pull step 3 sees push step 2
     np.testing.assert_allclose(got, np.full((1, 2), -w.world_size * 1.75, np.float32))
     t.push(idx, np.zeros((1, 2), np.float32)).wait()
+    # A rate of 0, as a warm-up's first step has (torch takes it): nothing moves, until 1.
+    zero = px.sparse("py.lr0", 10, 2, optimizer="sgd", lr=0.0, initializer="zeros")
+    for rate in (0.0, 1.0):
+        zero.learning_rate = rate
+        zero.pull(idx).wait()
+        zero.push(idx, np.ones((1, 2), np.float32)).wait()
+    np.testing.assert_allclose(zero.pull(idx).wait(), np.full((1, 2), -w.world_size, np.float32))
+    zero.push(idx, np.zeros((1, 2), np.float32)).wait()
     seen = {}
     if w.local_size == 2:
         # Another rate for the same push step (4): refused to the second worker to ask.
