@@ -115,12 +115,15 @@ def recommender(px):
     rank, world = px.rank, px.world_size
     schedulers, ref_schedulers = _schedulers(opts, kind), _schedulers(ref_opts, kind)
     losses = []
-    for samples in _samples(world):
+    for step, samples in enumerate(_samples(world)):
         mine = samples[rank * PER_WORKER:(rank + 1) * PER_WORKER]
         losses.append(_train_step(model, opts, mine))
         _train_step(reference, ref_opts, samples)
         for s in schedulers + ref_schedulers:
             s.step()
+        if schedulers and step == 1:  # a resume: new param-group dicts, still followed
+            for o in opts + ref_opts:
+                o.load_state_dict(o.state_dict())
     if schedulers:  # the tables followed their group's lr, as of the last forward (f(4))
         assert abs(plan.tables["items"].lr - 0.2 * 0.25) < 1e-12, plan.tables["items"].lr
     for layer in plan.tables.values():

@@ -114,10 +114,11 @@ def _table_optimizer(opt: torch.optim.Optimizer, group: dict, path: str) -> Tupl
 
 
 def _group_of(optimizers: List[torch.optim.Optimizer], p: torch.Tensor, path: str):
+    """(optimizer, the index of the param group that holds p)."""
     for opt in optimizers:
-        for group in opt.param_groups:
+        for index, group in enumerate(opt.param_groups):
             if any(q is p for q in group["params"]):
-                return opt, group
+                return opt, index
     raise invalid(f"'{path}.weight' is in no param group of the optimizer(s): train it "
                   "(add it to one) or freeze it (requires_grad=False)")
 
@@ -176,12 +177,14 @@ def _parallax_layer(module: nn.Module, table_name: str, client: Client, options:
     return layer
 
 
-def _follow_learning_rates(tables: List[Tuple[dict, _SparseModule]]) -> None:
+def _follow_learning_rates(tables: List[Tuple[torch.optim.Optimizer, int, _SparseModule]]
+                           ) -> None:
     """Gives each table its param group's lr (a scheduler changes the group's): run before
     every forward of the model, so a change made after step n's optimizer.step() applies
-    from push step n + 1, as the group's new lr does to the dense parameters."""
-    for group, layer in tables:
-        rate = float(group["lr"])
+    from push step n + 1, as the group's new lr does to the dense parameters. The group is
+    found by its index each time: optimizer.load_state_dict() replaces the group dicts."""
+    for opt, index, layer in tables:
+        rate = float(opt.param_groups[index]["lr"])
         if rate != layer.lr:
             layer.lr = rate
 
@@ -226,7 +229,7 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
                 del found[mid]
     # Everything is checked before anything is made: a refusal leaves no table behind.
     checked = []  # (module id, path, module, options with the optimizer's; None: shared)
-    groups: Dict[int, dict] = {}  # weight id -> the param group that trains it
+    groups: Dict[int, Tuple[torch.optim.Optimizer, int]] = {}  # weight id -> its group
     weights = set()
     for mid, (path, module) in found.items():
         _check_module(module, f"{name}.{path}")
@@ -238,11 +241,11 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
             checked.append((mid, path, module, None))
             continue
         weights.add(id(module.weight))
-        opt, group = _group_of(optimizers, module.weight, path)
-        mapped, warning = _table_optimizer(opt, group, path)
+        opt, index = _group_of(optimizers, module.weight, path)
+        mapped, warning = _table_optimizer(opt, opt.param_groups[index], path)
         if warning:
             warnings.warn(warning, stacklevel=2)
-        groups[id(module.weight)] = group
+        groups[id(module.weight)] = (opt, index)
         checked.append((mid, path, module, {**options, **mapped}))
     the_plan = ParallelPlan(client=c)
     made: Dict[int, nn.Module] = {}
@@ -276,7 +279,7 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
         the_plan.engine = DistributedDataParallel(model, c, bucket_cap_mb, name,
                                                   broadcast_buffers, init_sync=False)
         model.register_forward_pre_hook(lambda module, args: the_plan.engine._before_forward())
-    following = [(groups[w], layer) for w, layer in by_weight.items()]
+    following = [(*groups[w], layer) for w, layer in by_weight.items()]
     if following:
         model.register_forward_pre_hook(lambda module, args: _follow_learning_rates(following))
     model.__dict__["_parallax_plan"] = the_plan
