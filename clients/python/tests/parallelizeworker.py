@@ -149,6 +149,13 @@ def recommender(px):
          items_pull_steps=stats.pull_steps, items_push_steps=stats.push_steps)
 
 
+class _Scaled(nn.Embedding):
+    """A subclass with its own forward (scaled by sqrt(dim), as Transformers do)."""
+
+    def forward(self, x):
+        return super().forward(x) * self.embedding_dim ** 0.5
+
+
 class _Tied(nn.Module):
     def __init__(self):
         super().__init__()
@@ -186,6 +193,8 @@ def refusals(px):
             tables={"nope": {"route": "ps"}})
     refused("table_lr", embedding(), lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
             tables={"0": {"lr": 0.5}})
+    refused("subclass", lambda: nn.Sequential(_Scaled(10, 4), nn.Linear(4, 1)),
+            lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
 
     # Tied with a Linear: kept dense, with a warning; a frozen table is left as it is.
     with warnings.catch_warnings(record=True) as caught:

@@ -151,6 +151,7 @@ def test_parallelize_refuses_what_tables_cannot_do(daemon):
     assert "in no param group" in seen["not_trained"], seen["not_trained"]
     assert "nope" in seen["unknown_table"], seen["unknown_table"]
     assert "come from the optimizer" in seen["table_lr"], seen["table_lr"]
+    assert "_Scaled changes Embedding's forward" in seen["subclass"], seen["subclass"]
     assert "lazy, as torch.optim.SparseAdam" in seen["adam"], seen["adam"]
 
 

@@ -3,7 +3,8 @@ every worker of a job as one model (the Parallax paper's promise: write the mode
 one device, and the sparse and dense variables are each parallelized their way).
 
 What it does, in place:
-* Every nn.Embedding / nn.EmbeddingBag (subclasses included, sparse=True or not) whose
+* Every nn.Embedding / nn.EmbeddingBag (a subclass too, if it keeps their forward and
+  holds nothing more; sparse=True or not) whose
   weight is trained becomes a parallax.torch.Embedding / EmbeddingBag: a table held by
   the daemons, named "<name>.<module path>", holding rank 0's weights (loaded by rank 0
   behind a barrier), with padding_idx, mode, include_last_offset as the module had them.
@@ -147,6 +148,14 @@ def _replace_modules(model: nn.Module, made: Dict[int, nn.Module]) -> None:
 
 def _check_module(module: nn.Module, table_name: str) -> None:
     """Refuses what a daemon-held table cannot do as torch does it."""
+    base = nn.EmbeddingBag if isinstance(module, nn.EmbeddingBag) else nn.Embedding
+    extra = [n for n, _ in module.named_parameters() if n != "weight"]
+    extra += [n for n, _ in module.named_buffers()]
+    if type(module).forward is not base.forward or extra or list(module.children()):
+        raise invalid(f"'{table_name}': {type(module).__name__} changes {base.__name__}'s "
+                      f"{'forward' if type(module).forward is not base.forward else 'state'}, "
+                      "which the table would drop; keep it dense with dense=[...] or make "
+                      f"the table an {base.__name__} inside it")
     if module.max_norm is not None:
         raise invalid(f"'{table_name}': max_norm renormalises rows in place at lookup, "
                       "which a daemon-held table does not do")
