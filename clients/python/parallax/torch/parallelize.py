@@ -110,7 +110,8 @@ def _table_optimizer(opt: torch.optim.Optimizer, group: dict, path: str) -> Tupl
             return options, ""
         return options, (f"{where}): the daemons' Adam is lazy, as torch.optim.SparseAdam: "
                          "a step moves only the rows it looked up, where torch.optim."
-                         f"{kind} also moves the others by their moments")
+                         f"{kind} also moves the others by their moments (and scales eps by "
+                         "its bias correction)")
     raise refuse("no daemon optimizer applies it")
 
 
