@@ -59,7 +59,11 @@ for h in "${HOSTS[@]}"; do
 done
 H="${HOSTS[0]}:2,${HOSTS[1]}:2,${HOSTS[2]}:2"
 
-leftovers() {  # leftovers JOB: processes of that job still running 5 s on, on any host
+# The workers' sleeps carry this in their argv (the job's name is only in its daemons' and
+# the wrapper shells'), so that a worker left running is seen too.
+NAP=300.$$
+leftovers() {  # leftovers JOB: processes of that job, or naps, still running 5 s on, anywhere
+  set -- "$1|$NAP"
   for _ in $(seq 1 50); do
     pgrep -f -- "$1" >/dev/null || return 0
     sleep 0.1
@@ -84,7 +88,7 @@ echo "ok: 3 hosts x 2 workers over ssh"
 
 # 2. One worker fails: its status comes back, the others are stopped, nothing is left.
 "$ROOT/tools/px-run" -H "$H" --daemon "$DAEMON" --job pxrun-fail-$$ --timeout 120 --grace 2 \
-  -- sh -c 'if [ "$PARALLAX_LOCAL_RANK" = 1 ] && [ "$PARALLAX_SOCKET" != "${PARALLAX_SOCKET%node2.sock}" ]; then exit 7; fi; sleep 300' \
+  -- sh -c 'if [ "$PARALLAX_LOCAL_RANK" = 1 ] && [ "$PARALLAX_SOCKET" != "${PARALLAX_SOCKET%node2.sock}" ]; then exit 7; fi; sleep "$1"' sh "$NAP" \
   >"$WORK/fail.log" 2>&1
 rc=$?
 [ $rc -eq 7 ] || { cat "$WORK/fail.log" >&2; fail "a failing worker: exit $rc, not 7"; }
@@ -93,7 +97,7 @@ grep -q "worker \[2.1\] .* exited with status 7" "$WORK/fail.log" || fail "no fa
 echo "ok: a failing worker's status, everything stopped"
 
 # 3. Ctrl-C while the workers run.
-"$ROOT/tools/px-run" -H "$H" --daemon "$DAEMON" --job pxrun-int-$$ -- sh -c 'echo started; sleep 300' \
+"$ROOT/tools/px-run" -H "$H" --daemon "$DAEMON" --job pxrun-int-$$ -- sh -c 'echo started; sleep "$1"' sh "$NAP" \
   >"$WORK/int.log" 2>&1 &
 run=$!
 for _ in $(seq 1 200); do
