@@ -135,7 +135,10 @@ def run_parallax(args, cfg, corpus) -> None:
     if args.parallelize:
         # The single-process model and optimizers, unchanged: parallelize() finds the two
         # nn.Embedding tables (the output one looked up twice a step) and Adagrad for them.
-        model, optimizers = pxt.parallelize(*_reference_pair(cfg), client=client, name="lm")
+        options = dict(route=cfg.route, wire_dtype=cfg.wire_dtype)
+        model, optimizers = pxt.parallelize(*_reference_pair(cfg), client=client, name="lm",
+                                            tables={"embedding": options,
+                                                    "softmax_table": options})
         plan = pxt.plan(model)
         tables = [plan.tables["embedding"], plan.tables["softmax_table"]]
         buckets = plan.buckets
