@@ -185,9 +185,8 @@ std::string step_suffix(const Variable& var, uint16_t opcode, uint64_t step) {
   return " (variable '" + var.name + "', " + what + std::to_string(step) + ")";
 }
 
-// The order of the checks is part of the protocol: the first that fails names the cause.
 // A push step another local worker set a new learning rate for, and this one did not
-// (px_set_sparse_lr): the step fails for every local worker, naming both.
+// (px_set_sparse_lr): "" or why, naming both.
 std::string unset_learning_rate(const Variable& var, int rank, const SubmitEntry& entry) {
   if (entry.opcode != static_cast<uint16_t>(Opcode::kPushRows) || !var.sparse ||
       !var.sparse->learning_rates)
@@ -196,6 +195,7 @@ std::string unset_learning_rate(const Variable& var, int rank, const SubmitEntry
   return why.empty() ? "" : why + step_suffix(var, entry.opcode, entry.step);
 }
 
+// The order of the checks is part of the protocol: the first that fails names the cause.
 Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& entry) {
   PX_ASSERT_LOOP_THREAD();
   Variable* var = job.find(entry.var_id);
@@ -222,20 +222,14 @@ Admission admit(Job& job, int rank, const Completer& worker, const SubmitEntry& 
   if (!job.broken().empty()) return refuse(PX_ERR_PEER_LOST, job.broken() + suffix);
   if (step_op && job.needs_departed(*var)) return refuse(PX_ERR_PEER_LOST, job.departed() + suffix);
   std::string invalid = check_buffers(*var, job.world(), worker, entry);
-  if (invalid.empty() && step_op) {
-    std::string unset = unset_learning_rate(*var, rank, entry);
-    if (!unset.empty()) {
-      Admission a;
-      a.var = var;
-      a.step = true;
-      a.invalid = unset;
-      return a;
-    }
-  }
   Admission a;
   a.var = var;
   a.step = step_op;
-  if (invalid.empty()) return a;
+  if (invalid.empty()) {
+    // Such a step still takes its place and then fails for every local worker.
+    if (step_op) a.invalid = unset_learning_rate(*var, rank, entry);
+    return a;
+  }
   if (!step_op)
     return refuse(PX_ERR_INVALID, worker.label() + " gave an invalid buffer: " + invalid +
                                       " (variable '" + var->name + "')");

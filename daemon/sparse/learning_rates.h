@@ -53,9 +53,7 @@ class LearningRates {
   // step that another local worker asked for and this one did not).
   std::string check_push(uint64_t step, int rank) const {
     auto it = changes_.find(step);
-    if (it == changes_.end() || static_cast<size_t>(rank) >= it->second.asked.size() ||
-        it->second.asked[static_cast<size_t>(rank)])
-      return "";
+    if (it == changes_.end() || asked(step, rank)) return "";
     return "local worker " + std::to_string(first_asker(it->second)) + " set learning rate " +
            number(it->second.rate) + " from push step " + std::to_string(step) +
            " and local worker " + std::to_string(rank) +
