@@ -150,11 +150,12 @@ def _replace_modules(model: nn.Module, made: Dict[int, nn.Module]) -> None:
 def _check_module(module: nn.Module, table_name: str) -> None:
     """Refuses what a daemon-held table cannot do as torch does it."""
     base = nn.EmbeddingBag if isinstance(module, nn.EmbeddingBag) else nn.Embedding
-    extra = [n for n, _ in module.named_parameters() if n != "weight"]
-    extra += [n for n, _ in module.named_buffers()]
-    if type(module).forward is not base.forward or extra or list(module.children()):
+    own_forward = type(module).forward is not base.forward
+    more_state = (any(n != "weight" for n, _ in module.named_parameters())
+                  or any(True for _ in module.buffers()) or any(True for _ in module.children()))
+    if own_forward or more_state:
         raise invalid(f"'{table_name}': {type(module).__name__} changes {base.__name__}'s "
-                      f"{'forward' if type(module).forward is not base.forward else 'state'}, "
+                      f"{'forward' if own_forward else 'state'}, "
                       "which the table would drop; keep it dense with dense=[...] or make "
                       f"the table an {base.__name__} inside it")
     if module.max_norm is not None:
