@@ -267,14 +267,16 @@ def _unique(indices: torch.Tensor, rows: int, name: str):
 
 class _SparseModule(nn.Module):
     def __init__(self, rows: int, dim: int, name: str, client: Optional[parallax.Client],
-                 options: dict, padding_idx: Optional[int] = None,
-                 table: Optional[_Table] = None):
+                 options: dict, padding_idx: Optional[int] = None):
         super().__init__()
         self.table_name = name
-        # table: another layer's, for layers sharing one weight (parallelize()).
-        self._table = table or _Table(client or default_client(), name, rows, dim, options)
+        # options["_table"]: another layer's, for layers sharing one weight (parallelize()).
+        shared = options.pop("_table", None)
+        self._table = shared or _Table(client or default_client(), name, rows, dim, options)
         self.padding_idx = _padding_index(padding_idx, rows, name)
         self._ahead = None  # (indices, unique, inverse, request) of a prefetch
+        if shared is None:
+            self._zero_padding_row()
 
     def _zero_padding_row(self) -> None:
         """Loads zeros into the padding row, as nn.Embedding initialises it. Every worker
@@ -391,15 +393,10 @@ class Embedding(_SparseModule):
                  client: Optional[parallax.Client] = None, optimizer: str = "adagrad",
                  lr: float = 0.1, aggregation: str = "mean", initializer: str = "normal",
                  init_std: float = 1.0, padding_idx: Optional[int] = None, **options: Any):
-        # _table: another layer's table, shared (parallelize(): modules sharing a weight).
-        _table = options.pop("_table", None)
         options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
                        initializer=initializer, init_std=init_std)
-        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx,
-                         _table)
+        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        if _table is None:
-            self._zero_padding_row()
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         rows, inverse, pad = self._rows(indices)
@@ -419,17 +416,13 @@ class EmbeddingBag(_SparseModule):
                  name: str, client: Optional[parallax.Client] = None,
                  optimizer: str = "adagrad", lr: float = 0.1, aggregation: str = "mean",
                  initializer: str = "normal", init_std: float = 1.0,
-                 include_last_offset: bool = False, padding_idx: Optional[int] = None, **options: Any):
-        # _table: another layer's table, shared (parallelize(): modules sharing a weight).
-        _table = options.pop("_table", None)
+                 include_last_offset: bool = False, padding_idx: Optional[int] = None,
+                 **options: Any):
         options.update(optimizer=optimizer, lr=lr, aggregation=aggregation,
                        initializer=initializer, init_std=init_std)
-        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx,
-                         _table)
+        super().__init__(num_embeddings, embedding_dim, name, client, options, padding_idx)
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset = include_last_offset
-        if _table is None:
-            self._zero_padding_row()
 
     def forward(self, indices: torch.Tensor, offsets: Optional[torch.Tensor] = None,
                 per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
