@@ -7,20 +7,12 @@
 
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
+#include "daemon/dense/host_copies.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/collectives/pairwise_exchange.h"
 
 namespace px {
 namespace {
-
-// Copies of at most this many bytes in all run on the loop thread: a pool hop costs more.
-constexpr uint64_t kInlineCopyBytes = 64 * 1024;
-
-struct Copy {
-  char* to;
-  const char* from;
-  uint64_t bytes;
-};
 
 struct AlltoallRun {
   explicit AlltoallRun(const StepContext& c) : context(c) {}
@@ -61,17 +53,6 @@ void finish(AlltoallRun& run, px_status status, const std::string& message) {
   trace_finished(run.trace, "alltoall", status, status == PX_OK ? run.bytes_moved : 0);
   for (size_t r = 0; r < run.workers.size(); ++r)
     run.workers[r]->complete(run.request_ids[r], status, message);
-}
-
-void run_copies(const std::shared_ptr<AlltoallRun>& run, std::vector<Copy> copies,
-                std::function<void()> then) {
-  uint64_t total = 0;
-  for (const Copy& c : copies) total += c.bytes;
-  auto work = [copies = std::move(copies)] {
-    for (const Copy& c : copies)
-      if (c.bytes > 0) std::memcpy(c.to, c.from, c.bytes);
-  };
-  run->context.offload.run(total > kInlineCopyBytes, std::move(work), std::move(then));
 }
 
 std::string disagree(int sender, int receiver, uint64_t sends, uint64_t expects) {
@@ -125,7 +106,7 @@ std::string read_counts(AlltoallRun& run, const PendingStep& pending) {
 }
 
 // Blocks between this node's own workers.
-void add_local_copies(const AlltoallRun& run, std::vector<Copy>* copies) {
+void add_local_copies(const AlltoallRun& run, std::vector<HostCopy>* copies) {
   int first = run.first_rank();
   for (int s = 0; s < run.local_size(); ++s)
     for (int r = 0; r < run.local_size(); ++r) {
@@ -196,7 +177,7 @@ std::pair<void*, size_t> receive_from(AlltoallRun& run, int k) {
 // Cluster, after the exchange: the other nodes' blocks and this node's own to the outputs.
 void unpack(const std::shared_ptr<AlltoallRun>& run) {
   const JobWorld& world = run->job->world();
-  std::vector<Copy> copies;
+  std::vector<HostCopy> copies;
   add_local_copies(*run, &copies);
   int first = 0;
   for (size_t k = 0; k < world.node_sizes.size(); first += world.node_sizes[k++]) {
@@ -210,7 +191,7 @@ void unpack(const std::shared_ptr<AlltoallRun>& run) {
       }
   }
   trace_stage(run->trace, "unpack");
-  run_copies(run, std::move(copies), [run] { finish(*run, PX_OK, ""); });
+  run_host_copies(run->context.offload, std::move(copies), [run] { finish(*run, PX_OK, ""); });
 }
 
 void across_nodes(const std::shared_ptr<AlltoallRun>& run) {
@@ -287,10 +268,11 @@ void run_alltoall_step(const StepContext& context, std::shared_ptr<Job> job, Var
   }
   const JobWorld& world = run->job->world();
   if (!context.fabric || world.node_count <= 1) {
-    std::vector<Copy> copies;
+    std::vector<HostCopy> copies;
     add_local_copies(*run, &copies);
     trace_stage(run->trace, "local_copy");
-    return run_copies(run, std::move(copies), [run] { finish(*run, PX_OK, ""); });
+    return run_host_copies(run->context.offload, std::move(copies),
+                           [run] { finish(*run, PX_OK, ""); });
   }
   trace_stage(run->trace, "pack");
   context.offload.run(

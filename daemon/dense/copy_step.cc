@@ -7,21 +7,13 @@
 #include "daemon/common/loop_thread.h"
 #include "daemon/common/operation.h"
 #include "daemon/dense/device_staging.h"
+#include "daemon/dense/host_copies.h"
 #include "daemon/observe/step_trace.h"
 #include "transport/collectives/chain_broadcast.h"
 #include "transport/collectives/ring_allgatherv.h"
 
 namespace px {
 namespace {
-
-// Copies of at most this many bytes in all run on the loop thread: a pool hop costs more.
-constexpr uint64_t kInlineCopyBytes = 64 * 1024;
-
-struct Copy {
-  char* to;
-  const char* from;
-  uint64_t bytes;
-};
 
 struct CopyRun {
   explicit CopyRun(const StepContext& c) : context(c) {}
@@ -81,7 +73,7 @@ void fail_on_device(CopyRun& run, px_status status, const std::string& why) {
 }
 
 // Runs the copies inline when small, else as one pool task, then `then` on the loop.
-void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
+void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<HostCopy> copies,
                 std::function<void()> then) {
   if (run->on_device) {  // through the GPU backend, on the pool
     auto why = std::make_shared<std::string>();
@@ -89,7 +81,7 @@ void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
     run->context.offload.run(
         true,
         [run, gpu, why, copies = std::move(copies)] {
-          for (const Copy& c : copies)
+          for (const HostCopy& c : copies)
             if (c.to != c.from && c.bytes > 0 &&
                 !gpu->copy(run->device, c.to, c.from, c.bytes, why.get()))
               return;
@@ -101,13 +93,7 @@ void run_copies(const std::shared_ptr<CopyRun>& run, std::vector<Copy> copies,
         });
     return;
   }
-  uint64_t total = 0;
-  for (const Copy& c : copies) total += c.bytes;
-  auto work = [copies = std::move(copies)] {
-    for (const Copy& c : copies)
-      if (c.to != c.from && c.bytes > 0) std::memcpy(c.to, c.from, c.bytes);
-  };
-  run->context.offload.run(total > kInlineCopyBytes, std::move(work), std::move(then));
+  run_host_copies(run->context.offload, std::move(copies), std::move(then));
 }
 
 // Where each global rank's block starts in the output.
@@ -122,7 +108,7 @@ uint64_t block_offset(const CopyRun& run, int rank) {
 void fan_out(const std::shared_ptr<CopyRun>& run) {
   run->crossed = true;
   trace_stage(run->trace, "fan_out");
-  std::vector<Copy> copies;
+  std::vector<HostCopy> copies;
   for (size_t r = 0; r < run->outputs.size(); ++r)
     if (run->outputs[r] != run->result)
       copies.push_back({run->outputs[r], run->result, run->out_bytes});
@@ -218,7 +204,7 @@ std::string read_counts(CopyRun& run, uint64_t elem) {
 // then the cross-node stage or the fan-out.
 void start_copies(const std::shared_ptr<CopyRun>& run, bool cluster) {
   const JobWorld& world = run->job->world();
-  std::vector<Copy> local;
+  std::vector<HostCopy> local;
   if (run->opcode == Opcode::kBroadcast) {
     int root_local = run->root - world.rank_offset;
     if (root_local >= 0 && root_local < static_cast<int>(run->inputs.size()))
