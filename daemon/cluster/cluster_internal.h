@@ -1,5 +1,6 @@
 // What cluster.cc, cluster_coordinator.cc and cluster_liveness.cc share: one control
-// connection's state and the helpers that build and address messages. Not for other code.
+// connection's state and the helpers that build and address messages (cluster_messages.cc).
+// Not for other code (but the fuzz seeds' writer, which builds the very envelopes).
 #pragma once
 
 #include <sys/socket.h>
