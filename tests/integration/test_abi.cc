@@ -1,7 +1,6 @@
 // ABI 1.3 with real daemons and real worker processes: request errors, lifetimes across
 // threads and after px_disconnect, cancel, abort (one node and across nodes), the
 // completion fd, per-operation options, the daemon's stall deadline, timed-out barriers.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include "tests/integration/harness.h"

@@ -1,6 +1,5 @@
 // Integration tests of a cluster on loopback: real parallaxd processes joined over TCP and
 // libfabric (tcp;ofi_rxm), real worker processes on every node.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>

@@ -1,6 +1,5 @@
 // Daemons authenticate each other with a shared cluster secret at rendezvous
 // (daemon/cluster/cluster_auth.h): real daemons over loopback, each with its own secret file.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -3,7 +3,6 @@
 // refused alone while the running job goes on, and daemons that hang (SIGSTOP: the kernel
 // still answers TCP for them) that must be declared lost. Real parallaxd and worker
 // processes on loopback; the garbled joins are a real daemon's Join message, damaged.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>

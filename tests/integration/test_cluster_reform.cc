@@ -3,7 +3,6 @@
 // restarted; the cluster goes on under a new epoch and a new job runs on every node. A job
 // interrupted by the loss fails with PX_ERR_PEER_LOST naming the node. Real parallaxd and
 // px_test_worker processes over tcp;ofi_rxm on loopback.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -1,7 +1,6 @@
 // Device memory through the daemon (CUDA builds, label gpu): real parallaxd processes and
 // px_gpu_worker processes holding device memory. Without a device each case says why and
 // counts as skipped, unless PX_REQUIRE_GPU=1 (tools/quickstart test --gpu).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdlib>

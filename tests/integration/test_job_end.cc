@@ -1,7 +1,6 @@
 // Jobs end cleanly on a cluster (the service issue): once every worker of a job on every
 // node has left, every node frees the job's shards and posted receives; a worker that
 // leaves with px_disconnect fails the other nodes' waits at once, not at their deadlines.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

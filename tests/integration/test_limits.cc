@@ -1,7 +1,6 @@
 // Per-job limits of parallaxd (limits.* in the config): a real daemon with small limits and
 // real workers that cross them (limits_scenarios.cc). Past a limit the worker or request is
 // refused with an error naming it, and the job, the daemon and other jobs go on.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <string>

@@ -1,5 +1,4 @@
 // Integration tests on one node: a real parallaxd, real worker processes, real shared memory.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <signal.h>

@@ -2,7 +2,6 @@
 // trains, the newest checkpoint_keep kept, and a daemon killed with SIGKILL that restarts
 // with the same settings restores the newest complete generation bitwise and trains on.
 // Real parallaxd and px_test_worker processes (sparse-train, sparse_scenarios.cc).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

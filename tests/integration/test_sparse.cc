@@ -1,7 +1,6 @@
 // Integration tests of sparse variables: real parallaxd processes (one, or a cluster on
 // loopback over tcp;ofi_rxm) and real worker processes that check every pulled row
 // against a reference optimizer (sparse_scenarios.cc).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <unistd.h>
 

@@ -2,7 +2,6 @@
 // give the reference table, pull by pull; and the estimate, agreed by the nodes, moves a
 // table whose pulls another route serves with fewer bytes. Real daemons on loopback, real
 // workers checking every pulled row against a reference optimizer (sparse_scenarios.cc).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <map>

@@ -2,7 +2,6 @@
 // real parallaxd processes (one, or a cluster on loopback over tcp;ofi_rxm) and real workers
 // that pull each step before the previous push and check every row bitwise against a
 // reference (prefetch_scenarios.cc): no stale row, whichever route, and rows served ahead.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdlib>

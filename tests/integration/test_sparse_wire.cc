@@ -1,7 +1,6 @@
 // Sparse variables with a 16-bit wire dtype (px_sparse_options.wire_dtype): real parallaxd
 // processes (one, or a cluster on loopback over tcp;ofi_rxm) and real workers that check
 // every pulled row against a reference rounding where the daemons do (wire_scenarios.cc).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdlib>

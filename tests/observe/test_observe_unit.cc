@@ -1,7 +1,6 @@
 // The observer's pure parts: histogram buckets, the Prometheus families (serialized as the
 // endpoint serves them), the timeline's events and its writer, the stall finder on a bare
 // job, and the observability config keys.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <prometheus/text_serializer.h>
 
