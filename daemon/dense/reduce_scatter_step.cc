@@ -99,11 +99,11 @@ void scatter_local(ReduceScatterRun& run, size_t begin, size_t end) {
   }
 }
 
-using SliceWork = void (*)(ReduceScatterRun& run, size_t begin, size_t end);
+using ScatterSliceWork = void (*)(ReduceScatterRun& run, size_t begin, size_t end);
 
 // work over [0, count) inline when small, else in slices on the pool; then `then` on the loop.
-void run_sliced(const std::shared_ptr<ReduceScatterRun>& run, size_t count, SliceWork work,
-                std::function<void()> then) {
+void run_scatter_sliced(const std::shared_ptr<ReduceScatterRun>& run, size_t count,
+                        ScatterSliceWork work, std::function<void()> then) {
   uint64_t bytes = count * run->elem() * std::max<size_t>(1, run->workers.size());
   run->context.offload.run_sliced(
       bytes > kInlineBytes, count, bytes / kSliceBytes, std::max<size_t>(1, 64 / run->elem()),
@@ -140,7 +140,7 @@ void across_nodes(const std::shared_ptr<ReduceScatterRun>& run) {
             return finish(*run, PX_ERR_PEER_LOST, why + " (" + run->what() + ")");
           }
           trace_stage(run->trace, "fan_out");
-          run_sliced(run, run->count, scatter_local, [run] { finish(*run, PX_OK, ""); });
+          run_scatter_sliced(run, run->count, scatter_local, [run] { finish(*run, PX_OK, ""); });
         });
       });
 }
@@ -171,12 +171,12 @@ void run_reduce_scatter_step(const StepContext& context, std::shared_ptr<Job> jo
   const JobWorld& world = run->job->world();
   if (!context.fabric || world.node_count <= 1) {
     trace_stage(run->trace, "reduce");
-    return run_sliced(run, run->count, reduce_blocks, [run] { finish(*run, PX_OK, ""); });
+    return run_scatter_sliced(run, run->count, reduce_blocks, [run] { finish(*run, PX_OK, ""); });
   }
   run->reduced =
       ScratchBuffer::take(static_cast<size_t>(world.world_size) * run->count * run->elem());
   trace_stage(run->trace, "local_reduce");
-  run_sliced(run, static_cast<size_t>(world.world_size) * run->count, reduce_local, [run] {
+  run_scatter_sliced(run, static_cast<size_t>(world.world_size) * run->count, reduce_local, [run] {
     trace_stage(run->trace, "cross_node");
     across_nodes(run);
   });
