@@ -51,8 +51,10 @@ extern "C" {
  * px_sparse_options.alltoall_split and wire_dtype; 1.6: px_sparse_options.prefetch,
  * px_prefetch_rows; 1.7: PX_ROUTE_AUTO; 1.8: px_alloc_ex (device memory); 1.9: PX_PROD,
  * px_reduce_scatter, px_alltoall, px_alltoallv; 1.10: launchers' variables (torchrun, Open
- * MPI, Slurm) read by px_connect, px_launch_info_from_env; 1.11: px_set_sparse_lr */
-#define PX_ABI_VERSION_MINOR 11
+ * MPI, Slurm) read by px_connect, px_launch_info_from_env; 1.11: px_set_sparse_lr; 1.12:
+ * table groups (px_register_sparse_group, px_pull_rows_group, px_prefetch_rows_group,
+ * px_push_rows_group) */
+#define PX_ABI_VERSION_MINOR 12
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -419,6 +421,26 @@ PX_API px_status px_register_sparse(px_client* client, const char* name, px_dtyp
  * not finite and >= 0 (0 is a rate torch takes: a warm-up's first step). */
 PX_API px_status px_set_sparse_lr(px_var* var, double learning_rate);
 
+/* (1.12) Registers a group of sparse tables that take their steps together, as TorchRec's
+ * EmbeddingBagCollection and FBGEMM's table-batched embeddings do: n_tables tables of
+ * table_rows[t] rows, named table_names[t] (unique in the group), all dim wide with one dtype
+ * and one set of options. The daemons hold the group as the one sparse variable name, whose
+ * rows are the tables' one after another (table t's row r is the variable's row r plus the
+ * rows of tables 0..t-1), so a grouped step is one pull or push step of that variable: every
+ * route, prefetch, wire dtype and consistency as for any sparse variable. out_group (may be
+ * NULL) receives that variable's handle (its indices are the variable's rows); out_tables
+ * (may be NULL) receives n_tables handles, one per table, whose indices are the table's own
+ * rows in every sparse operation: px_pull_rows on one of them is a step of the whole group
+ * with that table's rows only, px_set_sparse_lr and px_var_stats_get act on the group. A
+ * table's bad index fails its request with PX_ERR_INDEX naming the table. Every worker must
+ * register the group with the same tables (names and rows, in order), dtype, dim and options,
+ * otherwise PX_ERR_MISMATCH. Tables of different widths or options are separate groups. */
+PX_API px_status px_register_sparse_group(px_client* client, const char* name, px_dtype dtype,
+                                          uint64_t n_tables, const char* const* table_names,
+                                          const uint64_t* table_rows, uint64_t dim,
+                                          const px_sparse_options* options, px_var** out_group,
+                                          px_var** out_tables);
+
 /* --- shared memory ---------------------------------------------------------------- */
 /* Memory in the arena shared with the daemon: buffers there are reduced in place, without
  * the copy ordinary memory costs. 64-byte aligned. */
@@ -562,6 +584,26 @@ PX_API px_status px_read_rows(px_var* var, const int64_t* indices, uint64_t n, v
 /* px_read_rows with per-operation options (NULL: the defaults; px_op_options). */
 PX_API px_status px_read_rows_ex(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                  const px_op_options* options, px_request** out_request);
+
+/* (1.12) One pull step of a group over several of its tables (px_register_sparse_group):
+ * tables holds n handles of tables of one group (in any order, repeats allowed), and
+ * counts[i] of indices, one after another, are rows of tables[i] (the table's own row
+ * numbers); out_rows receives sum(counts) rows in the same order. Host memory only (device
+ * memory: PX_ERR_NOT_IMPLEMENTED; a group's own variable takes it, with its rows). options
+ * may be NULL (the defaults; px_op_options). */
+PX_API px_status px_pull_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                    const int64_t* indices, void* out_rows,
+                                    const px_op_options* options, px_request** out_request);
+/* (1.12) px_pull_rows_group issued ahead, as px_prefetch_rows (the group registered with
+ * px_sparse_options.prefetch = 1). */
+PX_API px_status px_prefetch_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                        const int64_t* indices, void* out_rows,
+                                        const px_op_options* options, px_request** out_request);
+/* (1.12) One push step of a group over several of its tables: gradients for the rows, laid
+ * out as px_pull_rows_group's. */
+PX_API px_status px_push_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                    const int64_t* indices, const void* grads,
+                                    const px_op_options* options, px_request** out_request);
 
 /* Waits for the request. Returns the operation's status (PX_OK when it succeeded), or
  * PX_ERR_TIMEOUT after timeout_ms (the request is still valid). timeout_ms < 0 waits

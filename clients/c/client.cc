@@ -164,7 +164,7 @@ px_status register_var(const std::shared_ptr<Client>& client, const std::string&
   {
     std::lock_guard<std::mutex> lock(client->mutex);
     for (auto& existing : client->vars)
-      if (existing->id == reply->var_id()) var = existing.get();
+      if (existing->id == reply->var_id() && !existing->group) var = existing.get();
     if (!var) {
       auto fresh = std::make_unique<Var>(std::move(fields));
       fresh->client = client.get();
@@ -180,6 +180,91 @@ px_status register_var(const std::shared_ptr<Client>& client, const std::string&
   }
   return succeed();
 }
+
+namespace {
+
+// px_register_sparse and px_register_sparse_group: one registration, tables (names and rows,
+// n_tables of them) only for a group.
+px_status register_sparse(px_client* handle, const char* fn, const char* name, px_dtype dtype,
+                          uint64_t rows, uint64_t dim, const px_sparse_options* options,
+                          uint64_t n_tables, const char* const* table_names,
+                          const uint64_t* table_rows, px_var** out_var) {
+  ClientRef ref;
+  if (!find_client(handle, &ref)) return stale_handle(fn, "client", handle);
+  Client* c = ref.client.get();
+  if (!name) return fail(c, PX_ERR_INVALID, std::string(fn) + ": name is NULL");
+  // Fields the caller's (older, smaller) struct lacks keep their defaults.
+  px_sparse_options o;
+  px_sparse_options_init(&o);
+  if (options) {
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > (1u << 16))
+      return fail(c, PX_ERR_INVALID,
+                  std::string(fn) + "('" + name +
+                      "'): options->struct_size is not set (use px_sparse_options_init)");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+  }
+  if (!valid_dtype(static_cast<uint32_t>(dtype)))
+    return fail(c, PX_ERR_INVALID,
+                std::string(fn) + "('" + name + "'): unknown dtype " + std::to_string(dtype));
+  flatbuffers::FlatBufferBuilder b;
+  auto name_offset = b.CreateString(name);
+  auto fb_options = control::CreateSparseOptions(
+      b, static_cast<uint32_t>(o.optimizer), o.learning_rate, o.beta1, o.beta2, o.epsilon,
+      o.initial_accumulator, static_cast<uint32_t>(o.initializer), o.init_seed, o.init_low,
+      o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
+      static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
+      static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
+      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> names_offset;
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> rows_offset;
+  if (n_tables > 0) {
+    std::vector<std::string> names(table_names, table_names + n_tables);
+    names_offset = b.CreateVectorOfStrings(names);
+    rows_offset = b.CreateVector(table_rows, n_tables);
+  }
+  auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
+                                               dim, fb_options, names_offset, rows_offset);
+  Var var;
+  var.name = name;
+  var.dtype = static_cast<DType>(dtype);
+  var.count = rows;
+  var.dim = dim;
+  var.sparse = true;
+  var.prefetch = o.prefetch == 1;
+  return register_var(ref.client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
+                      std::move(var), out_var);
+}
+
+// The handle of table `table` (rows from offset on) of the registered group.
+px_var* table_handle(const std::shared_ptr<Client>& client, Var* group, const std::string& table,
+                     uint64_t offset, uint64_t rows) {
+  Var* var = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(client->mutex);
+    for (auto& existing : client->vars)
+      if (existing->group == group && existing->table == table) var = existing.get();
+    if (!var) {  // the group registered twice finds its tables again
+      auto fresh = std::make_unique<Var>();
+      fresh->client = client.get();
+      fresh->id = group->id;
+      fresh->name = group->name;
+      fresh->dtype = group->dtype;
+      fresh->count = rows;
+      fresh->dim = group->dim;
+      fresh->sparse = true;
+      fresh->prefetch = group->prefetch;
+      fresh->group = group;
+      fresh->row_offset = offset;
+      fresh->table = table;
+      var = fresh.get();
+      client->vars.push_back(std::move(fresh));
+    }
+  }
+  if (var->handle != 0) return reinterpret_cast<px_var*>(static_cast<uintptr_t>(var->handle));
+  return add_var_handle(client, var);
+}
+
+}  // namespace
 
 }  // namespace px
 
@@ -475,47 +560,53 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
 PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,
                                     uint64_t rows, uint64_t dim, const px_sparse_options* options,
                                     px_var** out_var) {
-  using namespace px;
-  if (!out_var) return fail(PX_ERR_INVALID, "px_register_sparse: out_var is NULL");
+  if (!out_var) return px::fail(PX_ERR_INVALID, "px_register_sparse: out_var is NULL");
   *out_var = nullptr;
+  return px::register_sparse(handle, "px_register_sparse", name, dtype, rows, dim, options, 0,
+                             nullptr, nullptr, out_var);
+}
+
+PX_API px_status px_register_sparse_group(px_client* handle, const char* name, px_dtype dtype,
+                                          uint64_t n_tables, const char* const* table_names,
+                                          const uint64_t* table_rows, uint64_t dim,
+                                          const px_sparse_options* options, px_var** out_group,
+                                          px_var** out_tables) {
+  using namespace px;
+  const char* fn = "px_register_sparse_group";
+  if (out_group) *out_group = nullptr;
+  if (out_tables)
+    for (uint64_t t = 0; t < n_tables && t < (1u << 20); ++t) out_tables[t] = nullptr;
   ClientRef ref;
-  if (!find_client(handle, &ref)) return stale_handle("px_register_sparse", "client", handle);
+  if (!find_client(handle, &ref)) return stale_handle(fn, "client", handle);
   Client* c = ref.client.get();
-  if (!name) return fail(c, PX_ERR_INVALID, "px_register_sparse: name is NULL");
-  // Fields the caller's (older, smaller) struct lacks keep their defaults.
-  px_sparse_options o;
-  px_sparse_options_init(&o);
-  if (options) {
-    if (options->struct_size < sizeof(uint32_t) || options->struct_size > (1u << 16))
-      return fail(c, PX_ERR_INVALID,
-                  std::string("px_register_sparse('") + name +
-                      "'): options->struct_size is not set (use px_sparse_options_init)");
-    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+  std::string who = std::string(fn) + "('" + (name ? name : "") + "')";
+  if (n_tables == 0 || n_tables > 4096 || !table_names || !table_rows)
+    return fail(c, PX_ERR_INVALID, who + ": needs 1 to 4096 tables, their names and rows");
+  uint64_t rows = 0;
+  for (uint64_t t = 0; t < n_tables; ++t) {
+    if (!table_names[t])
+      return fail(c, PX_ERR_INVALID, who + ": table " + std::to_string(t) + "'s name is NULL");
+    if (table_rows[t] == 0 || table_rows[t] > (1ull << 62) - rows)
+      return fail(
+          c, PX_ERR_INVALID,
+          who + ": table '" + table_names[t] + "' has " + std::to_string(table_rows[t]) + " rows");
+    rows += table_rows[t];
   }
-  if (!valid_dtype(static_cast<uint32_t>(dtype)))
-    return fail(
-        c, PX_ERR_INVALID,
-        std::string("px_register_sparse('") + name + "'): unknown dtype " + std::to_string(dtype));
-  flatbuffers::FlatBufferBuilder b;
-  auto name_offset = b.CreateString(name);
-  auto fb_options = control::CreateSparseOptions(
-      b, static_cast<uint32_t>(o.optimizer), o.learning_rate, o.beta1, o.beta2, o.epsilon,
-      o.initial_accumulator, static_cast<uint32_t>(o.initializer), o.init_seed, o.init_low,
-      o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
-      static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
-      static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
-      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch);
-  auto request = control::CreateRegisterSparse(b, name_offset, static_cast<uint32_t>(dtype), rows,
-                                               dim, fb_options);
-  Var var;
-  var.name = name;
-  var.dtype = static_cast<DType>(dtype);
-  var.count = rows;
-  var.dim = dim;
-  var.sparse = true;
-  var.prefetch = o.prefetch == 1;
-  return register_var(ref.client, finish_frame(b, control::Body::RegisterSparse, request.Union()),
-                      std::move(var), out_var);
+  px_var* group_handle = nullptr;
+  px_status status = register_sparse(handle, fn, name, dtype, rows, dim, options, n_tables,
+                                     table_names, table_rows, &group_handle);
+  if (status != PX_OK) return status;
+  VarRef group;
+  if (!find_var(group_handle, &group)) return stale_handle(fn, "variable", group_handle);
+  if (out_tables) {
+    uint64_t offset = 0;
+    for (uint64_t t = 0; t < n_tables; ++t) {
+      out_tables[t] = table_handle(ref.client, group.var, table_names[t], offset, table_rows[t]);
+      offset += table_rows[t];
+    }
+  }
+  if (out_group) *out_group = group_handle;
+  return succeed();
 }
 
 constexpr int64_t kCheckpointReplyGraceMs = 5000;
@@ -620,7 +711,8 @@ PX_API px_status px_set_sparse_lr(px_var* handle, double learning_rate) {
   uint64_t from_step;
   {
     std::lock_guard<std::mutex> lock(c->mutex);
-    from_step = ref.var->next_push_step;  // pushes numbered before keep the older rate
+    // pushes numbered before keep the older rate; a table's are its group's
+    from_step = (ref.var->group ? ref.var->group : ref.var)->next_push_step;
   }
   flatbuffers::FlatBufferBuilder b;
   auto request = control::CreateSetSparseLr(b, ref.var->id, from_step, learning_rate);

@@ -57,6 +57,12 @@ struct Var {
   void* device_staging = nullptr;
   int device_staging_device = -1;
   void* device_staging_stream = nullptr;
+  // (1.12) A table of a group (px_register_sparse_group): the group's variable takes its
+  // steps, and its own indices are that variable's rows [row_offset, row_offset + count).
+  // Shares the group's id; steps and rates are the group's.
+  Var* group = nullptr;
+  uint64_t row_offset = 0;
+  std::string table;  // the table's name, for messages
 };
 
 // Every field is guarded by client->mutex.
@@ -80,6 +86,9 @@ struct Request {
   // Device memory outside px_alloc_ex whose copy back could not be queued: the request
   // fails with this once the step completes.
   std::string copy_back_error;
+  // (1.12) A group step with a table's index out of its range: added to the daemon's
+  // PX_ERR_INDEX message, which can only name the group's row.
+  std::string index_note;
   // Device memory outside px_alloc_ex: the copy back is queued on the stream after the
   // step; the request is done (px_wait returns) only once a host function after that copy
   // ran. daemon_done: the daemon's step completed (status and message are set).

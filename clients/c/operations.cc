@@ -210,8 +210,38 @@ void forget_pulls_through(Var* var, uint64_t step) {
   var->pulled_rows.erase(var->pulled_rows.begin(), var->pulled_rows.upper_bound(step));
 }
 
+// (1.12) Tables of a group: each of the n indices, table-local, as the group's row (a table's
+// rows start at its row_offset), table_of(i) the table of index i. An index out of its
+// table's range becomes -1, which the daemon refuses as for any variable (the step's
+// semantics unchanged); *note then names the first one's table, for the request's message.
+template <typename TableOf>
+std::vector<int64_t> group_rows(const int64_t* indices, uint64_t n, TableOf table_of,
+                                std::string* note) {
+  std::vector<int64_t> rows(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const Var* table = table_of(i);
+    int64_t index = indices[i];
+    if (index >= 0 && static_cast<uint64_t>(index) < table->count) {
+      rows[i] = static_cast<int64_t>(table->row_offset) + index;
+      continue;
+    }
+    rows[i] = -1;
+    if (note->empty())
+      *note = "position " + std::to_string(i) + " is index " + std::to_string(index) +
+              " of table '" + table->table + "', outside its " + std::to_string(table->count) +
+              " rows";
+  }
+  return rows;
+}
+
+px_status submit_var_rows(const VarRef& ref, const std::string& who, Opcode opcode,
+                          const int64_t* indices, uint64_t n, const void* rows_in, void* rows_out,
+                          const px_op_options* options, std::string index_note,
+                          px_request** out_request);
+
 // Submits a sparse operation. rows is read (push, load) or written (pull, read). Buffers
-// outside the arena, or misaligned, are staged through one arena block.
+// outside the arena, or misaligned, are staged through one arena block. A table of a group
+// submits its group's operation, its indices translated.
 px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64_t* indices,
                       uint64_t n, const void* rows_in, void* rows_out, const px_op_options* options,
                       px_request** out_request) {
@@ -220,10 +250,94 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   px_status status = find_operand(handle, fn, out_request, &ref, &who);
   if (status != PX_OK) return status;
   Client* c = ref.client.get();
-  Var* var = ref.var;
-  if (!var->sparse) return fail(c, PX_ERR_INVALID, who + ": not a sparse variable");
+  if (!ref.var->sparse) return fail(c, PX_ERR_INVALID, who + ": not a sparse variable");
+  if (!ref.var->group)
+    return submit_var_rows(ref, who, opcode, indices, n, rows_in, rows_out, options, "",
+                           out_request);
+  const Var* table = ref.var;
+  who = std::string(fn) + "('" + table->name + "' table '" + table->table + "')";
+  if (n > 0 && !indices) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  if (n > (1ull << 40) / (table->dim * sizeof(float) + sizeof(int64_t)))
+    return fail(c, PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
   OpOptions op;
-  status = resolve_options(c, who, options, &op);
+  if ((status = resolve_options(c, who, options, &op)) != PX_OK) return status;
+  if (op.cuda)
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                who +
+                    ": a table's indices are translated on the host, so a table of a group "
+                    "takes host memory; for device memory use the group's variable with its "
+                    "rows (px_register_sparse_group's out_group)");
+  std::string note;
+  std::vector<int64_t> rows = group_rows(
+      indices, n, [table](uint64_t) { return table; }, &note);
+  return submit_var_rows(VarRef{ref.client, table->group}, who, opcode, rows.data(), n, rows_in,
+                         rows_out, options, std::move(note), out_request);
+}
+
+// (1.12) px_pull_rows_group, px_push_rows_group, px_prefetch_rows_group: one step of the
+// tables' group over all their rows.
+px_status submit_group_rows(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                            Opcode opcode, const char* fn, const int64_t* indices,
+                            const void* rows_in, void* rows_out, const px_op_options* options,
+                            px_request** out_request) {
+  if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
+  *out_request = nullptr;
+  if (!tables || !counts || n == 0 || n > (1u << 20))
+    return fail(PX_ERR_INVALID, std::string(fn) + ": needs 1 or more tables and their counts");
+  std::vector<VarRef> refs(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!find_var(tables[i], &refs[i])) return stale_handle(fn, "variable", tables[i]);
+    const Var* table = refs[i].var;
+    const Var* group = refs[0].var->group;
+    if (!table->group || table->group != group || refs[i].client != refs[0].client)
+      return fail(refs[i].client.get(), PX_ERR_INVALID,
+                  std::string(fn) + ": tables[" + std::to_string(i) + "] ('" + table->name +
+                      (table->group ? "' table '" + table->table + "'" : "'") +
+                      ") is not a table of the group of tables[0] ('" + refs[0].var->name +
+                      "'); the tables of one grouped step come from one "
+                      "px_register_sparse_group");
+  }
+  Client* c = refs[0].client.get();
+  const Var* group = refs[0].var->group;
+  std::string who = std::string(fn) + "('" + group->name + "')";
+  uint64_t total = 0;
+  std::vector<uint64_t> table_end(n);  // the end of tables[i]'s indices
+  for (uint64_t i = 0; i < n; ++i) {
+    if (counts[i] > (1ull << 40) - total) return fail(c, PX_ERR_INVALID, who + ": too many rows");
+    total += counts[i];
+    table_end[i] = total;
+  }
+  if (total > 0 && !indices) return fail(c, PX_ERR_INVALID, who + ": NULL buffer");
+  OpOptions op;
+  px_status status = resolve_options(c, who, options, &op);
+  if (status != PX_OK) return status;
+  if (op.cuda)
+    return fail(c, PX_ERR_NOT_IMPLEMENTED,
+                who +
+                    ": a grouped step translates its tables' indices on the host, so it "
+                    "takes host memory; for device memory use the group's variable with its "
+                    "rows (px_register_sparse_group's out_group)");
+  std::string note;
+  uint64_t at = 0;
+  std::vector<int64_t> rows = group_rows(
+      indices, total,
+      [&](uint64_t i) {
+        while (i >= table_end[at]) ++at;  // indices are visited in order
+        return refs[at].var;
+      },
+      &note);
+  return submit_var_rows(VarRef{refs[0].client, const_cast<Var*>(group)}, who, opcode, rows.data(),
+                         total, rows_in, rows_out, options, std::move(note), out_request);
+}
+
+px_status submit_var_rows(const VarRef& ref, const std::string& who, Opcode opcode,
+                          const int64_t* indices, uint64_t n, const void* rows_in, void* rows_out,
+                          const px_op_options* options, std::string index_note,
+                          px_request** out_request) {
+  Client* c = ref.client.get();
+  Var* var = ref.var;
+  OpOptions op;
+  px_status status = resolve_options(c, who, options, &op);
   if (status != PX_OK) return status;
   if (op.cuda && n > (1ull << 40) / (var->dim * sizeof(float) + sizeof(int64_t)))
     return fail(c, PX_ERR_INVALID, who + ": " + std::to_string(n) + " rows is too many");
@@ -262,6 +376,7 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
   if ((status = new_request(c, who, staging_bytes, &request)) != PX_OK) return status;
   Request* r = request.get();
   r->daemon_writes_caller = rows_out && rows_in_arena && n > 0;
+  r->index_note = std::move(index_note);
   if (staging_bytes > 0) {
     uint64_t at = r->staging_offset;
     if (!index_in_arena) {
@@ -615,6 +730,35 @@ PX_API px_status px_prefetch_rows_ex(px_var* var, const int64_t* indices, uint64
 PX_API px_status px_prefetch_rows(px_var* var, const int64_t* indices, uint64_t n, void* out_rows,
                                   px_request** out_request) {
   return px_prefetch_rows_ex(var, indices, n, out_rows, nullptr, out_request);
+}
+
+PX_API px_status px_pull_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                    const int64_t* indices, void* out_rows,
+                                    const px_op_options* options, px_request** out_request) {
+  return px::submit_group_rows(tables, n, counts, px::Opcode::kPullRows, "px_pull_rows_group",
+                               indices, nullptr, out_rows, options, out_request);
+}
+
+PX_API px_status px_prefetch_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                        const int64_t* indices, void* out_rows,
+                                        const px_op_options* options, px_request** out_request) {
+  px::VarRef ref;
+  if (out_request && tables && n > 0 && px::find_var(tables[0], &ref) && ref.var->sparse &&
+      !ref.var->prefetch) {
+    *out_request = nullptr;
+    return px::fail(ref.client.get(), PX_ERR_INVALID,
+                    "px_prefetch_rows_group('" + ref.var->name +
+                        "'): the group was registered without px_sparse_options.prefetch");
+  }
+  return px::submit_group_rows(tables, n, counts, px::Opcode::kPullRows, "px_prefetch_rows_group",
+                               indices, nullptr, out_rows, options, out_request);
+}
+
+PX_API px_status px_push_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
+                                    const int64_t* indices, const void* grads,
+                                    const px_op_options* options, px_request** out_request) {
+  return px::submit_group_rows(tables, n, counts, px::Opcode::kPushRows, "px_push_rows_group",
+                               indices, grads, nullptr, options, out_request);
 }
 
 }  // extern "C"

@@ -172,12 +172,20 @@ void fetch_message(Client* c, std::unique_lock<std::mutex>& lock, Request* r) {
   }
 }
 
+// A group step's bad index: the daemon named the group's row (-1), the note names the table.
+void add_index_note(Request* r) {
+  if (r->status != PX_ERR_INDEX || r->index_note.empty() || r->message_on_daemon) return;
+  r->message += " (" + r->index_note + ")";
+  r->index_note.clear();
+}
+
 }  // namespace
 
 // After completion: copy a staged result to the caller's ordinary memory (once), fetch a
 // long message, and return the result.
 px_status deliver(Client* c, std::unique_lock<std::mutex>& lock, Request* r) {
   if (r->message_on_daemon) fetch_message(c, lock, r);
+  add_index_note(r);
   if (r->status == PX_OK && r->copy_out_to && !r->cancelled && !r->freed) {
     void* to = r->copy_out_to;
     r->copy_out_to = nullptr;  // once; and px_request_free leaves the staging to us
@@ -327,6 +335,7 @@ PX_API const char* px_request_error(px_request* handle) {
   Request* r = ref.request.get();
   if (!r->done || r->status == PX_OK) return "";
   if (r->message_on_daemon) fetch_message(c, lock, r);
+  add_index_note(r);
   return r->message.c_str();  // lives as long as the request
 }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "daemon/common/log.h"
 #include "daemon/common/loop_thread.h"
@@ -329,6 +330,54 @@ void Session::handle_register(const control::RegisterDense& request) {
   register_variable(name, fingerprint, nullptr);
 }
 
+namespace {
+
+// (1.12) A table group's layout as words of its fingerprint (" table:NAME=ROWS" each, so a
+// mismatch names the tables that differ), after checking it: unique names of 1 to 255 bytes,
+// rows that sum to the variable's. "" for a single table.
+bool group_tables(const control::RegisterSparse& request, const std::string& what, std::string* out,
+                  std::string* error) {
+  const auto* names = request.table_names();
+  const auto* rows = request.table_rows();
+  out->clear();
+  if (!names && !rows) return true;
+  constexpr uint32_t kMaxTables = 4096;
+  if (!names || !rows || names->size() != rows->size() || names->size() == 0 ||
+      names->size() > kMaxTables) {
+    *error = what + ": a table group needs 1 to " + std::to_string(kMaxTables) +
+             " tables, each with a name and rows";
+    return false;
+  }
+  std::set<std::string> seen;
+  uint64_t total = 0;
+  for (uint32_t t = 0; t < names->size(); ++t) {
+    std::string table = names->Get(t) ? names->Get(t)->str() : "";
+    uint64_t n = rows->Get(t);
+    if (table.empty() || table.size() > kMaxNameBytes || !seen.insert(table).second) {
+      *error = what + ": table " + std::to_string(t) + " ('" + table +
+               "') needs a name of 1 to 255 bytes unique in the group";
+      return false;
+    }
+    if (n == 0 || n > request.rows() - total) {
+      *error = what + ": table '" + table + "' has " + std::to_string(n) +
+               " rows: every table needs at least one, and the tables' rows must sum to the "
+               "group's " +
+               std::to_string(request.rows());
+      return false;
+    }
+    total += n;
+    *out += " table:" + table + "=" + std::to_string(n);
+  }
+  if (total != request.rows()) {
+    *error = what + ": the tables' rows sum to " + std::to_string(total) + ", not the group's " +
+             std::to_string(request.rows());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Session::handle_register_sparse(const control::RegisterSparse& request) {
   std::string name = request.name() ? request.name()->str() : "";
   if (name.empty() || name.size() > kMaxNameBytes)
@@ -380,6 +429,10 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   fingerprint.sparse = true;
   fingerprint.dim = dim;
   fingerprint.options = options.canonical();
+  std::string tables;
+  if (!group_tables(request, what, &tables, &error))
+    return reply_register(PX_ERR_INVALID, error, 0);
+  fingerprint.options += tables;  // compared like the options: every worker's must match
   register_variable(name, fingerprint, &options);
 }
 

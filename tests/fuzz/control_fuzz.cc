@@ -95,7 +95,13 @@ uint64_t read_body(const Message& m) {
     case Body::RegisterSparse: {
       const RegisterSparse* b = m.body_as_RegisterSparse();
       PX_FUZZ_CHECK(b);
-      return text(b->name()) + b->dtype() + b->rows() + b->dim() + sparse_options(b->options());
+      uint64_t tables = 0;
+      if (b->table_names())
+        for (auto name : *b->table_names()) tables += text(name);
+      if (b->table_rows())
+        for (uint64_t rows : *b->table_rows()) tables += rows;
+      return text(b->name()) + b->dtype() + b->rows() + b->dim() + sparse_options(b->options()) +
+             tables;
     }
     case Body::RegisterReply: {
       const RegisterReply* b = m.body_as_RegisterReply();

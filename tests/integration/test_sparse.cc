@@ -69,6 +69,21 @@ TEST_CASE("sparse: bad registrations, wrong operations and refused loads are cle
   CHECK(daemon.alive());
 }
 
+TEST_CASE("sparse groups: several tables take one pull and one push step together") {
+  // px_register_sparse_group: one node, then two, on the routes that move rows differently.
+  {
+    DaemonProcess daemon("sp-group1");
+    CHECK(all_ok(run_workers(daemon, "group", 2, {"group-train", "--steps", "6"})));
+    CHECK(all_ok(run_workers(daemon, "group-mm", 2, {"group-mismatch"})));
+  }
+  ClusterProcesses cluster("sp-group2", 2);
+  for (const char* route : {"ps", "allgatherv", "alltoall"}) {
+    CAPTURE(route);
+    CHECK(all_ok(run_cluster_workers(cluster, std::string("group-") + route, 1,
+                                     {"group-train", "--steps", "6", "--route", route})));
+  }
+}
+
 TEST_CASE("sparse: load, read and train from loaded values") {
   DaemonProcess daemon("sp-load");
   CHECK(all_ok(run_workers(daemon, "load", 2, {"sparse-load"})));

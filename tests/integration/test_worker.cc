@@ -554,8 +554,8 @@ const std::vector<ScenarioSpec> kScenarios = {
 };
 
 const ScenarioSpec* find_spec(const std::string& name) {
-  for (auto* table :
-       {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(), &prefetch_scenario_specs()})
+  for (auto* table : {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(),
+                      &prefetch_scenario_specs(), &group_scenario_specs()})
     for (auto& spec : *table)
       if (spec.name == name) return &spec;
   return nullptr;
@@ -563,8 +563,8 @@ const ScenarioSpec* find_spec(const std::string& name) {
 
 void print_help() {
   printf("usage: px_test_worker SCENARIO [--flag VALUE | --switch]...\n");
-  for (auto* table :
-       {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(), &prefetch_scenario_specs()})
+  for (auto* table : {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(),
+                      &prefetch_scenario_specs(), &group_scenario_specs()})
     for (auto& spec : *table)
       printf("  %s %s\n      %s\n", spec.name.c_str(), describe_flags(spec).c_str(),
              spec.about.c_str());
@@ -650,6 +650,8 @@ int main(int argc, char** argv) {
     rc = run_wire_scenario(c, scenario, flags);
   else if (scenario.rfind("prefetch-", 0) == 0)
     rc = run_prefetch_scenario(c, scenario, flags);
+  else if (scenario.rfind("group-", 0) == 0)
+    rc = run_group_scenario(c, scenario, flags);
   else
     rc = run_sparse_scenario(c, scenario, flags);
   check(px_disconnect(c), "px_disconnect");

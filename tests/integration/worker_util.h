@@ -150,6 +150,9 @@ int run_wire_scenario(px_client* c, const std::string& scenario, const Flags& fl
 // Pull steps issued ahead of the previous push step (prefetch_scenarios.cc).
 const std::vector<ScenarioSpec>& prefetch_scenario_specs();
 int run_prefetch_scenario(px_client* c, const std::string& scenario, const Flags& flags);
+// Table groups: several tables in one step (group_scenarios.cc).
+const std::vector<ScenarioSpec>& group_scenario_specs();
+int run_group_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 // ABI 1.3 scenarios (abi_scenarios.cc): after connecting, and before (connect itself).
 int run_abi_scenario(px_client* c, const std::string& scenario);
 int run_connect_scenario();

@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 11
+ABI_MINOR = 12
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -134,6 +134,9 @@ _SIGNATURES = {
     "px_sparse_options_init": (None, [POINTER(SparseOptions)]),
     "px_register_sparse": (c_int, [_P, c_char_p, c_int, c_uint64, c_uint64,
                                    POINTER(SparseOptions), _PP]),
+    "px_register_sparse_group": (c_int, [_P, c_char_p, c_int, c_uint64, POINTER(c_char_p),
+                                         POINTER(c_uint64), c_uint64, POINTER(SparseOptions),
+                                         _PP, POINTER(c_void_p)]),
     "px_alloc": (c_int, [_P, c_uint64, _PP]),
     "px_free": (c_int, [_P, _P]),
     "px_alloc_options_init": (None, [POINTER(AllocOptions)]),
@@ -153,6 +156,12 @@ _SIGNATURES = {
     "px_push_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
     "px_load_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
     "px_read_rows_ex": (c_int, [_P, _I64P, c_uint64, _P, POINTER(OpOptions), _PP]),
+    "px_pull_rows_group": (c_int, [POINTER(c_void_p), c_uint64, POINTER(c_uint64), _I64P, _P,
+                                   POINTER(OpOptions), _PP]),
+    "px_prefetch_rows_group": (c_int, [POINTER(c_void_p), c_uint64, POINTER(c_uint64), _I64P,
+                                       _P, POINTER(OpOptions), _PP]),
+    "px_push_rows_group": (c_int, [POINTER(c_void_p), c_uint64, POINTER(c_uint64), _I64P, _P,
+                                   POINTER(OpOptions), _PP]),
     "px_wait": (c_int, [_P, c_int64]),
     "px_test": (c_int, [_P, POINTER(c_int32)]),
     "px_wait_all": (c_int, [POINTER(c_void_p), c_uint64, c_int64]),

@@ -1,4 +1,4 @@
-//! Safe Rust bindings to libparallax, the C ABI (1.11) of `parallaxd`.
+//! Safe Rust bindings to libparallax, the C ABI (1.12) of `parallaxd`.
 //!
 //! ```no_run
 //! use parallax::{Client, ReduceOp};

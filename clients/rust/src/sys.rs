@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.11), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.12), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 11;
+pub const PX_ABI_VERSION_MINOR: u32 = 12;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -266,6 +266,19 @@ extern "C" {
     ) -> px_status;
     // 1.11: a sparse variable's learning rate from this worker's next push step on.
     pub fn px_set_sparse_lr(var: *mut px_var, learning_rate: f64) -> px_status;
+    // 1.12: a group of tables that take their steps together.
+    pub fn px_register_sparse_group(
+        client: *mut px_client,
+        name: *const c_char,
+        dtype: px_dtype,
+        n_tables: u64,
+        table_names: *const *const c_char,
+        table_rows: *const u64,
+        dim: u64,
+        options: *const px_sparse_options,
+        out_group: *mut *mut px_var,
+        out_tables: *mut *mut px_var,
+    ) -> px_status;
 
     // shared memory
     pub fn px_alloc(client: *mut px_client, bytes: u64, out_ptr: *mut *mut c_void) -> px_status;
@@ -453,6 +466,34 @@ extern "C" {
         indices: *const i64,
         n: u64,
         out_rows: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    // 1.12: one step of a group over several of its tables.
+    pub fn px_pull_rows_group(
+        tables: *const *mut px_var,
+        n: u64,
+        counts: *const u64,
+        indices: *const i64,
+        out_rows: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_prefetch_rows_group(
+        tables: *const *mut px_var,
+        n: u64,
+        counts: *const u64,
+        indices: *const i64,
+        out_rows: *mut c_void,
+        options: *const px_op_options,
+        out_request: *mut *mut px_request,
+    ) -> px_status;
+    pub fn px_push_rows_group(
+        tables: *const *mut px_var,
+        n: u64,
+        counts: *const u64,
+        indices: *const i64,
+        grads: *const c_void,
         options: *const px_op_options,
         out_request: *mut *mut px_request,
     ) -> px_status;

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.11), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.12), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 11
+const PX_ABI_VERSION_MINOR = 12
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -242,6 +242,14 @@ px_register_sparse(c::Ptr{Cvoid}, name::AbstractString, dtype, rows::Integer, di
 # (1.11) The learning rate from this worker's next push step on.
 px_set_sparse_lr(v::Ptr{Cvoid}, lr::Real) =
     ccall((:px_set_sparse_lr, libparallax()), Cint, (Ptr{Cvoid}, Cdouble), v, lr)
+# (1.12) A group of tables that take their steps together.
+px_register_sparse_group(c::Ptr{Cvoid}, name::AbstractString, dtype, n_tables::Integer,
+                         table_names, table_rows, dim::Integer, o::Ref{PxSparseOptions},
+                         out_group::Ref{Ptr{Cvoid}}, out_tables) =
+    ccall((:px_register_sparse_group, libparallax()), Cint,
+          (Ptr{Cvoid}, Cstring, Cint, UInt64, Ptr{Ptr{UInt8}}, Ptr{UInt64}, UInt64,
+           Ref{PxSparseOptions}, Ref{Ptr{Cvoid}}, Ptr{Ptr{Cvoid}}),
+          c, name, dtype, n_tables, table_names, table_rows, dim, o, out_group, out_tables)
 
 # --- shared memory -------------------------------------------------------------------
 px_alloc(c::Ptr{Cvoid}, bytes::Integer, out::Ref{Ptr{Cvoid}}) =
@@ -348,6 +356,19 @@ px_read_rows_ex(v, indices, n, rows, o::Ref{PxOpOptions}, out) =
     ccall((:px_read_rows_ex, libparallax()), Cint,
           (Ptr{Cvoid}, Ptr{Int64}, UInt64, Ptr{Cvoid}, Ref{PxOpOptions}, Ref{Ptr{Cvoid}}),
           v, indices, n, rows, o, out)
+# (1.12) One step of a group over several of its tables.
+px_pull_rows_group(tables, n, counts, indices, rows, o::Ref{PxOpOptions}, out) =
+    ccall((:px_pull_rows_group, libparallax()), Cint,
+          (Ptr{Ptr{Cvoid}}, UInt64, Ptr{UInt64}, Ptr{Int64}, Ptr{Cvoid}, Ref{PxOpOptions},
+           Ref{Ptr{Cvoid}}), tables, n, counts, indices, rows, o, out)
+px_prefetch_rows_group(tables, n, counts, indices, rows, o::Ref{PxOpOptions}, out) =
+    ccall((:px_prefetch_rows_group, libparallax()), Cint,
+          (Ptr{Ptr{Cvoid}}, UInt64, Ptr{UInt64}, Ptr{Int64}, Ptr{Cvoid}, Ref{PxOpOptions},
+           Ref{Ptr{Cvoid}}), tables, n, counts, indices, rows, o, out)
+px_push_rows_group(tables, n, counts, indices, grads, o::Ref{PxOpOptions}, out) =
+    ccall((:px_push_rows_group, libparallax()), Cint,
+          (Ptr{Ptr{Cvoid}}, UInt64, Ptr{UInt64}, Ptr{Int64}, Ptr{Cvoid}, Ref{PxOpOptions},
+           Ref{Ptr{Cvoid}}), tables, n, counts, indices, grads, o, out)
 
 # --- completion ----------------------------------------------------------------------
 px_wait(r::Ptr{Cvoid}, timeout_ms::Integer) =
