@@ -17,7 +17,7 @@ from .errors import (Busy, Cancelled, ConnectError, DeadlineExceeded, InternalEr
                      OutOfMemory, ParallaxError, PeerLost, PermissionDenied, ProtocolError,
                      RowIndexError, VersionMismatch)
 from .request import Request, wait_all
-from .variables import DenseVariable, SparseVariable, Stats
+from .variables import DenseVariable, SparseGroup, SparseTable, SparseVariable, Stats
 
 # The C ABI this package binds (the header's major.minor; the library loaded may be a later
 # 1.x): a number apart from __version__, the package's.
@@ -25,7 +25,8 @@ abi_version = f"{ABI_MAJOR}.{ABI_MINOR}"
 
 __all__ = [
     "__version__", "abi_version", "ABI_MAJOR", "ABI_MINOR", "library_path", "ArenaMemory",
-    "Client", "World", "resolve_settings", "Request", "wait_all", "DenseVariable", "SparseVariable", "Stats",
+    "Client", "World", "resolve_settings", "Request", "wait_all", "DenseVariable",
+    "SparseVariable", "SparseGroup", "SparseTable", "Stats",
     "ParallaxError", "InvalidArgument", "VersionMismatch", "ConnectError", "DeadlineExceeded",
     "PeerLost", "Mismatch", "NotFound", "OutOfMemory", "Busy", "ProtocolError",
     "RowIndexError", "NotImplementedInParallax", "InternalError", "PermissionDenied",

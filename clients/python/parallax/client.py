@@ -252,6 +252,14 @@ class Client:
         from .variables import SparseVariable
         return SparseVariable(self, name, rows, dim, **options)
 
+    def sparse_group(self, name: str, tables: Any, dim: int,
+                     **options: Any) -> "SparseGroup":
+        """Registers tables that take their steps together, held by the daemons as one
+        sparse variable (px_register_sparse_group): tables are (name, rows) pairs or a
+        dict, every table dim wide with the same options (SparseVariable's)."""
+        from .variables import SparseGroup
+        return SparseGroup(self, name, tables, dim, **options)
+
     # --- completion -------------------------------------------------------------------
     def fileno(self) -> int:
         """The completion fd (px_client_fd): readable when a request may have completed."""

@@ -260,6 +260,40 @@ class DenseVariable(_Variable):
                                     (bin_.owner, bout.owner, csend, crecv))
 
 
+def _sparse_options(*, optimizer: str = "sgd", lr: Optional[float] = None,
+                    beta1: Optional[float] = None, beta2: Optional[float] = None,
+                    epsilon: Optional[float] = None,
+                    initial_accumulator: Optional[float] = None, initializer: str = "zeros",
+                    seed: int = 0, init_low: Optional[float] = None,
+                    init_high: Optional[float] = None, init_std: Optional[float] = None,
+                    aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
+                    partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
+                    alltoall_split: str = "rows", wire_dtype: str = "f32",
+                    prefetch: bool = False) -> _lib.SparseOptions:
+    """px_sparse_options from SparseVariable's keyword options."""
+    o = _lib.SparseOptions()
+    _lib.lib.px_sparse_options_init(ctypes.byref(o))
+    o.optimizer = _choice(_OPTIMIZERS, optimizer, "optimizer")
+    for field, value in (("learning_rate", lr), ("beta1", beta1), ("beta2", beta2),
+                         ("epsilon", epsilon), ("initial_accumulator", initial_accumulator),
+                         ("init_low", init_low), ("init_high", init_high),
+                         ("init_std", init_std)):
+        if value is not None:
+            setattr(o, field, float(value))
+    o.initializer = _choice(_INITIALIZERS, initializer, "initializer")
+    o.init_seed = int(seed)
+    o.aggregation = _choice({"sum": _lib.SUM, "mean": _lib.MEAN}, aggregation, "aggregation")
+    o.consistency = _choice(_CONSISTENCY, consistency, "consistency")
+    o.staleness = int(staleness)
+    o.partitions = int(partitions)
+    o.route = _choice(_ROUTES, route, "route")
+    o.nonfinite = _choice(_NONFINITE, nonfinite, "nonfinite policy")
+    o.alltoall_split = _choice(_SPLITS, alltoall_split, "alltoall split")
+    o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
+    o.prefetch = 1 if prefetch else 0
+    return o
+
+
 class SparseVariable(_Variable):
     """A rows x dim float32 table held by the daemons (px_register_sparse).
 
@@ -293,33 +327,22 @@ class SparseVariable(_Variable):
                  prefetch: bool = False):
         super().__init__(client, name)
         self.rows, self.dim = int(rows), int(dim)
-        o = _lib.SparseOptions()
-        _lib.lib.px_sparse_options_init(ctypes.byref(o))
-        o.optimizer = _choice(_OPTIMIZERS, optimizer, "optimizer")
-        for field, value in (("learning_rate", lr), ("beta1", beta1), ("beta2", beta2),
-                             ("epsilon", epsilon), ("initial_accumulator", initial_accumulator),
-                             ("init_low", init_low), ("init_high", init_high),
-                             ("init_std", init_std)):
-            if value is not None:
-                setattr(o, field, float(value))
-        o.initializer = _choice(_INITIALIZERS, initializer, "initializer")
-        o.init_seed = int(seed)
-        o.aggregation = _choice({"sum": _lib.SUM, "mean": _lib.MEAN}, aggregation,
-                                "aggregation")
-        o.consistency = _choice(_CONSISTENCY, consistency, "consistency")
-        o.staleness = int(staleness)
-        o.partitions = int(partitions)
-        o.route = _choice(_ROUTES, route, "route")
-        o.nonfinite = _choice(_NONFINITE, nonfinite, "nonfinite policy")
-        o.alltoall_split = _choice(_SPLITS, alltoall_split, "alltoall split")
-        o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
-        o.prefetch = 1 if prefetch else 0
-        self.options = o
-        self._learning_rate = o.learning_rate
+        self.options = _sparse_options(
+            optimizer=optimizer, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon,
+            initial_accumulator=initial_accumulator, initializer=initializer, seed=seed,
+            init_low=init_low, init_high=init_high, init_std=init_std, aggregation=aggregation,
+            consistency=consistency, staleness=staleness, partitions=partitions, route=route,
+            nonfinite=nonfinite, alltoall_split=alltoall_split, wire_dtype=wire_dtype,
+            prefetch=prefetch)
+        self._learning_rate = self.options.learning_rate
+        self._register()
+
+    def _register(self) -> None:
         handle = ctypes.c_void_p()
-        check(_lib.lib.px_register_sparse(client._h(), name.encode(), _lib.F32, self.rows,
-                                          self.dim, ctypes.byref(o), ctypes.byref(handle)),
-              client._handle)
+        check(_lib.lib.px_register_sparse(self.client._h(), self.name.encode(), _lib.F32,
+                                          self.rows, self.dim, ctypes.byref(self.options),
+                                          ctypes.byref(handle)),
+              self.client._handle)
         self._handle = handle.value
 
     def __repr__(self) -> str:
@@ -402,3 +425,130 @@ class SparseVariable(_Variable):
     def learning_rate(self, rate: float) -> None:
         check(_lib.lib.px_set_sparse_lr(self._h(), float(rate)), self.client._handle)
         self._learning_rate = float(rate)
+
+
+class SparseTable(SparseVariable):
+    """One table of a SparseGroup: a SparseVariable whose indices are the table's own row
+    numbers (0 .. rows-1) in every operation. Its steps are steps of the whole group (pull
+    it alone, or with other tables in one step through SparseGroup.pull_tables); its
+    learning_rate and stats() are the group's."""
+
+    def __init__(self, group: "SparseGroup", table: str, rows: int, offset: int,
+                 handle: int):
+        _Variable.__init__(self, group.client, group.name)
+        self.group, self.table = group, table
+        self.rows, self.dim, self.offset = int(rows), group.dim, int(offset)
+        self.options = group.options
+        self._handle = handle
+
+    def __repr__(self) -> str:
+        return (f"<parallax.SparseTable '{self.table}' of group '{self.name}' "
+                f"{self.rows} x {self.dim}>")
+
+    def _describe(self, op: str) -> str:
+        return f"{op} of table '{self.table}' of '{self.name}' on {self.client.describe()}"
+
+    @property
+    def learning_rate(self) -> float:
+        return self.group.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, rate: float) -> None:
+        self.group.learning_rate = rate
+
+
+class SparseGroup(SparseVariable):
+    """Tables that take their steps together (px_register_sparse_group, ABI 1.12): the
+    daemons hold them as one sparse variable whose rows are the tables' one after another
+    (table t's rows start at tables[t].offset), so pull_tables()/push_tables() over several
+    tables are one pull or one push step of the group, on every route, as TorchRec's
+    EmbeddingBagCollection sends all its tables' rows in one step. The group itself is a
+    SparseVariable over those rows (it also takes CUDA tensors, as a variable does);
+    group[name] is a table's own SparseTable. tables: (name, rows) pairs, or a dict; the
+    options are SparseVariable's, shared by every table."""
+
+    def __init__(self, client: "Client", name: str, tables: Any, dim: int, **options: Any):
+        pairs = list(tables.items()) if isinstance(tables, dict) else list(tables)
+        if not pairs:
+            raise invalid(f"sparse group '{name}': no tables")
+        self._layout = [(str(t), int(r)) for t, r in pairs]
+        super().__init__(client, name, sum(r for _, r in self._layout), dim, **options)
+
+    def _register(self) -> None:
+        n = len(self._layout)
+        names = (ctypes.c_char_p * n)(*(t.encode() for t, _ in self._layout))
+        rows = (ctypes.c_uint64 * n)(*(r for _, r in self._layout))
+        group = ctypes.c_void_p()
+        handles = (ctypes.c_void_p * n)()
+        check(_lib.lib.px_register_sparse_group(self.client._h(), self.name.encode(), _lib.F32,
+                                                n, names, rows, self.dim,
+                                                ctypes.byref(self.options),
+                                                ctypes.byref(group), handles),
+              self.client._handle)
+        self._handle = group.value
+        self.tables: dict = {}
+        offset = 0
+        for (table, count), handle in zip(self._layout, handles):
+            self.tables[table] = SparseTable(self, table, count, offset, handle)
+            offset += count
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{t}: {r}" for t, r in self._layout)
+        return f"<parallax.SparseGroup '{self.name}' {{{names}}} x {self.dim}>"
+
+    def __getitem__(self, table: str) -> SparseTable:
+        return self.tables[table]
+
+    def _group_op(self, fn, op: str, parts: Sequence, rows: Any, writable: bool,
+                  priority: int) -> Request:
+        """One step over several tables: parts are (table or its name, indices) pairs, on
+        the host; rows (or the new result) hold their rows one after another."""
+        tables, counts, chunks = [], [], []
+        for table, indices in parts:
+            t = self.tables.get(table) if isinstance(table, str) else table
+            if not isinstance(t, SparseTable) or t.group is not self:
+                raise invalid(f"{op} of '{self.name}': {table!r} is not one of its tables "
+                              f"({', '.join(self.tables)})")
+            idx = _buffers.as_indices(indices, f"{op} indices of table '{t.table}'")
+            tables.append(t._handle)
+            counts.append(idx.count)
+            chunks.append(idx)
+        total = sum(counts)
+        index_array = (ctypes.c_int64 * max(1, total))()
+        at = 0
+        for idx in chunks:
+            ctypes.memmove(ctypes.addressof(index_array) + at * 8, idx.address, idx.count * 8)
+            at += idx.count
+        if rows is None:
+            rows = self._new_rows(None if not parts else parts[0][1], total)
+        buf = _buffers.as_buffer(rows, f"{op} rows of '{self.name}'", writable)
+        if buf.dtype != _lib.F32 or buf.count != total * self.dim:
+            raise invalid(f"{op} rows of '{self.name}': {total} x {self.dim} float32 values "
+                          f"expected, got {buf.count} of {_buffers.DTYPE_NAMES[buf.dtype]}")
+        n = len(tables)
+        handles = (ctypes.c_void_p * n)(*tables)
+        count_array = (ctypes.c_uint64 * n)(*counts)
+        opts = _op_options(priority)
+        req = ctypes.c_void_p()
+        status = fn(handles, n, count_array, index_array, buf.address, ctypes.byref(opts),
+                    ctypes.byref(req))
+        return self.client._request(status, req, self._describe(op), rows,
+                                    (index_array, buf.owner, [c.owner for c in chunks]))
+
+    def pull_tables(self, parts: Sequence, out: Any = None, *, priority: int = 0) -> Request:
+        """One pull step over several tables (px_pull_rows_group): parts are (table,
+        indices) pairs, a table by name or SparseTable, repeats allowed; the result holds
+        their rows in that order (sum of the counts x dim)."""
+        return self._group_op(_lib.lib.px_pull_rows_group, "pull", parts, out, True, priority)
+
+    def prefetch_tables(self, parts: Sequence, out: Any = None, *,
+                        priority: int = 0) -> Request:
+        """pull_tables issued ahead (px_prefetch_rows_group; the group needs prefetch=True)."""
+        return self._group_op(_lib.lib.px_prefetch_rows_group, "prefetch", parts, out, True,
+                              priority)
+
+    def push_tables(self, parts: Sequence, grads: Any, *, priority: int = 0) -> Request:
+        """One push step over several tables (px_push_rows_group): gradients laid out as
+        pull_tables' rows."""
+        return self._group_op(_lib.lib.px_push_rows_group, "push", parts, grads, False,
+                              priority)

@@ -153,6 +153,32 @@ def sparse(px):
     emit(px, ok=True)
 
 
+def sparse_group(px):
+    """Tables of one group: one pull and one push step over several tables (repeats
+    allowed), each table's own rows through its handle, a bad index naming its table."""
+    w = px.world
+    group = px.sparse_group("py.group", [("user", 10), ("item", 20)], 4, lr=0.5,
+                            aggregation="sum")
+    user, item = group["user"], group["item"]
+    assert (user.offset, item.offset, group.rows) == (0, 10, 30)
+    rows = group.pull_tables([("item", [0, 19]), (user, [9]), ("item", [0])]).wait()
+    assert rows.shape == (4, 4) and not rows.any()
+    group.push_tables([(user, [9]), ("item", [19, 19])],
+                      np.ones((3, 4), np.float32)).wait()
+    after = group.pull_tables([(item, [19]), (user, [9, 0])]).wait()
+    expect = np.float32(-0.5) * w.world_size * np.array([2, 1, 0], np.float32)[:, None]
+    np.testing.assert_allclose(after, np.broadcast_to(expect, (3, 4)))
+    # A table's own rows, and the group's: item's row 19 is the group's row 29.
+    np.testing.assert_allclose(item.read([19]).wait(), group.read([29]).wait())
+    assert group.stats().pull_steps == 2 and user.stats().push_steps == 1
+    with pytest_raises(parallax.RowIndexError, "index 10 of table 'user', outside its 10 rows"):
+        user.read([10]).wait()
+    with pytest_raises(parallax.InvalidArgument, "is not one of its tables"):
+        group.pull_tables([("nope", [0])])
+    group.push_tables([(user, np.zeros(0, np.int64))], np.zeros((0, 4), np.float32)).wait()
+    emit(px, ok=True)
+
+
 class pytest_raises:
     """with pytest_raises(exc, text): the block raises exc with text in its message."""
 
@@ -359,7 +385,8 @@ def world_only(px):
     emit(px, world=px.world.__dict__, settings=parallax.resolve_settings())
 
 
-SCENARIOS = {f.__name__: f for f in (dense, torch_views, sparse, torch_sparse, asyncio_waits,
+SCENARIOS = {f.__name__: f for f in (dense, torch_views, sparse, sparse_group, torch_sparse,
+                                     asyncio_waits,
                                      errors, mismatch_pair, daemon_dies, late_peer, world_only,
                                      sparse_lr)}
 

@@ -33,6 +33,14 @@ def test_sparse_pull_push_read(daemon):
     assert all(r["ok"] for r in run_workers(daemon, "sparse", 2))
 
 
+def test_sparse_group_steps_over_several_tables(daemon):
+    assert all(r["ok"] for r in run_workers(daemon, "sparse_group", 2))
+
+
+def test_sparse_group_on_a_cluster_2x1():
+    assert all(r["ok"] for r in run_cluster(2, 1, "sparse_group"))
+
+
 def test_sparse_learning_rate_changes_between_steps(daemon):
     results = run_workers(daemon, "sparse_lr", 2)
     disputed = results[1]["seen"]["disputed"]
