@@ -83,6 +83,18 @@ def test_tables_looked_up_more_than_once_match_nn_embedding_on_a_cluster_2x2():
         _check_misuse(r["misuse"])
 
 
+def test_collection_matches_nn_embedding_bags_one_step_per_group(daemon):
+    # Three tables in two widths: two groups, each one pull and one push step a training
+    # step (4 steps), whatever its tables and features.
+    for r in _torch_workers(daemon, "collection_matches_reference", 2):
+        assert r["pull_steps"] == [4, 4] and r["push_steps"] == [4, 4], r
+
+
+def test_collection_matches_nn_embedding_bags_on_a_cluster_2x2():
+    results = run_cluster(2, 2, "collection_matches_reference", worker="torchworker.py")
+    assert len(results) == 4
+
+
 def test_embedding_bag_and_eval_reads_without_steps(daemon):
     _torch_workers(daemon, "embedding_bag_and_eval", 1)
 

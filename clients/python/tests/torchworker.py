@@ -259,9 +259,106 @@ def tables_looked_up_more_than_once(px):
          push_steps=stats.push_steps, misuse=misuse)
 
 
+def collection_matches_reference(px):
+    """An EmbeddingBagCollection of three tables in two widths (so two groups), one table
+    with two features (one of them a variable-length history, mean-pooled), Adagrad: the
+    same as one nn.EmbeddingBag per table trained on the global batch. Each group takes one
+    pull and one push step per training step. An EmbeddingCollection's eval lookup reads
+    the loaded rows."""
+    steps, per = 4, 5
+    configs = [pxt.EmbeddingBagConfig(50, 6, "user", ["user_id"]),
+               pxt.EmbeddingBagConfig(40, 6, "item", ["item_id", "hist"], pooling="mean"),
+               pxt.EmbeddingBagConfig(30, 4, "cat", ["cat"])]
+    adagrad = dict(optimizer="adagrad", lr=0.3, initial_accumulator=0.1, epsilon=1e-10)
+    ebc = pxt.EmbeddingBagCollection(configs, name="t.ebc", client=px, **adagrad)
+    torch.manual_seed(5)
+    init = {c.name: torch.randn(c.num_embeddings, c.embedding_dim) for c in configs}
+    ebc.load_state_dict({f"embedding_bags.{n}.weight": w for n, w in init.items()})
+    assert sorted(ebc.state_dict()) == sorted(f"embedding_bags.{c.name}.weight"
+                                              for c in configs)
+    refs = {c.name: nn.EmbeddingBag(c.num_embeddings, c.embedding_dim,
+                                    mode="mean" if c.pooling == "mean" else "sum")
+            for c in configs}
+    for n, bag in refs.items():
+        bag.weight.data.copy_(init[n])
+    opt = torch.optim.Adagrad([b.weight for b in refs.values()], lr=0.3,
+                              initial_accumulator_value=0.1, eps=1e-10)
+    table_of = {"user_id": "user", "item_id": "item", "hist": "item", "cat": "cat"}
+    features = ["user_id", "item_id", "hist", "cat"]
+    rank, world = px.rank, px.world_size
+    g = torch.Generator().manual_seed(91)
+
+    def batch(n):
+        """{feature: lengths (n), values}, random ids within each feature's table."""
+        out = {}
+        for f in features:
+            lo, hi = {"hist": (0, 4), "cat": (1, 3)}.get(f, (1, 2))
+            lens = torch.randint(lo, hi, (n,), generator=g)
+            rows = next(c.num_embeddings for c in configs if c.name == table_of[f])
+            out[f] = (lens, torch.randint(0, rows, (int(lens.sum()),), generator=g))
+        return out
+
+    def slice_of(b, lo, hi):
+        out = {}
+        for f, (lens, vals) in b.items():
+            start = int(lens[:lo].sum())
+            out[f] = (lens[lo:hi], vals[start:start + int(lens[lo:hi].sum())])
+        return out
+
+    target = torch.linspace(-1, 1, 6 + 6 + 6 + 4)
+    for step in range(steps):
+        whole = batch(world * per)
+        mine = slice_of(whole, rank * per, (rank + 1) * per)
+        keys = ["cat", "hist", "user_id", "item_id"]  # not the tables' order
+        kjt = pxt.KeyedJaggedTensor.from_lengths_sync(
+            keys, torch.cat([mine[k][1] for k in keys]), torch.cat([mine[k][0] for k in keys]))
+        out = ebc(kjt)
+        assert out.keys() == features and out.length_per_key() == [6, 6, 6, 4]
+        ((out.values() - target) ** 2).mean().backward()
+        opt.zero_grad()
+        pooled = []
+        for f in features:
+            lens, vals = whole[f]
+            offsets = torch.cat([lens.new_zeros(1), torch.cumsum(lens, 0)[:-1]])
+            pooled.append(refs[table_of[f]](vals, offsets))
+        ((torch.cat(pooled, 1) - target) ** 2).mean().backward()
+        opt.step()
+    ebc.synchronize()
+    px.barrier(30)
+    state = ebc.state_dict()
+    errs = [((state[f"embedding_bags.{n}.weight"] - b.weight.data).abs() /
+             b.weight.data.abs().clamp_min(1e-3)).max().item() for n, b in refs.items()]
+    assert max(errs) < 1e-4, errs
+    pulls = [v.stats().pull_steps for v in ebc.variables]
+    pushes = [v.stats().push_steps for v in ebc.variables]
+    # A feature outside its table is refused naming both.
+    try:
+        ebc(pxt.KeyedJaggedTensor.from_lengths_sync(
+            features, torch.tensor([0, 0, 0, 30]), torch.tensor([1, 1, 1, 1])))
+        raise AssertionError("an id past 'cat' was taken")
+    except parallax.RowIndexError as e:
+        assert "feature 'cat' has id 30, outside table 'cat' (30 rows)" in str(e), str(e)
+    # EmbeddingCollection: unpooled rows, read in eval mode (no step).
+    ec = pxt.EmbeddingCollection([pxt.EmbeddingConfig(20, 3, "a", ["fa", "fb"]),
+                                  pxt.EmbeddingConfig(10, 3, "b", ["fc"])],
+                                 name="t.ec", client=px)
+    wa, wb = torch.randn(20, 3), torch.randn(10, 3)
+    ec.load_state_dict({"embeddings.a.weight": wa, "embeddings.b.weight": wb})
+    ec.eval()
+    with torch.no_grad():
+        got = ec(pxt.KeyedJaggedTensor.from_lengths_sync(
+            ["fa", "fb", "fc"], torch.tensor([1, 2, 19, 9, 0]), torch.tensor([1, 0, 1, 1, 1, 1])))
+    assert list(got) == ["fa", "fb", "fc"]
+    assert torch.equal(got["fb"].values(), wa[[2, 19]])
+    assert torch.equal(got["fc"].values(), wb[[9, 0]]) and got["fc"].lengths().tolist() == [1, 1]
+    assert ec.variables[0].stats().pull_steps == 0
+    emit(px, ok=True, max_rel_err=max(errs), pull_steps=pulls, push_steps=pushes)
+
+
 SCENARIOS = {f.__name__: f for f in (embedding_matches_reference, embedding_bag_and_eval,
                                      sampled_softmax_matches_reference, bad_input,
-                                     checkpoint_and_restore, tables_looked_up_more_than_once)}
+                                     checkpoint_and_restore, tables_looked_up_more_than_once,
+                                     collection_matches_reference)}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

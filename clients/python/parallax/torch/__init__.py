@@ -6,7 +6,8 @@ goes through the DDP engine.
 
 Dense (ddp.py): DistributedDataParallel, DistributedOptimizer, broadcast_parameters,
 broadcast_optimizer_state. Sparse (sparse.py): Embedding, EmbeddingBag, SampledSoftmax,
-whose tables live in the daemons. Pipeline (pipeline.py): TrainPipeline, the data loader
+whose tables live in the daemons; collections (collection.py): EmbeddingBagCollection and
+EmbeddingCollection in TorchRec's shape, all their tables in one step. Pipeline (pipeline.py): TrainPipeline, the data loader
 one batch ahead and its sparse rows prefetched during backward. client() is the process's
 default parallax.Client. Importing it registers torch.distributed's "parallax" backend
 (backend.py).
@@ -15,6 +16,8 @@ default parallax.Client. Importing it registers torch.distributed's "parallax" b
 from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
                   broadcast_optimizer_state, broadcast_parameters, client)
 from .backend import register as _register_backend
+from .collection import (EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection,
+                         EmbeddingConfig, JaggedTensor, KeyedJaggedTensor, KeyedTensor)
 from .parallelize import ParallelPlan, parallelize, plan
 from .pipeline import TrainPipeline
 from .session import default_client, set_default_client
@@ -25,6 +28,8 @@ __all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
            "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
            "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline", "parallelize",
-           "ParallelPlan", "plan"]
+           "ParallelPlan", "plan", "EmbeddingBagCollection", "EmbeddingBagConfig",
+           "EmbeddingCollection", "EmbeddingConfig", "JaggedTensor", "KeyedJaggedTensor",
+           "KeyedTensor"]
 
 _register_backend()

@@ -61,13 +61,15 @@ class _Table:
     """One sparse variable and the pushes in flight on it."""
 
     def __init__(self, client: parallax.Client, name: str, rows: int, dim: int,
-                 options: dict):
+                 options: dict, register=None):
+        """register(name, rows, dim, **options) -> the variable (default client.sparse;
+        a collection's registers a parallax.SparseGroup)."""
         unknown = set(options) - set(_SPARSE_OPTIONS)
         if unknown:
             raise parallax.InvalidArgument(1, f"'{name}': unknown option(s) "
                                               f"{', '.join(sorted(unknown))}")
         self.client = client
-        self.var = client.sparse(name, rows, dim, **options)
+        self.var = (register or client.sparse)(name, rows, dim, **options)
         self.rows, self.dim = rows, dim
         # Device steps: not on a prefetch table (the daemon checks its rows on the host).
         self.device_steps = not options.get("prefetch", False)
@@ -174,24 +176,32 @@ class _Table:
         pushes, self._pushes = self._pushes, []
         parallax.wait_all(pushes)
 
-    def read_all(self, chunk_rows: int = 1 << 16) -> torch.Tensor:
+    def read_all(self, first: int = 0, rows: Optional[int] = None,
+                 chunk_rows: int = 1 << 16) -> torch.Tensor:
+        """The table's rows [first, first + rows) (default: all of them), a host tensor."""
+        rows = self.rows - first if rows is None else rows
         self.finish_pushes()
-        out = torch.empty((self.rows, self.dim), dtype=torch.float32)
-        for start in range(0, self.rows, chunk_rows):
-            idx = torch.arange(start, min(self.rows, start + chunk_rows), dtype=torch.int64)
+        out = torch.empty((rows, self.dim), dtype=torch.float32)
+        for start in range(0, rows, chunk_rows):
+            idx = torch.arange(first + start, first + min(rows, start + chunk_rows),
+                               dtype=torch.int64)
             self.var.read(idx, out[start:start + len(idx)]).wait()
         return out
 
-    def load_all(self, values: torch.Tensor, chunk_rows: int = 1 << 16) -> None:
-        if tuple(values.shape) != (self.rows, self.dim):
+    def load_all(self, values: torch.Tensor, first: int = 0, rows: Optional[int] = None,
+                 what: Optional[str] = None, chunk_rows: int = 1 << 16) -> None:
+        """Loads values into rows [first, first + rows) (default: the whole table)."""
+        rows = self.rows - first if rows is None else rows
+        if tuple(values.shape) != (rows, self.dim):
             raise parallax.InvalidArgument(
-                1, f"'{self.var.name}': loading a {tuple(values.shape)} tensor into a "
-                   f"{self.rows} x {self.dim} table")
+                1, f"'{what or self.var.name}': loading a {tuple(values.shape)} tensor into a "
+                   f"{rows} x {self.dim} table")
         self.finish_pushes()
         # Through host memory, whatever device the values are on (a CUDA checkpoint).
         values = values.detach().to("cpu", torch.float32).contiguous()
-        for start in range(0, self.rows, chunk_rows):
-            idx = torch.arange(start, min(self.rows, start + chunk_rows), dtype=torch.int64)
+        for start in range(0, rows, chunk_rows):
+            idx = torch.arange(first + start, first + min(rows, start + chunk_rows),
+                               dtype=torch.int64)
             self.var.load(idx, values[start:start + len(idx)]).wait()
 
 
