@@ -588,9 +588,11 @@ PX_API px_status px_read_rows_ex(px_var* var, const int64_t* indices, uint64_t n
 /* (1.12) One pull step of a group over several of its tables (px_register_sparse_group):
  * tables holds n handles of tables of one group (in any order, repeats allowed), and
  * counts[i] of indices, one after another, are rows of tables[i] (the table's own row
- * numbers); out_rows receives sum(counts) rows in the same order. Host memory only (device
- * memory: PX_ERR_NOT_IMPLEMENTED; a group's own variable takes it, with its rows). options
- * may be NULL (the defaults; px_op_options). */
+ * numbers); out_rows receives sum(counts) rows in the same order. tables, counts and indices
+ * are read during the call (the indices translated to the group's rows), so they may be
+ * reused once it returns; out_rows as px_pull_rows's. Host memory only (device memory:
+ * PX_ERR_NOT_IMPLEMENTED; a group's own variable takes it, with its rows). options may be
+ * NULL (the defaults; px_op_options). */
 PX_API px_status px_pull_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
                                     const int64_t* indices, void* out_rows,
                                     const px_op_options* options, px_request** out_request);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::dense::DenseVar;
 use crate::element::{Element, ReduceOp};
-use crate::sparse::{SparseOptions, SparseVar};
+use crate::sparse::{SparseGroup, SparseOptions, SparseVar};
 use crate::{c_arg, check, sys, Error, Result};
 
 /// Where this worker sits in the job (`px_world_info`).
@@ -233,6 +233,54 @@ impl Client {
             )
         })?;
         Ok(SparseVar::new(self, var, name, rows, dim))
+    }
+
+    /// (ABI 1.12) Registers tables that take their steps together, held by the daemons as
+    /// one sparse variable, their rows one after another (`px_register_sparse_group`):
+    /// `tables` are (name, rows) pairs, every table `dim` wide with `options`.
+    pub fn register_sparse_group(
+        &self,
+        name: &str,
+        tables: &[(&str, u64)],
+        dim: usize,
+        options: &SparseOptions,
+    ) -> Result<SparseGroup<'_>> {
+        let cname = c_arg("group name", name)?;
+        let names = tables
+            .iter()
+            .map(|(t, _)| c_arg("table name", t))
+            .collect::<Result<Vec<_>>>()?;
+        let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+        let rows: Vec<u64> = tables.iter().map(|(_, r)| *r).collect();
+        let o = options.to_raw();
+        let mut group = ptr::null_mut();
+        let mut handles = vec![ptr::null_mut(); tables.len()];
+        // SAFETY: live client, NUL-terminated names, n names and rows, a whole options
+        // struct; group and n handles are written.
+        check(unsafe {
+            sys::px_register_sparse_group(
+                self.raw,
+                cname.as_ptr(),
+                sys::PX_F32,
+                tables.len() as u64,
+                name_ptrs.as_ptr(),
+                rows.as_ptr(),
+                dim as u64,
+                &o,
+                &mut group,
+                handles.as_mut_ptr(),
+            )
+        })?;
+        let total = rows.iter().sum();
+        let tables = tables
+            .iter()
+            .zip(handles)
+            .map(|((t, r), h)| SparseVar::new(self, h, t, *r, dim))
+            .collect();
+        Ok(SparseGroup::new(
+            SparseVar::new(self, group, name, total, dim),
+            tables,
+        ))
     }
 
     /// Returns once every worker of the job, on every node, has entered (`px_barrier`).

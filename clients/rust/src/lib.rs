@@ -55,7 +55,8 @@ pub use dense::DenseVar;
 pub use element::{Bf16, DType, Element, OutBuffer, ReduceOp, F16};
 pub use request::Request;
 pub use sparse::{
-    Consistency, Initializer, NonFinite, Optimizer, Route, SparseOptions, SparseVar, Split,
+    Consistency, Initializer, NonFinite, Optimizer, Route, SparseGroup, SparseOptions, SparseVar,
+    Split,
 };
 
 /// Statistics the daemon keeps for a variable on this node (`px_var_stats`).

@@ -422,3 +422,124 @@ impl<'c> std::fmt::Debug for SparseVar<'c> {
             .finish()
     }
 }
+
+/// (ABI 1.12) Tables that take their steps together (`px_register_sparse_group`): the
+/// daemons hold them as one sparse variable, [`var`](Self::var), whose rows are the tables'
+/// one after another; each of [`tables`](Self::tables) takes its own row numbers in every
+/// operation, and [`pull_tables`](Self::pull_tables) / [`push_tables`](Self::push_tables)
+/// make one step over several of them (a collection's lookups in one step).
+pub struct SparseGroup<'c> {
+    var: SparseVar<'c>,
+    tables: Vec<SparseVar<'c>>,
+}
+
+impl<'c> SparseGroup<'c> {
+    pub(crate) fn new(var: SparseVar<'c>, tables: Vec<SparseVar<'c>>) -> Self {
+        SparseGroup { var, tables }
+    }
+
+    /// The group's own variable: its indices are the group's rows.
+    pub fn var(&self) -> &SparseVar<'c> {
+        &self.var
+    }
+    /// The tables, in registration order; each is named by its table's name.
+    pub fn tables(&self) -> &[SparseVar<'c>] {
+        &self.tables
+    }
+    /// The table of that name.
+    pub fn table(&self, name: &str) -> Option<&SparseVar<'c>> {
+        self.tables.iter().find(|t| t.name() == name)
+    }
+
+    /// The handles, counts and indices of (table, indices) parts, checked to be this
+    /// group's tables; the number of rows.
+    fn parts(&self, what: &str, parts: &[(&SparseVar<'c>, &[i64])]) -> Result<Parts> {
+        let mut p = Parts::default();
+        for (table, indices) in parts {
+            if !self.tables.iter().any(|t| t.as_raw() == table.as_raw()) {
+                return Err(Error::invalid(format!(
+                    "{}('{}'): '{}' is not one of its tables",
+                    what,
+                    self.var.name(),
+                    table.name()
+                )));
+            }
+            p.handles.push(table.as_raw());
+            p.counts.push(indices.len() as u64);
+            p.indices.extend_from_slice(indices);
+        }
+        Ok(p)
+    }
+
+    /// One pull step over several tables (`px_pull_rows_group`): `out` gets the parts'
+    /// rows one after another. A table's index outside its rows fails the request with
+    /// `Status::Index` naming the table.
+    pub fn pull_tables<'a, O>(
+        &'a self,
+        parts: &[(&SparseVar<'c>, &[i64])],
+        out: &'a mut O,
+    ) -> Result<Request<'a>>
+    where
+        O: OutBuffer<f32> + ?Sized,
+    {
+        let p = self.parts("pull_tables", parts)?;
+        let o = out.out_parts()?;
+        self.var
+            .expect_rows("pull_tables", p.indices.len(), o.len)?;
+        let opts = op_options(0);
+        submit(o.busy, |r| unsafe {
+            // SAFETY: n handles and counts, their indices (read during the call) and
+            // sum(counts) * dim values borrowed for 'a.
+            sys::px_pull_rows_group(
+                p.handles.as_ptr(),
+                p.handles.len() as u64,
+                p.counts.as_ptr(),
+                p.indices.as_ptr(),
+                o.ptr as *mut c_void,
+                &opts,
+                r,
+            )
+        })
+    }
+
+    /// One push step over several tables (`px_push_rows_group`): gradients laid out as
+    /// [`pull_tables`](Self::pull_tables)' rows.
+    pub fn push_tables<'a>(
+        &'a self,
+        parts: &[(&SparseVar<'c>, &[i64])],
+        grads: &'a [f32],
+    ) -> Result<Request<'a>> {
+        let p = self.parts("push_tables", parts)?;
+        self.var
+            .expect_rows("push_tables", p.indices.len(), grads.len())?;
+        let opts = op_options(0);
+        submit(None, |r| unsafe {
+            // SAFETY: as pull_tables, the gradients borrowed for 'a.
+            sys::px_push_rows_group(
+                p.handles.as_ptr(),
+                p.handles.len() as u64,
+                p.counts.as_ptr(),
+                p.indices.as_ptr(),
+                grads.as_ptr() as *const c_void,
+                &opts,
+                r,
+            )
+        })
+    }
+}
+
+#[derive(Default)]
+struct Parts {
+    handles: Vec<*mut sys::px_var>,
+    counts: Vec<u64>,
+    indices: Vec<i64>,
+}
+
+impl<'c> std::fmt::Debug for SparseGroup<'c> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseGroup")
+            .field("var", &self.var)
+            .field("tables", &self.tables)
+            .finish()
+    }
+}

@@ -130,3 +130,59 @@ fn checkpoint_writes_a_manifest() {
     assert_eq!(manifests.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_group_takes_one_step_over_several_tables() {
+    workers("group", 2, |c| {
+        let opts = SparseOptions::new()
+            .optimizer(Optimizer::Sgd)
+            .learning_rate(0.5);
+        let group = c
+            .register_sparse_group("rs.group", &[("user", 10), ("item", 20)], 2, &opts)
+            .unwrap();
+        let (user, item) = (group.table("user").unwrap(), group.table("item").unwrap());
+        assert_eq!((user.rows(), item.rows(), group.var().rows()), (10, 20, 30));
+        let mut rows = vec![1.0f32; 6];
+        group
+            .pull_tables(&[(item, &[19, 0]), (user, &[9])], &mut rows)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap(); // pull step 0: zeros
+        assert_eq!(rows, [0.0; 6]);
+        group
+            .push_tables(&[(user, &[9]), (item, &[19, 19])], &[1.0; 6])
+            .unwrap()
+            .wait(WAIT)
+            .unwrap(); // push step 0: both workers, summed, lr 0.5
+        let mut after = vec![0.0f32; 4];
+        group
+            .pull_tables(&[(item, &[19]), (user, &[9])], &mut after)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap();
+        assert_eq!(after, [-2.0, -2.0, -1.0, -1.0]);
+        // item's row 19 is the group's row 29.
+        let mut own = [0.0f32; 2];
+        group
+            .var()
+            .read_rows(&[29], &mut own)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap();
+        assert_eq!(own, [-2.0, -2.0]);
+        let stats = user.stats().unwrap();
+        assert_eq!((stats.pull_steps, stats.push_steps), (2, 1));
+        let err = user
+            .read_rows(&[10], &mut own)
+            .unwrap()
+            .wait(WAIT)
+            .unwrap_err();
+        assert!(
+            err.message()
+                .contains("index 10 of table 'user', outside its 10 rows"),
+            "{}",
+            err.message()
+        );
+        c.barrier(WAIT).unwrap();
+    });
+}
