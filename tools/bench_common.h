@@ -6,9 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallax_c.h"
@@ -86,8 +91,73 @@ inline std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
+// Zipf(s) over [0, rows): P(k) proportional to 1 / (k + 1)^s.
+class Zipf {
+ public:
+  Zipf(uint64_t rows, double s) : cdf_(rows) {
+    double sum = 0;
+    for (uint64_t k = 0; k < rows; ++k) cdf_[k] = sum += std::pow(double(k + 1), -s);
+    for (double& c : cdf_) c /= sum;
+  }
+  int64_t operator()(uint64_t& state) const {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double u = double(state >> 11) / 9007199254740992.0;
+    return int64_t(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// This network namespace's counters of the interface PX_CLUSTER_IFACE names (tools/px-cluster
+// sets it; /proc/net/dev follows the netns): bytes and packets, each way. Zeros elsewhere.
+struct IfaceCounters {
+  uint64_t tx_bytes = 0, rx_bytes = 0, tx_packets = 0, rx_packets = 0;
+};
+
+inline IfaceCounters iface_counters() {
+  const char* iface = getenv("PX_CLUSTER_IFACE");
+  std::ifstream dev("/proc/net/dev");
+  std::string line;
+  while (std::getline(dev, line)) {
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (!iface || name != iface) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    uint64_t v[16] = {0};
+    for (auto& x : v) fields >> x;
+    return {v[8], v[0], v[9], v[1]};
+  }
+  return {};
+}
+
+// This network namespace's interface bytes: (sent, received).
+inline std::pair<uint64_t, uint64_t> iface_bytes() {
+  IfaceCounters c = iface_counters();
+  return {c.tx_bytes, c.rx_bytes};
+}
+
+inline px_var_stats stats_of(px_var* var) {
+  px_var_stats s{};
+  s.struct_size = sizeof s;
+  check(px_var_stats_get(var, &s), "px_var_stats_get");
+  return s;
+}
+
+// A number from a flat JSON object a worker printed (0 when the key is absent).
+inline double json_number(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return 0;
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
 // px-bench sparse (bench_sparse.cc): argv after the scenario name.
 int bench_sparse(int argc, char** argv);
 int sparse_worker(int argc, char** argv);
+// px-bench tables (bench_tables.cc).
+int bench_tables(int argc, char** argv);
+int tables_worker(int argc, char** argv);
 
 }  // namespace pxbench

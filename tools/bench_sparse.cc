@@ -44,50 +44,6 @@ struct SparseShapeArgs {
   double zipf = 1.0;
 };
 
-// Zipf(s) over [0, rows): P(k) proportional to 1 / (k + 1)^s.
-class Zipf {
- public:
-  Zipf(uint64_t rows, double s) : cdf_(rows) {
-    double sum = 0;
-    for (uint64_t k = 0; k < rows; ++k) cdf_[k] = sum += std::pow(double(k + 1), -s);
-    for (double& c : cdf_) c /= sum;
-  }
-  int64_t operator()(uint64_t& state) const {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    double u = double(state >> 11) / 9007199254740992.0;
-    return int64_t(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-  }
-
- private:
-  std::vector<double> cdf_;
-};
-
-// This network namespace's interface counters (/proc/net/dev follows the netns).
-std::pair<uint64_t, uint64_t> iface_bytes() {
-  const char* iface = getenv("PX_CLUSTER_IFACE");
-  std::ifstream dev("/proc/net/dev");
-  std::string line;
-  while (std::getline(dev, line)) {
-    size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    name.erase(0, name.find_first_not_of(' '));
-    if (!iface || name != iface) continue;
-    std::istringstream fields(line.substr(colon + 1));
-    uint64_t v[16] = {0};
-    for (auto& x : v) fields >> x;
-    return {v[8], v[0]};  // tx, rx
-  }
-  return {0, 0};
-}
-
-px_var_stats stats_of(px_var* var) {
-  px_var_stats s{};
-  s.struct_size = sizeof s;
-  check(px_var_stats_get(var, &s), "px_var_stats_get");
-  return s;
-}
-
 // A route with a wire dtype: "hybrid-bf16", "alltoall-columns-f16"
 // (px_sparse_options.wire_dtype: the table's rows and gradients cross nodes in 16 bits).
 // Plain names are f32.
@@ -330,13 +286,6 @@ int sparse_worker(int argc, char** argv) {
 }
 
 namespace {
-
-// A number from a flat JSON object printed by sparse_worker.
-double json_number(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return 0;
-  return std::stod(json.substr(at + key.size() + 3));
-}
 
 // A JSON number, or null when there is none (NaN: a link-bound figure of unlimited links).
 std::string json_or_null(double v, const char* format) {

@@ -16,6 +16,7 @@
 //     iterations.
 //
 //   px-bench sparse ...   (bench_sparse.cc)
+//   px-bench tables ...   (bench_tables.cc)
 //
 //   px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2] [--links 1,0,lo]
 //                        [--steps N] [--sleep-ms MS] [--peers ddp,ddp-parallax,ddp-copy]
@@ -568,6 +569,9 @@ int main(int argc, char** argv) {
         "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
         "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
         "                       [--partitions P] [--mtu N] [--peers gloo] [--daemon PATH]\n"
+        "       px-bench tables [--json] [--nodes 4] [--workers-per-node 2] [--link-gbit 1]\n"
+        "                       [--modes layers,concurrent,group] [--steps N] [--batch B]\n"
+        "                       [--dim D] [--max-rows R] [--route ps] [--daemon PATH]\n"
         "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
         "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
         "                            [--peers ddp,ddp-parallax,ddp-copy] [--model resnet50|lm]\n"
@@ -584,6 +588,8 @@ int main(int argc, char** argv) {
   std::string scenario = argv[1];
   if (scenario == "sparse") return bench_sparse(argc - 2, argv + 2);
   if (scenario == "sparse-worker") return sparse_worker(argc - 2, argv + 2);
+  if (scenario == "tables") return bench_tables(argc - 2, argv + 2);
+  if (scenario == "tables-worker") return tables_worker(argc - 2, argv + 2);
   if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
   if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
   if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
