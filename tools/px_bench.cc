@@ -512,11 +512,10 @@ int bench_torch_dense(int argc, char** argv) {
 
 }  // namespace
 
-// `px-bench lm`: the language model through Parallax and through torch DDP (dense and
-// sparse embeddings); a Python driver (tools/bench/lm.py) that starts one px-cluster per
-// system and N and prints one JSON object. Run as is, with this build's daemon.
-int bench_lm(int argc, char** argv) {
-  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/lm.py";
+// A Python driver of tools/bench (`px-bench lm`, `px-bench dlrm`): it starts one px-cluster
+// per system (and N) and prints one JSON object. Run as is, with this build's daemon.
+int bench_python_driver(const std::string& name, int argc, char** argv) {
+  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/" + name;
   std::string daemon = default_daemon_path();
   std::vector<std::string> args = {"/usr/bin/python3", script, "--daemon", daemon};
   for (int i = 0; i < argc; ++i) args.emplace_back(argv[i]);
@@ -579,6 +578,9 @@ int main(int argc, char** argv) {
         "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
         "                   [--steps N] (tools/bench/lm.py --help)\n"
+        "       px-bench dlrm [--json] [--nodes 4] [--workers-per-node 2] [--link-gbit 1]\n"
+        "                     [--systems parallax,parallax-layers,ddp-sparse] [--batch B]\n"
+        "                     [--steps N] (tools/bench/dlrm.py --help)\n"
         "       px-bench soak [--json] [--steps 10000] [--sample-at 1000] [--every 250]\n"
         "                     (tools/bench/soak.py --help)\n"
         "       px-bench faults [--json] [--faults 200] [--seed S]\n"
@@ -591,7 +593,10 @@ int main(int argc, char** argv) {
   if (scenario == "tables") return bench_tables(argc - 2, argv + 2);
   if (scenario == "tables-worker") return tables_worker(argc - 2, argv + 2);
   if (scenario == "torch-dense") return bench_torch_dense(argc - 2, argv + 2);
-  if (scenario == "lm") return bench_lm(argc - 2, argv + 2);
+  // The language model through Parallax and through torch DDP (dense and sparse embeddings).
+  if (scenario == "lm") return bench_python_driver("lm.py", argc - 2, argv + 2);
+  // A DLRM-shaped recommender: a collection, per-table layers, DDP + gloo (#36).
+  if (scenario == "dlrm") return bench_python_driver("dlrm.py", argc - 2, argv + 2);
   if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
   if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
   if (scenario == "gpu") {  // px-bench-gpu, built with CUDA (bench_gpu.cc)
