@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -151,6 +154,42 @@ inline double json_number(const std::string& json, const std::string& key) {
   size_t at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return 0;
   return std::stod(json.substr(at + key.size() + 3));
+}
+
+// A scenario's options: `--name VALUE`, each given to its setter, and `--switch`es, each
+// setting its bool. An unknown option, or one without its value, ends the program.
+using OptionSetters = std::map<std::string, std::function<void(const std::string&)>>;
+inline void parse_options(int argc, char** argv, const OptionSetters& values,
+                          const std::map<std::string, bool*>& switches) {
+  for (int i = 0; i < argc; ++i) {
+    std::string o = argv[i];
+    if (auto s = switches.find(o); s != switches.end()) {
+      *s->second = true;
+    } else if (auto v = values.find(o); v != values.end()) {
+      if (i + 1 >= argc) die("missing value for " + o);
+      v->second(argv[++i]);
+    } else {
+      die("unknown option " + o);
+    }
+  }
+}
+
+// Runs a tools/px-cluster command whose workers print "NODE {json}" (local rank 0 of each
+// node): those lines' JSON, or nothing when it failed or not `nodes` of them came (then
+// says so, naming `what`; the workers' stderr is in /tmp/px-bench-last.err).
+inline std::vector<std::string> node_lines(const std::string& command, int nodes,
+                                           const std::string& what) {
+  FILE* p = popen((command + " 2>/tmp/px-bench-last.err").c_str(), "r");
+  std::vector<std::string> lines;
+  char line[4096];
+  while (p && fgets(line, sizeof line, p))
+    if (strncmp(line, "NODE ", 5) == 0) lines.emplace_back(line + 5);
+  if (!p || pclose(p) != 0 || lines.size() != size_t(nodes)) {
+    fprintf(stderr, "px-bench: %s on %d nodes failed (see /tmp/px-bench-last.err)\n", what.c_str(),
+            nodes);
+    return {};
+  }
+  return lines;
 }
 
 // px-bench sparse (bench_sparse.cc): argv after the scenario name.

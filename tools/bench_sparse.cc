@@ -331,45 +331,24 @@ int bench_sparse(int argc, char** argv) {
   int mtu = 0;  // px-cluster's default (1500)
   SparseShapeArgs a;
   std::string daemon = tools_dir() + "/../daemon/parallaxd";
-  for (int i = 0; i < argc; ++i) {
-    std::string o = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value for " + o);
-      return argv[++i];
-    };
-    if (o == "--json")
-      json = true;
-    else if (o == "--nodes")
-      nodes_list = next();
-    else if (o == "--workers-per-node")
-      per_node = std::max(1, std::stoi(next()));
-    else if (o == "--link-gbit")
-      link_gbit = std::stod(next());
-    else if (o == "--mtu")
-      mtu = std::max(0, std::stoi(next()));
-    else if (o == "--routes")
-      routes = next();
-    else if (o == "--partitions")
-      a.partitions = static_cast<uint32_t>(std::stoul(next()));
-    else if (o == "--steps")
-      a.steps = std::max(1, std::stoi(next()));
-    else if (o == "--rows")
-      a.rows = std::stoull(next());
-    else if (o == "--dim")
-      a.dim = std::stoull(next());
-    else if (o == "--lookups")
-      a.lookups = std::stoull(next());
-    else if (o == "--dense-bytes")
-      a.dense_bytes = std::stoull(next());
-    else if (o == "--zipf")
-      a.zipf = std::stod(next());
-    else if (o == "--peers")
-      peers = next();
-    else if (o == "--daemon")
-      daemon = next();
-    else
-      die("unknown option " + o);
-  }
+  parse_options(
+      argc, argv,
+      {{"--nodes", [&](const std::string& v) { nodes_list = v; }},
+       {"--workers-per-node", [&](const std::string& v) { per_node = std::max(1, std::stoi(v)); }},
+       {"--link-gbit", [&](const std::string& v) { link_gbit = std::stod(v); }},
+       {"--mtu", [&](const std::string& v) { mtu = std::max(0, std::stoi(v)); }},
+       {"--routes", [&](const std::string& v) { routes = v; }},
+       {"--partitions",
+        [&](const std::string& v) { a.partitions = static_cast<uint32_t>(std::stoul(v)); }},
+       {"--steps", [&](const std::string& v) { a.steps = std::max(1, std::stoi(v)); }},
+       {"--rows", [&](const std::string& v) { a.rows = std::stoull(v); }},
+       {"--dim", [&](const std::string& v) { a.dim = std::stoull(v); }},
+       {"--lookups", [&](const std::string& v) { a.lookups = std::stoull(v); }},
+       {"--dense-bytes", [&](const std::string& v) { a.dense_bytes = std::stoull(v); }},
+       {"--zipf", [&](const std::string& v) { a.zipf = std::stod(v); }},
+       {"--peers", [&](const std::string& v) { peers = v; }},
+       {"--daemon", [&](const std::string& v) { daemon = v; }}},
+      {{"--json", &json}});
   std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
   // gloo_sparse.py draws Zipf(1.0) lookups only.
   if (peers.find("gloo") != std::string::npos && a.zipf != 1.0) {
@@ -408,18 +387,9 @@ int bench_sparse(int argc, char** argv) {
     std::string worker_shape = shape + " " + std::to_string(a.partitions) + " " + zipf_text;
     for (const std::string& route : split(routes)) {
       std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
-                            "/px-bench sparse-worker " + route + " " + worker_shape +
-                            " 2>/tmp/px-bench-last.err";
-      FILE* p = popen(command.c_str(), "r");
-      std::vector<std::string> node_json;
-      char line[4096];
-      while (p && fgets(line, sizeof line, p))
-        if (strncmp(line, "NODE ", 5) == 0) node_json.emplace_back(line + 5);
-      if (!p || pclose(p) != 0 || node_json.size() != size_t(n)) {
-        fprintf(stderr, "px-bench: route %s on %d nodes failed (see /tmp/px-bench-last.err)\n",
-                route.c_str(), n);
-        continue;
-      }
+                            "/px-bench sparse-worker " + route + " " + worker_shape;
+      std::vector<std::string> node_json = node_lines(command, n, "route " + route);
+      if (node_json.empty()) continue;
       // Step times are already per-step maxima over every worker of the job (each node
       // prints the same); the max over nodes only guards against a node disagreeing.
       StepSummary step_t, sparse_t;

@@ -222,39 +222,20 @@ int bench_tables(int argc, char** argv) {
   double link_gbit = 1;
   Shape s;
   std::string daemon = tools_dir() + "/../daemon/parallaxd";
-  for (int i = 0; i < argc; ++i) {
-    std::string o = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value for " + o);
-      return argv[++i];
-    };
-    if (o == "--json")
-      json = true;
-    else if (o == "--nodes")
-      nodes_text = next();
-    else if (o == "--workers-per-node")
-      per_node = std::max(1, std::stoi(next()));
-    else if (o == "--link-gbit")
-      link_gbit = std::stod(next());
-    else if (o == "--modes")
-      modes = next();
-    else if (o == "--steps")
-      s.steps = std::max(1, std::stoi(next()));
-    else if (o == "--batch")
-      s.batch = std::stoull(next());
-    else if (o == "--dim")
-      s.dim = std::stoull(next());
-    else if (o == "--max-rows")
-      s.max_rows = std::stoull(next());
-    else if (o == "--route")
-      s.route = next();
-    else if (o == "--zipf")
-      s.zipf = std::stod(next());
-    else if (o == "--daemon")
-      daemon = next();
-    else
-      die("unknown option " + o);
-  }
+  parse_options(
+      argc, argv,
+      {{"--nodes", [&](const std::string& v) { nodes_text = v; }},
+       {"--workers-per-node", [&](const std::string& v) { per_node = std::max(1, std::stoi(v)); }},
+       {"--link-gbit", [&](const std::string& v) { link_gbit = std::stod(v); }},
+       {"--modes", [&](const std::string& v) { modes = v; }},
+       {"--steps", [&](const std::string& v) { s.steps = std::max(1, std::stoi(v)); }},
+       {"--batch", [&](const std::string& v) { s.batch = std::stoull(v); }},
+       {"--dim", [&](const std::string& v) { s.dim = std::stoull(v); }},
+       {"--max-rows", [&](const std::string& v) { s.max_rows = std::stoull(v); }},
+       {"--route", [&](const std::string& v) { s.route = v; }},
+       {"--zipf", [&](const std::string& v) { s.zipf = std::stod(v); }},
+       {"--daemon", [&](const std::string& v) { daemon = v; }}},
+      {{"--json", &json}});
   route_of(s.route);  // refused here, before any cluster starts
   int nodes = std::stoi(nodes_text);
   uint64_t total_rows = 0;
@@ -281,18 +262,9 @@ int bench_tables(int argc, char** argv) {
     std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
                           "/px-bench tables-worker " + mode + " " + std::to_string(s.batch) + " " +
                           std::to_string(s.dim) + " " + std::to_string(s.max_rows) + " " +
-                          std::to_string(s.steps) + " " + s.route + " " + zipf_text +
-                          " 2>/tmp/px-bench-last.err";
-    FILE* p = popen(command.c_str(), "r");
-    std::vector<std::string> node_json;
-    char line[4096];
-    while (p && fgets(line, sizeof line, p))
-      if (strncmp(line, "NODE ", 5) == 0) node_json.emplace_back(line + 5);
-    if (!p || pclose(p) != 0 || node_json.size() != size_t(nodes)) {
-      fprintf(stderr, "px-bench: mode %s on %d nodes failed (see /tmp/px-bench-last.err)\n",
-              mode.c_str(), nodes);
-      continue;
-    }
+                          std::to_string(s.steps) + " " + s.route + " " + zipf_text;
+    std::vector<std::string> node_json = node_lines(command, nodes, "mode " + mode);
+    if (node_json.empty()) continue;
     StepSummary t;
     double requests = 0, tx_packets = 0, tx_bytes = 0;
     for (const std::string& j : node_json) {  // each node prints the same step times
