@@ -156,6 +156,18 @@ inline double json_number(const std::string& json, const std::string& key) {
   return std::stod(json.substr(at + key.size() + 3));
 }
 
+// A sparse route by its px-bench name ("alltoall-rows" and "alltoall-columns" are alltoall,
+// split as named); an unknown name ends the program.
+inline px_route parse_route(const std::string& r) {
+  if (r == "alltoall-rows" || r == "alltoall-columns" || r == "alltoall") return PX_ROUTE_ALLTOALL;
+  if (r == "ps") return PX_ROUTE_PS;
+  if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
+  if (r == "allreduce") return PX_ROUTE_ALLREDUCE;
+  if (r == "hybrid") return PX_ROUTE_HYBRID;
+  if (r == "auto") return PX_ROUTE_AUTO;
+  die("unknown route " + r);
+}
+
 // A scenario's options: `--name VALUE`, each given to its setter, and `--switch`es, each
 // setting its bool. An unknown option, or one without its value, ends the program.
 using OptionSetters = std::map<std::string, std::function<void(const std::string&)>>;

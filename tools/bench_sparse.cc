@@ -69,16 +69,6 @@ std::string base_route(const std::string& raw) {
   return r.substr(0, r.size() - (wire_of(r) == PX_BF16 ? 5 : wire_of(r) == PX_F16 ? 4 : 0));
 }
 
-px_route parse_route(const std::string& r) {
-  if (r == "alltoall-rows" || r == "alltoall-columns") return PX_ROUTE_ALLTOALL;
-  if (r == "ps") return PX_ROUTE_PS;
-  if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
-  if (r == "allreduce") return PX_ROUTE_ALLREDUCE;
-  if (r == "hybrid") return PX_ROUTE_HYBRID;
-  if (r == "auto") return PX_ROUTE_AUTO;
-  die("unknown route " + r);
-}
-
 }  // namespace
 
 // One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS

@@ -46,14 +46,6 @@ struct Shape {
   double zipf = 1.0;
 };
 
-px_route route_of(const std::string& r) {
-  if (r == "ps") return PX_ROUTE_PS;
-  if (r == "hybrid") return PX_ROUTE_HYBRID;
-  if (r == "alltoall") return PX_ROUTE_ALLTOALL;
-  if (r == "allgatherv") return PX_ROUTE_ALLGATHERV;
-  die("px-bench tables: route " + r + " (ps, hybrid, alltoall, allgatherv)");
-}
-
 // The tables' rows and each table's features (1 or 2).
 std::vector<uint64_t> table_rows(const Shape& s) {
   std::vector<uint64_t> rows;
@@ -95,7 +87,7 @@ int tables_worker(int argc, char** argv) {
   px_sparse_options so;
   px_sparse_options_init(&so);
   so.learning_rate = 0.01;
-  so.route = route_of(s.route);
+  so.route = parse_route(s.route);
   // Every table as a variable of its own (layers, concurrent) or of one group.
   std::vector<px_var*> vars(tables, nullptr);
   px_var* group = nullptr;
@@ -236,7 +228,7 @@ int bench_tables(int argc, char** argv) {
        {"--zipf", [&](const std::string& v) { s.zipf = std::stod(v); }},
        {"--daemon", [&](const std::string& v) { daemon = v; }}},
       {{"--json", &json}});
-  route_of(s.route);  // refused here, before any cluster starts
+  parse_route(s.route);  // refused here, before any cluster starts
   int nodes = std::stoi(nodes_text);
   uint64_t total_rows = 0;
   for (uint64_t r : table_rows(s)) total_rows += r;
