@@ -33,6 +33,21 @@ from .session import default_client
 from .sparse import _SparseModule, _Table
 
 
+def _lengths(lengths: Optional[torch.Tensor], offsets: Optional[torch.Tensor],
+             what: str) -> torch.Tensor:
+    """The lengths given, or those of the offsets given."""
+    if lengths is not None:
+        return lengths
+    if offsets is None:
+        raise parallax.InvalidArgument(1, f"{what}: lengths or offsets needed")
+    return offsets[1:] - offsets[:-1]
+
+
+def _offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """Where each run of lengths starts, and the end (len(lengths) + 1 values)."""
+    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+
+
 class JaggedTensor:
     """Values of one feature in variable-length rows (TorchRec's JaggedTensor, in small):
     values(), lengths() (one per example), offsets(), weights_or_none()."""
@@ -41,11 +56,7 @@ class JaggedTensor:
                  lengths: Optional[torch.Tensor] = None,
                  offsets: Optional[torch.Tensor] = None):
         self._values, self._weights = values, weights
-        if lengths is None:
-            if offsets is None:
-                raise parallax.InvalidArgument(1, "JaggedTensor: lengths or offsets needed")
-            lengths = offsets[1:] - offsets[:-1]
-        self._lengths = lengths
+        self._lengths = _lengths(lengths, offsets, "JaggedTensor")
 
     def values(self) -> torch.Tensor:
         """The values, one example's after another."""
@@ -57,7 +68,7 @@ class JaggedTensor:
 
     def offsets(self) -> torch.Tensor:
         """Where each example's values start, and the end (batch + 1)."""
-        return torch.cat([self._lengths.new_zeros(1), torch.cumsum(self._lengths, 0)])
+        return _offsets(self._lengths)
 
     def weights_or_none(self) -> Optional[torch.Tensor]:
         """The per-value weights, or None."""
@@ -74,12 +85,7 @@ class KeyedJaggedTensor:
                  offsets: Optional[torch.Tensor] = None, stride: Optional[int] = None):
         self._keys = list(keys)
         self._values, self._weights = values, weights
-        if lengths is None:
-            if offsets is None:
-                raise parallax.InvalidArgument(1, "KeyedJaggedTensor: lengths or offsets "
-                                                  "needed")
-            lengths = offsets[1:] - offsets[:-1]
-        self._lengths = lengths
+        self._lengths = lengths = _lengths(lengths, offsets, "KeyedJaggedTensor")
         if stride is None:
             stride = lengths.numel() // max(1, len(self._keys))
         self._stride = int(stride)
@@ -113,7 +119,7 @@ class KeyedJaggedTensor:
 
     def offsets(self) -> torch.Tensor:
         """Where each (key, example)'s values start, and the end."""
-        return torch.cat([self._lengths.new_zeros(1), torch.cumsum(self._lengths, 0)])
+        return _offsets(self._lengths)
 
     def weights_or_none(self) -> Optional[torch.Tensor]:
         """The per-value weights, or None."""
@@ -400,8 +406,7 @@ class EmbeddingBagCollection(_Collection):
         for f in self._features:
             t = self._feature_table[f]
             inverse, rows, lens, w = looked[f]
-            offsets = torch.cat([lens.new_zeros(1), torch.cumsum(lens, 0)[:-1]]).to(
-                inverse.device, torch.int64)
+            offsets = _offsets(lens)[:-1].to(inverse.device, torch.int64)
             pooled.append(F.embedding_bag(inverse, rows, offsets, mode=self._modes[t.name],
                                           per_sample_weights=w if self.is_weighted else None))
             dims.append(int(t.embedding_dim))
