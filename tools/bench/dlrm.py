@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+import bench_worker
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SYSTEMS = ("parallax", "parallax-layers", "ddp-sparse")
@@ -79,9 +81,7 @@ def worker(a) -> None:
     from torch import nn
     torch.set_num_threads(1)
 
-    per_node = int(os.environ["PX_CLUSTER_WORKERS_PER_NODE"])
-    rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
-    world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
+    rank, world = bench_worker.place()
     feats, rows = features(a)
     torch.manual_seed(0)  # the same initial MLPs on every worker
 
@@ -110,7 +110,6 @@ def worker(a) -> None:
     offsets = torch.arange(a.batch)
 
     if a.system.startswith("parallax"):
-        import numpy as np
         import parallax
         import parallax.torch as pxt
         client = parallax.Client(timeout=300, op_timeout=600)
@@ -137,7 +136,7 @@ def worker(a) -> None:
                 return torch.cat([bags[t](i, offsets) for (_, t), i in zip(feats, ids)], dim=1)
         body = pxt.DistributedDataParallel(Body(), client=client, name="dlrm.body")
         opt = torch.optim.Adam(body.parameters(), lr=1e-3)
-        times = client.dense("bench.times", a.steps, np.float64, op="max")
+        reduce_max = bench_worker.max_reducer(client, a.steps)
         barrier = lambda: client.barrier(600)
 
         def train(dense, ids, labels):
@@ -145,18 +144,11 @@ def worker(a) -> None:
             loss = F.binary_cross_entropy_with_logits(body(dense, embed(ids)), labels)
             loss.backward()
             opt.step()
-
-        def reduce_max(values):
-            arr = np.array(values, dtype=np.float64)
-            times.allreduce(arr).wait()
-            return arr.tolist()
     else:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
-        master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
-        dist.init_process_group("gloo", init_method=f"tcp://{master}:29564", rank=rank,
-                                world_size=world)
+        bench_worker.init_gloo(rank, world, 29564)
+        reduce_max = bench_worker.max_reducer(None, a.steps)
 
         class Model(nn.Module):
             def __init__(self):
@@ -182,11 +174,6 @@ def worker(a) -> None:
             loss.backward()
             for o in opts:
                 o.step()
-
-        def reduce_max(values):
-            t = torch.tensor(values, dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return t.tolist()
 
     step_times = []
     for i, batch in enumerate(batches):

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+import bench_worker
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SYSTEMS = ("parallax", "ddp-dense", "ddp-sparse")
@@ -87,9 +89,7 @@ def worker(a) -> None:
     torch.set_num_threads(1)
     from model import LMConfig, ParallaxLM, ReferenceLM
 
-    per_node = int(os.environ["PX_CLUSTER_WORKERS_PER_NODE"])
-    rank = int(os.environ["PX_CLUSTER_NODE"]) * per_node + int(os.environ["PARALLAX_LOCAL_RANK"])
-    world = int(os.environ["PX_CLUSTER_NODES"]) * per_node
+    rank, world = bench_worker.place()
     prefetch = a.system.endswith("-prefetch")
     cfg = LMConfig(vocab=a.vocab, embed=a.embed, hidden=a.hidden, num_sampled=a.sampled,
                    prefetch=prefetch)
@@ -103,7 +103,6 @@ def worker(a) -> None:
         local_opts = local.optimizers()
 
     if a.system in PARALLAX_SYSTEMS:
-        import numpy as np
         import parallax
         import parallax.torch as pxt
         client = parallax.Client(timeout=300, op_timeout=600)
@@ -111,29 +110,17 @@ def worker(a) -> None:
         model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body",
                                                  prioritize="fifo" not in a.system)
         opts = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
-        times_var = client.dense("bench.times", 2 * a.steps, np.float64, op="max")
+        reduce_max = bench_worker.max_reducer(client, 2 * a.steps)
         barrier = lambda: client.barrier(600)
-
-        def reduce_max(values):
-            arr = np.array(values, dtype=np.float64)
-            times_var.allreduce(arr).wait()
-            return arr.tolist()
     else:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("PX_CLUSTER_IFACE", "lo"))
-        master = os.environ["PX_CLUSTER_HOSTS"].split(",")[0]
-        dist.init_process_group("gloo", init_method=f"tcp://{master}:29563", rank=rank,
-                                world_size=world)
+        bench_worker.init_gloo(rank, world, 29563)
+        reduce_max = bench_worker.max_reducer(None, 2 * a.steps)
         ref = ReferenceLM(cfg, sparse_grads=(a.system == "ddp-sparse"))
         opts = ref.optimizers()
         model = DDP(ref, bucket_cap_mb=25, gradient_as_bucket_view=a.system == "ddp-dense")
         barrier = dist.barrier
-
-        def reduce_max(values):
-            t = torch.tensor(values, dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return t.tolist()
 
     def step(m, optimizers, x, y):
         for o in optimizers:
