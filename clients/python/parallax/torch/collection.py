@@ -48,26 +48,25 @@ def _offsets(lengths: torch.Tensor) -> torch.Tensor:
     return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
 
 
-class JaggedTensor:
-    """Values of one feature in variable-length rows (TorchRec's JaggedTensor, in small):
-    values(), lengths() (one per example), offsets(), weights_or_none()."""
+class _Jagged:
+    """Values in runs of given lengths, with optional per-value weights: what JaggedTensor
+    and KeyedJaggedTensor share."""
 
-    def __init__(self, values: torch.Tensor, weights: Optional[torch.Tensor] = None,
-                 lengths: Optional[torch.Tensor] = None,
-                 offsets: Optional[torch.Tensor] = None):
+    def __init__(self, values: torch.Tensor, weights: Optional[torch.Tensor],
+                 lengths: Optional[torch.Tensor], offsets: Optional[torch.Tensor], what: str):
         self._values, self._weights = values, weights
-        self._lengths = _lengths(lengths, offsets, "JaggedTensor")
+        self._lengths = _lengths(lengths, offsets, what)
 
     def values(self) -> torch.Tensor:
-        """The values, one example's after another."""
+        """The values, one run after another."""
         return self._values
 
     def lengths(self) -> torch.Tensor:
-        """How many values each example has."""
+        """How many values each run has (KeyedJaggedTensor: key-major, keys x stride())."""
         return self._lengths
 
     def offsets(self) -> torch.Tensor:
-        """Where each example's values start, and the end (batch + 1)."""
+        """Where each run's values start, and the end (one more than the lengths)."""
         return _offsets(self._lengths)
 
     def weights_or_none(self) -> Optional[torch.Tensor]:
@@ -75,7 +74,17 @@ class JaggedTensor:
         return self._weights
 
 
-class KeyedJaggedTensor:
+class JaggedTensor(_Jagged):
+    """Values of one feature in variable-length rows (TorchRec's JaggedTensor, in small):
+    values(), lengths() (one per example), offsets(), weights_or_none()."""
+
+    def __init__(self, values: torch.Tensor, weights: Optional[torch.Tensor] = None,
+                 lengths: Optional[torch.Tensor] = None,
+                 offsets: Optional[torch.Tensor] = None):
+        super().__init__(values, weights, lengths, offsets, "JaggedTensor")
+
+
+class KeyedJaggedTensor(_Jagged):
     """Jagged features by key (TorchRec's KeyedJaggedTensor, in small): values of every key
     one after another, lengths key-major (len(keys) x batch), optional per-value weights."""
 
@@ -84,8 +93,8 @@ class KeyedJaggedTensor:
                  lengths: Optional[torch.Tensor] = None,
                  offsets: Optional[torch.Tensor] = None, stride: Optional[int] = None):
         self._keys = list(keys)
-        self._values, self._weights = values, weights
-        self._lengths = lengths = _lengths(lengths, offsets, "KeyedJaggedTensor")
+        super().__init__(values, weights, lengths, offsets, "KeyedJaggedTensor")
+        lengths = self._lengths
         if stride is None:
             stride = lengths.numel() // max(1, len(self._keys))
         self._stride = int(stride)
@@ -108,22 +117,6 @@ class KeyedJaggedTensor:
     def keys(self) -> List[str]:
         """The feature names, in the values' order."""
         return self._keys
-
-    def values(self) -> torch.Tensor:
-        """Every key's values, one key's after another."""
-        return self._values
-
-    def lengths(self) -> torch.Tensor:
-        """Values per (key, example), key-major: len(keys) x stride()."""
-        return self._lengths
-
-    def offsets(self) -> torch.Tensor:
-        """Where each (key, example)'s values start, and the end."""
-        return _offsets(self._lengths)
-
-    def weights_or_none(self) -> Optional[torch.Tensor]:
-        """The per-value weights, or None."""
-        return self._weights
 
     def stride(self) -> int:
         """The batch size."""
