@@ -6,7 +6,7 @@
 # examples/slurm/parallax.sbatch as a 2 nodes x 2 tasks job: one parallaxd per node, then
 # two training steps of the demo's model at the same time in the one allocation.
 # Checks: the job completes; each step trained on 2 nodes x 2 workers as a Parallax job of
-# its own (slurm-JOB.1 and slurm-JOB.2, on the same daemons); nothing of it is left running.
+# its own (slurm-JOB.STEP, on the same daemons); nothing of it is left running.
 # PX_SLURM_KEEP=1 keeps the work folder (configuration, logs) for a look afterwards.
 # usage (as root, from ctest): slurm_cluster.sh PARALLAXD LIBPARALLAX
 set -u
@@ -26,14 +26,28 @@ IFS=, read -r -a HOSTS <<<"$PX_CLUSTER_HOSTS"
 IFS=, read -r -a NAMESPACES <<<"$PX_CLUSTER_NAMESPACES"
 WORK=$(mktemp -d /tmp/px-slurm.XXXXXX)
 chmod 755 "$WORK"
-PIDS=()
 fail() {
   echo "FAIL: $*" >&2
   for f in "$WORK"/*.log "$WORK"/out/*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -30 "$f" >&2; }; done
   exit 1
 }
+# Everything this test started runs in the cluster's namespaces (processes outlive a deleted
+# namespace): the job's steps and tasks, slurmstepd, slurmd, slurmctld, munged. All of them
+# are stopped, but not this script and its ancestors (in node 0's).
+stop_namespaces() {  # stop_namespaces SIGNAL
+  local keep=" $$ " p=$$ pid ns
+  while [ "$p" -gt 1 ]; do p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1); keep+="$p "; done
+  for ns in "${NAMESPACES[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      [[ "$keep" == *" $pid "* ]] || kill "-$1" "$pid" 2>/dev/null
+    done
+  done
+}
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+  scancel --quiet --user=root 2>/dev/null
+  stop_namespaces TERM
+  sleep 1
+  stop_namespaces KILL
   wait 2>/dev/null
   [ -n "${PX_SLURM_KEEP:-}" ] || rm -rf "$WORK"
 }
@@ -44,7 +58,6 @@ dd if=/dev/urandom of="$WORK/munge.key" bs=1024 count=1 status=none
 chmod 400 "$WORK/munge.key"
 munged -F -f --socket="$WORK/munge.sock" --key-file="$WORK/munge.key" \
   --pid-file="$WORK/munged.pid" --log-file="$WORK/munged.log" --seed-file="$WORK/munged.seed" &
-PIDS+=($!)
 
 # The nodes' names, resolved through a hosts file each daemon's mount namespace sees.
 NODES=()
@@ -61,6 +74,8 @@ CgroupMountpoint=/sys/fs/cgroup
 EOF
 cat >"$WORK/slurm.conf" <<EOF
 ClusterName=px
+# Job ids of this run's own (the sbatch script names sockets by job and node).
+FirstJobId=$(( ($$ % 40000) * 100 + 1 ))
 SlurmctldHost=pxn0(${HOSTS[0]})
 SlurmUser=root
 SlurmdUser=root
@@ -112,10 +127,8 @@ as_node() {
 }
 for _ in $(seq 1 50); do [ -S "$WORK/munge.sock" ] && break; sleep 0.1; done
 as_node 0 slurmctld -D -i -f "$WORK/slurm.conf" >"$WORK/slurmctld.out" 2>&1 &
-PIDS+=($!)
 for i in "${!HOSTS[@]}"; do
   as_node "$i" slurmd -D -f "$WORK/slurm.conf" >"$WORK/slurmd-$i.out" 2>&1 &
-  PIDS+=($!)
 done
 # Every node idle before the job goes in.
 for _ in $(seq 1 100); do
@@ -149,9 +162,10 @@ echo "$out"
 # Two steps, each a Parallax job of 2 nodes x 2 workers that trained 12 steps.
 [ "$(grep -c 'parallax: 2 nodes x 2 workers' <<<"$out")" = 2 ] || fail "not two 2 x 2 trainings"
 [ "$(grep -c 'trained 12 steps' <<<"$out")" = 2 ] || fail "not two finished trainings"
-for step in 1 2; do
-  grep -q "job 'slurm-$job.$step'" <<<"$out" || fail "no Parallax job slurm-$job.$step"
-done
+# Each training its own Parallax job, named by its step (the daemons' is another step).
+names=$(grep -o "job 'slurm-$job\.[0-9]*': all 2 local workers connected" <<<"$out" |
+        cut -d"'" -f2 | sort -u | wc -l)
+[ "$names" = 2 ] || fail "the two steps were not two Parallax jobs slurm-$job.STEP ($names)"
 # Nothing of the job left running anywhere.
 for _ in $(seq 1 50); do
   pgrep -f "parallax-slurm-$job|tools/lm/train.py" >/dev/null || break
