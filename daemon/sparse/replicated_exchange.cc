@@ -100,9 +100,11 @@ void ReplicatedExchange::allgatherv_rows(const std::shared_ptr<Step>& ex) {
   }
   ex->gathered.resize(offset[nodes]);
   char* own = ex->gathered.data() + offset[static_cast<size_t>(node_)];
-  std::memcpy(own, ex->mine.rows, ex->mine.count * sizeof(int64_t));
-  std::memcpy(own + ex->mine.count * sizeof(int64_t), ex->mine.values,
-              ex->mine.count * dim_ * sizeof(float));
+  if (ex->mine.count > 0) {  // an empty push (every local push refused) has no buffers
+    std::memcpy(own, ex->mine.rows, ex->mine.count * sizeof(int64_t));
+    std::memcpy(own + ex->mine.count * sizeof(int64_t), ex->mine.values,
+                ex->mine.count * dim_ * sizeof(float));
+  }
   for (size_t i = 0; i < nodes; ++i) {
     char* block = ex->gathered.data() + offset[i];
     ShardRequest batch;
