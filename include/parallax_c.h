@@ -53,8 +53,9 @@ extern "C" {
  * px_reduce_scatter, px_alltoall, px_alltoallv; 1.10: launchers' variables (torchrun, Open
  * MPI, Slurm) read by px_connect, px_launch_info_from_env; 1.11: px_set_sparse_lr; 1.12:
  * table groups (px_register_sparse_group, px_pull_rows_group, px_prefetch_rows_group,
- * px_push_rows_group) */
-#define PX_ABI_VERSION_MINOR 12
+ * px_push_rows_group); 1.13: px_dense_options, px_register_dense_ex (a 16-bit wire for
+ * dense allreduce) */
+#define PX_ABI_VERSION_MINOR 13
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -303,6 +304,19 @@ typedef enum px_nonfinite {
   PX_NONFINITE_FORCE_32BIT = 0x7fffffff
 } px_nonfinite;
 
+/* A dense variable's options (1.13). Fill with px_dense_options_init, then override fields. */
+typedef struct px_dense_options {
+  uint32_t struct_size; /* sizeof(px_dense_options) */
+  /* px_dtype an f32 variable's allreduce carries its sums in between nodes: PX_F32 (default),
+   * PX_BF16 or PX_F16 (Horovod's fp16 compression, DDP's bf16_compress_hook). Half the bytes
+   * on the links; lossy: every partial sum a node sends on is rounded to the wire type (to
+   * nearest even; f16 saturates at +-65504) and nodes add in f32, so the result is a wire
+   * value widened to f32, bitwise the same on every worker. Within one node nothing is
+   * rounded. Allreduce only (the variable's other collectives stay f32); every node of the
+   * job must name the same (PX_ERR_MISMATCH). Exact rule: docs/c-api.md, "A 16-bit wire". */
+  int32_t wire_dtype;
+} px_dense_options;
+
 /* A sparse variable's options. Fill with px_sparse_options_init, then override fields. */
 typedef struct px_sparse_options {
   uint32_t struct_size;       /* sizeof(px_sparse_options) */
@@ -396,6 +410,13 @@ PX_API px_status px_progress(px_client* client);
  * PX_ERR_MISMATCH (now, or from its next operation on the variable). */
 PX_API px_status px_register_dense(px_client* client, const char* name, px_dtype dtype,
                                    uint64_t count, px_reduce_op op, px_var** out_var);
+/* (1.13) Fills options with the defaults (and struct_size). */
+PX_API void px_dense_options_init(px_dense_options* options);
+/* (1.13) px_register_dense with options (NULL: the defaults, as px_register_dense); the
+ * options are part of what every worker and node must register alike. */
+PX_API px_status px_register_dense_ex(px_client* client, const char* name, px_dtype dtype,
+                                      uint64_t count, px_reduce_op op,
+                                      const px_dense_options* options, px_var** out_var);
 /* Counters the daemon keeps for this variable on this node. */
 PX_API px_status px_var_stats_get(px_var* var, px_var_stats* out_stats);
 

@@ -2,47 +2,37 @@
 
 #include <algorithm>
 
-#include "transport/kernels/half.h"
+#include "transport/kernels/wire16.h"
 
 namespace px {
 namespace {
 
-constexpr float kF16Max = 65504.0f;
-
-inline float saturate_f16(float v) {
-  return std::clamp(v, -kF16Max, kF16Max);  // NaN passes: every comparison is false
+// WireDtype's values are px_dtype's, as DType's are.
+DType wire_type(WireDtype wire) {
+  return static_cast<DType>(wire);
 }
+static_assert(static_cast<DType>(WireDtype::kBf16) == DType::kBF16 &&
+              static_cast<DType>(WireDtype::kF16) == DType::kF16);
 
 }  // namespace
 
 void round_to_wire(WireDtype wire, float* values, size_t n) {
-  switch (wire) {
-    case WireDtype::kF32:
-      return;
-    case WireDtype::kBf16:
-      for (size_t i = 0; i < n; ++i) values[i] = bf16_to_float(float_to_bf16(values[i]));
-      return;
-    case WireDtype::kF16:
-      for (size_t i = 0; i < n; ++i)
-        values[i] = f16_to_float(float_to_f16(saturate_f16(values[i])));
-      return;
+  if (wire == WireDtype::kF32) return;
+  constexpr size_t kBlock = 4096;
+  uint16_t packed[kBlock];
+  for (size_t at = 0; at < n; at += kBlock) {
+    size_t m = std::min(kBlock, n - at);
+    pack_wire16(wire_type(wire), values + at, m, packed);
+    unpack_wire16(wire_type(wire), packed, m, values + at);
   }
 }
 
 void pack_wire(WireDtype wire, const float* values, size_t n, uint16_t* out) {
-  if (wire == WireDtype::kBf16) {
-    for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(values[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = float_to_f16(saturate_f16(values[i]));
-  }
+  pack_wire16(wire_type(wire), values, n, out);
 }
 
 void unpack_wire(WireDtype wire, const uint16_t* in, size_t n, float* out) {
-  if (wire == WireDtype::kBf16) {
-    for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = f16_to_float(in[i]);
-  }
+  unpack_wire16(wire_type(wire), in, n, out);
 }
 
 }  // namespace px

@@ -485,8 +485,21 @@ PX_API px_status px_world(px_client* handle, px_world_info* out_info) {
   return succeed();
 }
 
+PX_API void px_dense_options_init(px_dense_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->wire_dtype = PX_F32;
+}
+
 PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype dtype,
                                    uint64_t count, px_reduce_op op, px_var** out_var) {
+  return px_register_dense_ex(handle, name, dtype, count, op, nullptr, out_var);
+}
+
+PX_API px_status px_register_dense_ex(px_client* handle, const char* name, px_dtype dtype,
+                                      uint64_t count, px_reduce_op op,
+                                      const px_dense_options* options, px_var** out_var) {
   using namespace px;
   if (!out_var) return fail(PX_ERR_INVALID, "px_register_dense: out_var is NULL");
   *out_var = nullptr;
@@ -494,6 +507,16 @@ PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype
   if (!find_client(handle, &ref)) return stale_handle("px_register_dense", "client", handle);
   Client* c = ref.client.get();
   if (!name) return fail(c, PX_ERR_INVALID, "px_register_dense: name is NULL");
+  // Fields the caller's (older, smaller) struct lacks keep their defaults.
+  px_dense_options o;
+  px_dense_options_init(&o);
+  if (options) {
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > (1u << 16))
+      return fail(c, PX_ERR_INVALID,
+                  std::string("px_register_dense_ex('") + name +
+                      "'): options->struct_size is not set (use px_dense_options_init)");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+  }
   if (!valid_dtype(static_cast<uint32_t>(dtype)))
     return fail(
         c, PX_ERR_INVALID,
@@ -502,10 +525,17 @@ PX_API px_status px_register_dense(px_client* handle, const char* name, px_dtype
     return fail(
         c, PX_ERR_INVALID,
         std::string("px_register_dense('") + name + "'): unknown reduce op " + std::to_string(op));
+  if (o.wire_dtype != PX_F32 &&
+      ((o.wire_dtype != PX_BF16 && o.wire_dtype != PX_F16) || dtype != PX_F32))
+    return fail(c, PX_ERR_INVALID,
+                std::string("px_register_dense_ex('") + name + "'): wire_dtype " +
+                    std::to_string(o.wire_dtype) +
+                    " needs an f32 variable and one of PX_F32, PX_BF16, PX_F16");
   flatbuffers::FlatBufferBuilder b;
   auto name_offset = b.CreateString(name);
-  auto request = control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
-                                              static_cast<uint32_t>(op));
+  auto request =
+      control::CreateRegisterDense(b, name_offset, static_cast<uint32_t>(dtype), count,
+                                   static_cast<uint32_t>(op), static_cast<uint32_t>(o.wire_dtype));
   Var var;
   var.name = name;
   var.dtype = static_cast<DType>(dtype);

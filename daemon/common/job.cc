@@ -8,7 +8,19 @@ std::string Fingerprint::describe() const {
   if (sparse)
     return "sparse " + std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "x" +
            std::to_string(dim) + "] " + options;
-  return std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] " + reduce_op_name(op);
+  return std::string(dtype_name(dtype)) + "[" + std::to_string(count) + "] " + reduce_op_name(op) +
+         (options.empty() ? "" : " " + options);
+}
+
+std::string dense_wire_option(DType wire) {
+  return wire == DType::kF32 ? "" : std::string("wire=") + dtype_name(wire);
+}
+
+DType dense_wire(const Fingerprint& fingerprint) {
+  if (fingerprint.sparse || fingerprint.options.empty()) return DType::kF32;
+  for (DType wire : {DType::kBF16, DType::kF16})
+    if (fingerprint.options == dense_wire_option(wire)) return wire;
+  return DType::kF32;
 }
 
 namespace {

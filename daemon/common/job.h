@@ -30,7 +30,7 @@ struct Fingerprint {
   ReduceOp op = ReduceOp::kSum;
   bool sparse = false;
   uint64_t dim = 0;     // sparse: values per row
-  std::string options;  // sparse: SparseOptions::canonical()
+  std::string options;  // sparse: SparseOptions::canonical(); dense: "" or dense_wire_option
 
   bool operator==(const Fingerprint&) const = default;
   uint64_t bytes() const { return count * dtype_size(dtype); }
@@ -39,6 +39,11 @@ struct Fingerprint {
   // differ), so mismatch messages stay short enough to name every party.
   std::string describe_difference(const Fingerprint& other) const;
 };
+
+// A dense f32 variable's 16-bit wire between nodes (px_dense_options.wire_dtype), kept as
+// its fingerprint's options ("wire=bf16") so that nodes agree on it with the rest.
+std::string dense_wire_option(DType wire);         // "" for kF32
+DType dense_wire(const Fingerprint& fingerprint);  // kF32 unless the options name one
 
 // A sparse step's buffers staged by the daemon in host memory (the worker gave device
 // memory: daemon/sparse/device_rows_step), read and written instead of in and out.

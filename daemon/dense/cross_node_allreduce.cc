@@ -42,6 +42,9 @@ void start_cross_node_allreduce(const StepContext& context, const std::shared_pt
       done(PX_ERR_PEER_LOST, why + suffix(*v, step));
     });
   };
+  // The variable's 16-bit wire (px_dense_options.wire_dtype) carries f32 sums only; the
+  // barrier's word and the device path's staging of other dtypes stay exact.
+  DType wire = var.id != 0 && spec.dtype == DType::kF32 ? dense_wire(var.fingerprint) : DType::kF32;
   if (spec.count * dtype_size(spec.dtype) <= kRecursiveDoublingMaxBytes) {
     // Small: a few whole-buffer exchanges, reduced inline on the fabric's thread (no pool
     // hop).
@@ -52,6 +55,7 @@ void start_cross_node_allreduce(const StepContext& context, const std::shared_pt
     small.op = spec.op;
     small.tag_base = tag_base;
     small.priority = spec.priority;
+    small.wire = wire;
     return start_recursive_doubling_allreduce(*context.fabric, small, finished);
   }
   RingAllreduceSpec ring;
@@ -62,6 +66,7 @@ void start_cross_node_allreduce(const StepContext& context, const std::shared_pt
   ring.tag_base = tag_base;
   ring.chunk_bytes = context.chunk_bytes;
   ring.priority = spec.priority;
+  ring.wire = wire;
   ThreadPool& pool = context.offload.pool();
   start_ring_allreduce(
       *context.fabric, ring, [&pool](std::function<void()> fn) { pool.submit(std::move(fn)); },

@@ -17,6 +17,7 @@
 #include "daemon/front/server.h"
 #include "daemon/sparse/sparse_router.h"
 #include "parallax_c.h"
+#include "transport/kernels/wire16.h"
 
 namespace px {
 namespace {
@@ -327,6 +328,15 @@ void Session::handle_register(const control::RegisterDense& request) {
                           "variable '" + name + "': count " + std::to_string(fingerprint.count) +
                               " is zero or too large",
                           0);
+  uint32_t wire = request.wire_dtype();
+  if (wire != static_cast<uint32_t>(DType::kF32)) {
+    if (!is_wire16(static_cast<DType>(wire)) || fingerprint.dtype != DType::kF32)
+      return reply_register(PX_ERR_INVALID,
+                            "variable '" + name + "': wire_dtype " + std::to_string(wire) +
+                                " is not PX_F32, PX_BF16 or PX_F16, or the variable is not f32",
+                            0);
+    fingerprint.options = dense_wire_option(static_cast<DType>(wire));
+  }
   register_variable(name, fingerprint, nullptr);
 }
 

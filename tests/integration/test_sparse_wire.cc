@@ -67,3 +67,18 @@ TEST_CASE(
   REQUIRE(all_ok(by_columns));
   CHECK(field(by_columns[0].output, "table_hash") == field(bf16[0].output, "table_hash"));
 }
+
+TEST_CASE(
+    "wire: dense allreduce on a bf16 and an f16 wire between 2 nodes is within the wire's "
+    "bound of the exact sum, a wire value alike on every worker, and one node rounds nothing") {
+  ClusterProcesses cluster("dwire", 2);
+  for (std::string wire : {"bf16", "f16"}) {
+    auto results = run_cluster_workers(cluster, "dwire-" + wire, 2, {"wire-dense", "--wire", wire});
+    CHECK(all_ok(results));
+    CHECK(same_field(results, "dense_hash"));
+  }
+  DaemonProcess daemon("dwire1");
+  auto single = run_workers(daemon, "dwire-one", 2, {"wire-dense", "--wire", "bf16"});
+  CHECK(all_ok(single));
+  CHECK(same_field(single, "dense_hash"));
+}

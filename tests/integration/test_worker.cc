@@ -511,7 +511,24 @@ int scenario_cluster_mismatch(px_client* c) {
   expect_status(s, PX_ERR_MISMATCH, "a variable whose shape differs across nodes");
   expect_contains(message, "f32[100] sum");
   expect_contains(message, "f32[101] sum");
-  printf("OK cluster-mismatch: %s\n", message.c_str());
+  // A dense wire dtype that differs across nodes (1.13): the message names both.
+  px_dense_options o;
+  px_dense_options_init(&o);
+  o.wire_dtype = w.node_index == 0 ? PX_BF16 : PX_F32;
+  px_var* wired = nullptr;
+  s = px_register_dense_ex(c, "wired", PX_F32, 64, PX_SUM, &o, &wired);
+  std::string wire_message = px_last_error();
+  if (s == PX_OK) {
+    std::vector<float> buf(64, 1.0f);
+    px_request* req = nullptr;
+    check(px_allreduce(wired, buf.data(), buf.data(), &req), "px_allreduce");
+    s = px_wait(req, 20000);
+    wire_message = px_last_error();
+    px_request_free(req);
+  }
+  expect_status(s, PX_ERR_MISMATCH, "a dense wire dtype that differs across nodes");
+  expect_contains(wire_message, "f32[64] sum wire=bf16");
+  printf("OK cluster-mismatch: %s | %s\n", message.c_str(), wire_message.c_str());
   return 0;
 }
 

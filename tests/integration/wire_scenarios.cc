@@ -1,7 +1,9 @@
 // The wire-dtype scenario of the test worker (px_sparse_options.wire_dtype): every worker
 // simulates the whole job in double, rounding to the wire dtype where the daemons do (a
 // pull's rows; each node's summed gradients of a push), and checks every pulled row against
-// it; every pulled value must also be exactly a wire-dtype value.
+// it; every pulled value must also be exactly a wire-dtype value. And the dense wire
+// (px_dense_options.wire_dtype): allreduce results against the exact sum, wire values
+// bitwise alike on every worker.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -156,6 +158,87 @@ int scenario_wire_train(px_client* c, const Flags& f) {
   return 0;
 }
 
+// Worker rank's value i of step k of a dense variable: positive, so sums do not cancel and
+// the wire's relative error bound holds.
+float dense_value(int rank, uint64_t k, size_t i) {
+  return float(0.5 + 0.5 * std::fabs(std::sin(double(i) * 0.37 + rank * 1.3 + double(k))));
+}
+
+// wire-dense --wire f32|bf16|f16: the refusals, then steps of a ring-sized and a small
+// allreduce (sum and mean) against the exact sum. Prints a hash of every result, which
+// must be the same on every worker.
+int scenario_wire_dense(px_client* c, const Flags& f) {
+  static const int32_t kWireDtypes[] = {PX_F32, PX_BF16, PX_F16};
+  int32_t wire = kWireDtypes[f.choice("wire")];
+  px_world_info w = world_of(c);
+  px_dense_options o;
+  px_dense_options_init(&o);
+  if (o.struct_size != sizeof o || o.wire_dtype != PX_F32) die("px_dense_options_init");
+  px_var* refused = nullptr;
+  o.wire_dtype = PX_BF16;
+  expect_status(px_register_dense_ex(c, "bad-dtype", PX_F64, 8, PX_SUM, &o, &refused),
+                PX_ERR_INVALID, "a bf16 wire on an f64 variable");
+  expect_contains(px_last_error(), "needs an f32 variable");
+  o.wire_dtype = PX_I32;
+  expect_status(px_register_dense_ex(c, "bad-wire", PX_F32, 8, PX_SUM, &o, &refused),
+                PX_ERR_INVALID, "an i32 wire");
+  px_dense_options unsized = o;
+  unsized.struct_size = 0;
+  expect_status(px_register_dense_ex(c, "bad-size", PX_F32, 8, PX_SUM, &unsized, &refused),
+                PX_ERR_INVALID, "struct_size 0");
+  expect_contains(px_last_error(), "px_dense_options_init");
+
+  o.wire_dtype = wire;
+  // 300k values take the ring (above the 32 KiB of recursive doubling), 1000 do not.
+  const size_t kCounts[] = {300000, 1000};
+  const px_reduce_op kOps[] = {PX_SUM, PX_MEAN};
+  double ulp = wire == PX_BF16 ? 0x1p-8 : wire == PX_F16 ? 0x1p-11 : 0x1p-23;
+  bool rounded = wire != PX_F32 && w.node_count > 1;  // one node sends nothing
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t count : kCounts) {
+    for (px_reduce_op op : kOps) {
+      std::string name = "dense-" + std::to_string(count) + (op == PX_SUM ? "-sum" : "-mean");
+      px_var* var = nullptr;
+      check(px_register_dense_ex(c, name.c_str(), PX_F32, count, op, &o, &var),
+            ("register " + name).c_str());
+      std::vector<float> in(count), out(count);
+      for (uint64_t k = 0; k < 3; ++k) {
+        for (size_t i = 0; i < count; ++i) in[i] = dense_value(g_rank, k, i);
+        px_request* r = nullptr;
+        check(px_allreduce(var, in.data(), out.data(), &r), ("px_allreduce " + name).c_str());
+        px_status s = px_wait(r, 60000);
+        if (s != PX_OK) die(name + ": " + px_status_name(s) + ": " + px_request_error(r));
+        px_request_free(r);
+        for (size_t i = 0; i < count; ++i) {
+          double exact = 0;
+          for (int rank = 0; rank < w.world_size; ++rank) exact += dense_value(rank, k, i);
+          if (op == PX_MEAN) exact /= w.world_size;
+          // Each node's partial sum is rounded once as it leaves (at most node_count
+          // roundings of at most the total each), plus f32's own.
+          double bound = (w.node_count * ulp + 1e-6) * exact;
+          float sum_value = op == PX_MEAN ? out[i] * float(w.world_size) : out[i];
+          float again = sum_value;
+          px::round_to_wire(wire == PX_BF16 ? px::WireDtype::kBf16 : px::WireDtype::kF16, &again,
+                            1);
+          if (!(std::fabs(out[i] - exact) <= bound) ||
+              (rounded && op == PX_SUM && std::memcmp(&again, &sum_value, 4) != 0)) {
+            char text[200];
+            snprintf(text, sizeof text, " step %llu value %zu: %.9g, exact %.9g%s",
+                     (unsigned long long)k, i, double(out[i]), exact,
+                     rounded && again != sum_value ? " (not a wire value)" : "");
+            die(name + text);
+          }
+          uint32_t bits;
+          std::memcpy(&bits, &out[i], 4);
+          hash = (hash ^ bits) * 1099511628211ull;
+        }
+      }
+    }
+  }
+  printf("ok rank %d dense_hash=%016llx\n", g_rank, (unsigned long long)hash);
+  return 0;
+}
+
 }  // namespace
 
 const std::vector<ScenarioSpec>& wire_scenario_specs() {
@@ -166,12 +249,17 @@ const std::vector<ScenarioSpec>& wire_scenario_specs() {
        {},
        "training with rows and gradients in the wire dtype, against a reference that rounds "
        "where the daemons do"},
+      {"wire-dense",
+       {"wire:f32|bf16|f16"},
+       {},
+       "dense allreduce on a 16-bit wire against the exact sum; refusals of bad options"},
   };
   return specs;
 }
 
 int run_wire_scenario(px_client* c, const std::string& scenario, const Flags& flags) {
   if (scenario == "wire-train") return scenario_wire_train(c, flags);
+  if (scenario == "wire-dense") return scenario_wire_dense(c, flags);
   die("unknown wire scenario " + scenario);
 }
 

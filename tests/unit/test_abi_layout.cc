@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 12u), "ABI 1.12");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 13u), "ABI 1.13");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -99,6 +99,8 @@ static_assert(offsetof(px_sparse_options, nonfinite) == 108);
 static_assert(offsetof(px_sparse_options, alltoall_split) == 112);  // (1.5)
 static_assert(offsetof(px_sparse_options, wire_dtype) == 116);
 static_assert(offsetof(px_sparse_options, prefetch) == 120);  // (1.6)
+static_assert(sizeof(px_dense_options) == 8);                 // (1.13)
+static_assert(offsetof(px_dense_options, wire_dtype) == 4);
 
 // The shared-memory entries libparallax and parallaxd exchange.
 static_assert(sizeof(px::SubmitEntry) == 80 && sizeof(px::CompletionEntry) == 256);

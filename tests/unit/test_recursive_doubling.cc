@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "tests/unit/collective_test_util.h"
 #include "transport/collectives/inproc_transport.h"
 #include "transport/collectives/recursive_doubling_allreduce.h"
+#include "transport/kernels/wire16.h"
 
 using namespace px;
 using namespace pxt;
@@ -145,5 +147,46 @@ TEST_CASE("recursive doubling: a lost node fails the operation on the survivors,
     for (int r = 0; r < n - 1; ++r) eps[size_t(r)]->fail_all("node lost (test)");
     REQUIRE(done.wait_for(n - 1, 10));
     CHECK(done.errors.size() == size_t(n - 1));
+  }
+}
+
+TEST_CASE("recursive doubling on a 16-bit wire: one wire value, the same on every rank") {
+  for (DType wire : {DType::kBF16, DType::kF16}) {
+    for (int n = 2; n <= 7; ++n) {
+      CAPTURE(n);
+      CAPTURE(dtype_name(wire));
+      InProcGroup group(n);
+      const size_t count = 1000;
+      std::mt19937 random(static_cast<uint32_t>(n));
+      std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+      std::vector<std::vector<float>> data(static_cast<size_t>(n), std::vector<float>(count));
+      std::vector<double> exact(count, 0.0);
+      for (auto& rank : data)
+        for (size_t i = 0; i < count; ++i) exact[i] += rank[i] = value(random);
+      Completion done;
+      for (int r = 0; r < n; ++r) {
+        RecursiveDoublingSpec spec;
+        spec.buffer = data[size_t(r)].data();
+        spec.count = count;
+        spec.wire = wire;
+        spec.tag_base = make_tag(TagKind::kAllreduce, 4, uint64_t(n));
+        start_recursive_doubling_allreduce(group.member(r), spec, done.callback());
+      }
+      REQUIRE(done.wait_for(n));
+      CHECK(done.errors.empty());
+      // Each rank's operands were rounded before every exchange: a few ulps of the wire
+      // type per level (bf16 keeps 8 significant bits, f16 11).
+      double ulp = wire == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+      for (size_t i = 0; i < count; ++i) {
+        float got = data[0][i];
+        uint16_t packed;
+        pack_wire16(wire, &got, 1, &packed);
+        float again;
+        unpack_wire16(wire, &packed, 1, &again);
+        CHECK(again == got);  // a wire value
+        CHECK(std::abs(got - exact[i]) <= 3.0 * n * ulp * 3.0);
+        for (int r = 1; r < n; ++r) CHECK(std::memcmp(&data[size_t(r)][i], &got, 4) == 0);
+      }
+    }
   }
 }

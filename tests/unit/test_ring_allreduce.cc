@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "transport/collectives/inproc_transport.h"
 #include "transport/collectives/ring_allreduce.h"
 #include "transport/fabric/fabric_endpoint.h"
+#include "transport/kernels/wire16.h"
 
 using namespace px;
 using namespace pxt;
@@ -41,7 +43,89 @@ void check_group(std::vector<CollectiveTransport*> group, DType dtype, ReduceOp 
     CHECK(std::memcmp(data[static_cast<size_t>(r)].data(), want.data(), count * sizeof(T)) == 0);
 }
 
+float wire_round(DType wire, float v) {
+  uint16_t packed;
+  pack_wire16(wire, &v, 1, &packed);
+  unpack_wire16(wire, &packed, 1, &v);
+  return v;
+}
+
+// The 16-bit wire's rule, simulated (ring_allreduce.h): segment s starts at rank s and
+// travels the ring; each rank adds its own f32 value to the rounded partial sum it received;
+// the owner (rank s - 1) rounds the full sum once.
+std::vector<float> simulate_wire_ring(const std::vector<std::vector<float>>& in, DType wire,
+                                      ReduceOp op) {
+  size_t n = in.size(), count = in[0].size();
+  std::vector<float> out(count);
+  for (size_t s = 0; s < n; ++s) {
+    for (size_t i = count * s / n; i < count * (s + 1) / n; ++i) {
+      float partial = in[s][i];
+      for (size_t k = 1; k < n; ++k) {
+        float mine = in[(s + k) % n][i], received = wire_round(wire, partial);
+        partial = op == ReduceOp::kMax ? std::max(mine, received) : mine + received;
+      }
+      out[i] = n == 1 ? partial : wire_round(wire, partial);
+    }
+  }
+  return out;
+}
+
+void check_wire_group(std::vector<CollectiveTransport*> group, DType wire, ReduceOp op,
+                      size_t count, size_t chunk_bytes, int salt) {
+  int n = static_cast<int>(group.size());
+  std::mt19937 random(static_cast<uint32_t>(salt));
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<std::vector<float>> data(static_cast<size_t>(n), std::vector<float>(count));
+  for (auto& rank : data)
+    for (float& v : rank) v = value(random);
+  auto want = simulate_wire_ring(data, wire, op);
+  Completion done;
+  for (int r = 0; r < n; ++r) {
+    RingAllreduceSpec spec;
+    spec.buffer = data[static_cast<size_t>(r)].data();
+    spec.count = count;
+    spec.op = op;
+    spec.wire = wire;
+    spec.tag_base = make_tag(TagKind::kAllreduce, 6, static_cast<uint64_t>(salt));
+    spec.chunk_bytes = chunk_bytes;
+    start_ring_allreduce(*group[static_cast<size_t>(r)], spec, nullptr, done.callback());
+  }
+  REQUIRE(done.wait_for(n));
+  CHECK(done.errors.empty());
+  // Bitwise the simulation's on every rank.
+  for (int r = 0; r < n && count > 0; ++r)
+    CHECK(std::memcmp(data[static_cast<size_t>(r)].data(), want.data(), count * 4) == 0);
+}
+
 }  // namespace
+
+TEST_CASE("ring allreduce on a 16-bit wire: bitwise the simulated rounding rule on every rank") {
+  for (int n = 1; n <= 5; ++n) {
+    InProcGroup group(n);
+    std::vector<CollectiveTransport*> members;
+    for (int r = 0; r < n; ++r) members.push_back(&group.member(r));
+    int salt = 1000;
+    for (size_t count : {size_t{1}, size_t{3}, size_t{1000}, size_t{100003}}) {
+      for (size_t chunk : {size_t{64}, size_t{1} << 20}) {
+        CAPTURE(n);
+        CAPTURE(count);
+        CAPTURE(chunk);
+        check_wire_group(members, DType::kBF16, ReduceOp::kSum, count, chunk, ++salt);
+        check_wire_group(members, DType::kF16, ReduceOp::kSum, count, chunk, ++salt);
+        check_wire_group(members, DType::kBF16, ReduceOp::kMax, count, chunk, ++salt);
+      }
+    }
+  }
+  // Over real endpoints, with the executor a thread pool would be: each conversion off the
+  // transport's thread.
+  for (int n : {2, 4}) {
+    auto eps = open_endpoints(n);
+    std::vector<CollectiveTransport*> members;
+    for (auto& ep : eps) members.push_back(ep.get());
+    CAPTURE(n);
+    check_wire_group(members, DType::kBF16, ReduceOp::kSum, size_t{1} << 20, 64 * 1024, 77);
+  }
+}
 
 TEST_CASE("ring allreduce over the in-process transport: 1-5 ranks, dtypes, ops, chunking") {
   for (int n = 1; n <= 5; ++n) {

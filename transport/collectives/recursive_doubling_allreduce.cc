@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "transport/kernels/reduce.h"
+#include "transport/kernels/wire16.h"
 
 namespace px {
 namespace {
@@ -23,6 +24,11 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
     while (pof2_ * 2 <= n_) pof2_ *= 2;
     rest_ = n_ - pof2_;
     incoming_.resize(bytes_);
+    packed_ = spec.dtype == DType::kF32 && is_wire16(spec.wire);
+    if (packed_) {
+      outgoing16_.resize(spec.count);
+      incoming16_.resize(spec.count);
+    }
   }
 
   void start() {
@@ -61,7 +67,8 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
   }
 
   void hand_back() {
-    if (rank_ < 2 * rest_)  // odd: the even neighbour waits for the result
+    if (packed_) round_buffer();  // the result, like every value sent, is a wire value
+    if (rank_ < 2 * rest_)        // odd: the even neighbour waits for the result
       return exchange(rank_ - 1, kHandBackStage, true, kHandBackStage, false,
                       [self = shared_from_this()] { self->finish(); });
     finish();
@@ -83,10 +90,18 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
   }
 
   // Sends the buffer (send) and/or receives into incoming_ (recv), then runs next once both
-  // are done (so the buffer may be written again), or ends with the first error.
+  // are done (so the buffer may be written again), or ends with the first error. Packed:
+  // the buffer is rounded to the wire type before it is sent, and this rank keeps the
+  // rounded value too, so both partners combine the same operands.
   void exchange(int peer, uint64_t send_stage, bool send, uint64_t recv_stage, bool recv,
                 std::function<void()> next) {
     auto self = shared_from_this();
+    if (packed_ && recv)
+      next = [self, next = std::move(next)] {
+        unpack_wire16(self->spec_.wire, self->incoming16_.data(), self->spec_.count,
+                      reinterpret_cast<float*>(self->incoming_.data()));
+        next();
+      };
     struct Pair {
       std::mutex mutex;
       int left = 0;
@@ -108,9 +123,26 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
       if (!pair->ok) return self->fail(pair->error);
       pair->next();
     };
-    if (recv) t_.recv(peer, spec_.tag_base | recv_stage, incoming_.data(), bytes_, finished);
-    if (send)
-      t_.send(peer, spec_.tag_base | send_stage, spec_.buffer, bytes_, spec_.priority, finished);
+    if (!packed_) {
+      if (recv) t_.recv(peer, spec_.tag_base | recv_stage, incoming_.data(), bytes_, finished);
+      if (send)
+        t_.send(peer, spec_.tag_base | send_stage, spec_.buffer, bytes_, spec_.priority, finished);
+      return;
+    }
+    size_t wire_bytes = spec_.count * sizeof(uint16_t);
+    if (recv) t_.recv(peer, spec_.tag_base | recv_stage, incoming16_.data(), wire_bytes, finished);
+    if (send) {
+      round_buffer();
+      t_.send(peer, spec_.tag_base | send_stage, outgoing16_.data(), wire_bytes, spec_.priority,
+              finished);
+    }
+  }
+
+  // Packed: the buffer to the wire type, into outgoing16_, and the rounded values back.
+  void round_buffer() {
+    auto* values = static_cast<float*>(spec_.buffer);
+    pack_wire16(spec_.wire, values, spec_.count, outgoing16_.data());
+    unpack_wire16(spec_.wire, outgoing16_.data(), spec_.count, values);
   }
 
   void finish() { done_(true, ""); }
@@ -122,6 +154,8 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
   int n_ = 1, rank_ = 0, pof2_ = 1, rest_ = 0;
   size_t bytes_ = 0;
   std::vector<char> incoming_;
+  bool packed_ = false;  // f32 values on a 16-bit wire
+  std::vector<uint16_t> outgoing16_, incoming16_;
 };
 
 }  // namespace

@@ -27,6 +27,9 @@ struct RecursiveDoublingSpec {
   ReduceOp op = ReduceOp::kSum;  // kMean is reduced as a sum: the caller divides
   uint64_t tag_base = 0;         // from make_tag(); the low kTagAlgorithmBits are ours
   uint8_t priority = 0;  // px_op_options.priority: orders this collective's sends on the link
+  // kBF16 or kF16 (dtype kF32 only): every exchange sends the buffer rounded to 16 bits, and
+  // the sender keeps the rounded value, so both partners sum the same operands in f32.
+  DType wire = DType::kF32;
 };
 
 // Starts the allreduce; done is called exactly once, on some thread, after every send and

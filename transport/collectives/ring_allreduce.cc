@@ -6,6 +6,7 @@
 #include "transport/collectives/collective_state.h"
 #include "transport/collectives/scratch_pool.h"
 #include "transport/kernels/reduce.h"
+#include "transport/kernels/wire16.h"
 
 namespace px {
 namespace {
@@ -28,15 +29,27 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
       chunks_ = (max_segment + chunk_elems_ - 1) / chunk_elems_;
     }
     steps_ = 2 * (n_ - 1);
-    if (n_ > 1) scratch_ = ScratchBuffer::take(chunks_ * chunk_elems_ * elem_);
+    packed_ = spec.dtype == DType::kF32 && is_wire16(spec.wire);
+    wire_elem_ = packed_ ? sizeof(uint16_t) : elem_;
+    if (n_ > 1) {
+      scratch_ = ScratchBuffer::take(chunks_ * chunk_elems_ * wire_elem_);
+      if (packed_) wire_ = ScratchBuffer::take(spec.count * sizeof(uint16_t));
+    }
   }
 
   void start() {
     if (n_ == 1 || spec_.count == 0) return done_(true, "");
-    // Every chunk's first send and receive; the rest follow completions.
+    // Every chunk's first send and receive; the rest follow completions. A packed first
+    // send converts its chunk, which is work for the executor, not the caller's thread.
     counter_ = std::make_unique<TransferCounter>(chunks_ * static_cast<size_t>(steps_) * 2,
                                                  std::move(done_));
-    for (size_t c = 0; c < chunks_; ++c) post_step(c, 0);
+    auto self = shared_from_this();
+    for (size_t c = 0; c < chunks_; ++c) {
+      if (packed_)
+        executor_([self, c] { self->post_step(c, 0); });
+      else
+        post_step(c, 0);
+    }
   }
 
  private:
@@ -58,6 +71,13 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
     return {lo, std::min(end, lo + chunk_elems_)};
   }
   char* at(size_t element) const { return static_cast<char*>(spec_.buffer) + element * elem_; }
+  float* values_at(size_t element) const { return reinterpret_cast<float*>(at(element)); }
+  // A packed ring's 16-bit copy of the buffer: what this rank sends, and what the
+  // all-gather receives and passes on.
+  uint16_t* wire_at(size_t element) const {
+    return reinterpret_cast<uint16_t*>(wire_.data()) + element;
+  }
+  char* scratch_at(size_t c) const { return scratch_.data() + c * chunk_elems_ * wire_elem_; }
   uint64_t tag(int step, size_t c) const {
     return spec_.tag_base | (static_cast<uint64_t>(step) << 12) | c;
   }
@@ -68,14 +88,28 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
     auto self = shared_from_this();
     auto [rlo, rhi] = chunk_range(recv_segment(step), c);
     bool reducing = step < n_ - 1;
-    void* target = reducing ? scratch_.data() + c * chunk_elems_ * elem_ : at(rlo);
-    t_.recv(prev(), tag(step, c), target, (rhi - rlo) * elem_,
+    void* target = reducing ? scratch_at(c) : packed_ ? static_cast<void*>(wire_at(rlo)) : at(rlo);
+    t_.recv(prev(), tag(step, c), target, (rhi - rlo) * wire_elem_,
             [self, c, step](bool ok, const std::string& error) {
               self->on_received(c, step, ok, error);
             });
     auto [slo, shi] = chunk_range(send_segment(step), c);
-    t_.send(next(), tag(step, c), at(slo), (shi - slo) * elem_, spec_.priority,
+    t_.send(next(), tag(step, c), send_source(step, slo, shi), (shi - slo) * wire_elem_,
+            spec_.priority,
             [self](bool ok, const std::string& error) { self->counter_->finished(ok, error); });
+  }
+
+  // What step sends of elements [lo, hi). Packed: the reduce-scatter's partial sums are
+  // rounded into the wire copy; at the first all-gather step the owner rounds its full sum
+  // and keeps the rounded value too; later steps pass on what they received. The wire copy
+  // of a segment is sent from in the reduce-scatter and received into in the all-gather;
+  // the receive comes after the send reached the next rank (the sum it completes went
+  // round the ring through it), so the region is never in use twice at once.
+  const void* send_source(int step, size_t lo, size_t hi) const {
+    if (!packed_) return at(lo);
+    if (step <= n_ - 1) pack_wire16(spec_.wire, values_at(lo), hi - lo, wire_at(lo));
+    if (step == n_ - 1) unpack_wire16(spec_.wire, wire_at(lo), hi - lo, values_at(lo));
+    return wire_at(lo);
   }
 
   void on_received(size_t c, int step, bool ok, const std::string& error) {
@@ -87,10 +121,23 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
       auto self = shared_from_this();
       executor_([self, c, step] {
         auto [lo, hi] = self->chunk_range(self->recv_segment(step), c);
-        const void* sources[2] = {self->at(lo),
-                                  self->scratch_.data() + c * self->chunk_elems_ * self->elem_};
         ReduceOp op = self->spec_.op == ReduceOp::kMean ? ReduceOp::kSum : self->spec_.op;
-        reduce_buffers(self->spec_.dtype, op, self->at(lo), sources, 2, hi - lo, 1);
+        if (self->packed_) {
+          accumulate_wire16(self->spec_.wire, op, self->values_at(lo),
+                            reinterpret_cast<const uint16_t*>(self->scratch_at(c)), hi - lo);
+        } else {
+          const void* sources[2] = {self->at(lo), self->scratch_at(c)};
+          reduce_buffers(self->spec_.dtype, op, self->at(lo), sources, 2, hi - lo, 1);
+        }
+        self->advance(c, step);
+      });
+      return;
+    }
+    if (packed_) {  // the all-gather's 16-bit values, widened into the buffer
+      auto self = shared_from_this();
+      executor_([self, c, step] {
+        auto [lo, hi] = self->chunk_range(self->recv_segment(step), c);
+        unpack_wire16(self->spec_.wire, self->wire_at(lo), hi - lo, self->values_at(lo));
         self->advance(c, step);
       });
       return;
@@ -113,7 +160,10 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   CollectiveDone done_;
   int n_ = 1, rank_ = 0, steps_ = 0;
   size_t elem_ = 4, chunk_elems_ = 1, chunks_ = 1;
+  bool packed_ = false;    // f32 values on a 16-bit wire
+  size_t wire_elem_ = 4;   // bytes of a value on the wire
   ScratchBuffer scratch_;  // a chunk's incoming data, to reduce into the buffer
+  ScratchBuffer wire_;     // packed: the buffer in 16 bits (wire_at)
   std::unique_ptr<TransferCounter> counter_;
 };
 

@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 12
+ABI_MINOR = 13
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -98,6 +98,10 @@ class VarStats(Structure):
                 ("rows_served_ahead", c_uint64)]
 
 
+class DenseOptions(Structure):
+    _fields_ = [("struct_size", c_uint32), ("wire_dtype", c_int32)]
+
+
 class SparseOptions(Structure):
     _fields_ = [("struct_size", c_uint32), ("optimizer", c_int32),
                 ("learning_rate", c_double), ("beta1", c_double), ("beta2", c_double),
@@ -129,6 +133,9 @@ _SIGNATURES = {
     "px_client_fd": (c_int, [_P, POINTER(c_int)]),
     "px_progress": (c_int, [_P]),
     "px_register_dense": (c_int, [_P, c_char_p, c_int, c_uint64, c_int, _PP]),
+    "px_dense_options_init": (None, [POINTER(DenseOptions)]),
+    "px_register_dense_ex": (c_int, [_P, c_char_p, c_int, c_uint64, c_int,
+                                     POINTER(DenseOptions), _PP]),
     "px_var_stats_get": (c_int, [_P, POINTER(VarStats)]),
     "px_set_sparse_lr": (c_int, [_P, c_double]),
     "px_sparse_options_init": (None, [POINTER(SparseOptions)]),

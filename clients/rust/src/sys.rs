@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.12), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.13), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 12;
+pub const PX_ABI_VERSION_MINOR: u32 = 13;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -193,6 +193,13 @@ pub struct px_var_stats {
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct px_dense_options {
+    pub struct_size: u32,
+    pub wire_dtype: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct px_sparse_options {
     pub struct_size: u32,
     pub optimizer: i32,
@@ -254,6 +261,17 @@ extern "C" {
         out_var: *mut *mut px_var,
     ) -> px_status;
     pub fn px_var_stats_get(var: *mut px_var, out_stats: *mut px_var_stats) -> px_status;
+    // 1.13: a dense variable's options (a 16-bit wire).
+    pub fn px_dense_options_init(options: *mut px_dense_options);
+    pub fn px_register_dense_ex(
+        client: *mut px_client,
+        name: *const c_char,
+        dtype: px_dtype,
+        count: u64,
+        op: px_reduce_op,
+        options: *const px_dense_options,
+        out_var: *mut *mut px_var,
+    ) -> px_status;
     pub fn px_sparse_options_init(options: *mut px_sparse_options);
     pub fn px_register_sparse(
         client: *mut px_client,

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.12), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.13), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 12
+const PX_ABI_VERSION_MINOR = 13
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -161,6 +161,11 @@ struct PxVarStats  # 128 bytes
     rows_served_ahead::UInt64
 end
 
+struct PxDenseOptions  # 8 bytes
+    struct_size::UInt32
+    wire_dtype::Int32
+end
+
 struct PxSparseOptions  # 128 bytes
     struct_size::UInt32
     optimizer::Int32
@@ -232,6 +237,14 @@ px_register_dense(c::Ptr{Cvoid}, name::AbstractString, dtype, count::Integer, op
           c, name, dtype, count, op, out)
 px_var_stats_get(v::Ptr{Cvoid}, out::Ref{PxVarStats}) =
     ccall((:px_var_stats_get, libparallax()), Cint, (Ptr{Cvoid}, Ref{PxVarStats}), v, out)
+# (1.13) A dense variable's options (a 16-bit wire).
+px_dense_options_init(o::Ref{PxDenseOptions}) =
+    ccall((:px_dense_options_init, libparallax()), Cvoid, (Ref{PxDenseOptions},), o)
+px_register_dense_ex(c::Ptr{Cvoid}, name::AbstractString, dtype, count::Integer, op,
+                     o::Ref{PxDenseOptions}, out::Ref{Ptr{Cvoid}}) =
+    ccall((:px_register_dense_ex, libparallax()), Cint,
+          (Ptr{Cvoid}, Cstring, Cint, UInt64, Cint, Ref{PxDenseOptions}, Ref{Ptr{Cvoid}}),
+          c, name, dtype, count, op, o, out)
 px_sparse_options_init(o::Ref{PxSparseOptions}) =
     ccall((:px_sparse_options_init, libparallax()), Cvoid, (Ref{PxSparseOptions},), o)
 px_register_sparse(c::Ptr{Cvoid}, name::AbstractString, dtype, rows::Integer, dim::Integer,
