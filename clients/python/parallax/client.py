@@ -241,10 +241,12 @@ class Client:
 
     # --- variables --------------------------------------------------------------------
     def dense(self, name: str, count: Shape, dtype: Any = "float32",
-              op: str = "sum") -> "DenseVariable":
-        """Registers a dense variable (px_register_dense); every worker must do the same."""
+              op: str = "sum", wire_dtype: str = "f32") -> "DenseVariable":
+        """Registers a dense variable (px_register_dense_ex); every worker must do the same.
+        wire_dtype "bf16" or "f16" carries a float32 allreduce's sums between nodes in 16
+        bits (lossy; DenseVariable)."""
         from .variables import DenseVariable
-        return DenseVariable(self, name, count, dtype, op)
+        return DenseVariable(self, name, count, dtype, op, wire_dtype)
 
     def sparse(self, name: str, rows: int, dim: int, **options: Any) -> "SparseVariable":
         """Registers a sparse table of rows x dim float32 held by the daemons

@@ -101,17 +101,26 @@ class _Variable:
 class DenseVariable(_Variable):
     """A dense variable of `count` elements (a shape is flattened). The n-th allreduce of
     it on every worker is its step n; broadcast and allgather steps are numbered apart.
-    Operations return a Request whose wait() returns the out buffer."""
+    Operations return a Request whose wait() returns the out buffer.
 
-    def __init__(self, client: "Client", name: str, count: Any, dtype: Any, op: str):
+    wire_dtype ("f32", or lossy "bf16"/"f16" for a float32 variable, ABI 1.13): what its
+    allreduce's sums are carried in between nodes (px_dense_options.wire_dtype)."""
+
+    def __init__(self, client: "Client", name: str, count: Any, dtype: Any, op: str,
+                 wire_dtype: str = "f32"):
         super().__init__(client, name)
         self.shape = (count,) if isinstance(count, int) else tuple(count)
         self.count = int(math.prod(self.shape))
         self.dtype = _buffers.dtype_code(dtype)
         self.op = _choice(_OPS, op, "reduce op")
+        self.wire_dtype = wire_dtype
+        o = _lib.DenseOptions()
+        _lib.lib.px_dense_options_init(ctypes.byref(o))
+        o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
         handle = ctypes.c_void_p()
-        check(_lib.lib.px_register_dense(client._h(), name.encode(), self.dtype, self.count,
-                                         self.op, ctypes.byref(handle)), client._handle)
+        check(_lib.lib.px_register_dense_ex(client._h(), name.encode(), self.dtype, self.count,
+                                            self.op, ctypes.byref(o), ctypes.byref(handle)),
+              client._handle)
         self._handle = handle.value
 
     def __repr__(self) -> str:

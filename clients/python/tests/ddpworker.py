@@ -101,6 +101,23 @@ def compare(model: nn.Module, ref: nn.Module) -> dict:
     return {"worst_over_tolerance": worst, "moved": moved, "off": names}
 
 
+def compressed(model: nn.Module, ref: nn.Module, wire: torch.dtype) -> dict:
+    """What a 16-bit wire must give: every float32 gradient a wire value (the mean of 4
+    workers divides a wire value by a power of two), their bits (to compare across
+    workers), and the largest relative norm error of a float32 gradient or parameter
+    against the f32 reference."""
+    grads = [p.grad for p in model.parameters() if p.dtype == torch.float32]
+    worst = 0.0
+    for p, r in zip(model.parameters(), ref.parameters()):
+        if p.dtype == torch.float32:
+            for a, b in ((p.detach(), r.detach()), (p.grad, r.grad)):
+                worst = max(worst, ((a.double() - b.double()).norm() / b.double().norm()).item())
+    bits = torch.cat([g.flatten() for g in grads]).view(torch.int32)
+    return {"wire_values": all(bool((g.to(wire).float() == g).all()) for g in grads),
+            "grad_bits": hex(int((bits.long() * torch.arange(1, bits.numel() + 1)).sum())),
+            "relative_error": worst}
+
+
 def grads_are_bucket_views(model: nn.Module, buckets) -> bool:
     spans = [(b.buffer.data_ptr(), b.buffer.data_ptr() + b.buffer.numel() *
               b.buffer.element_size()) for b in buckets]
@@ -120,20 +137,22 @@ def train(px: parallax.Client, argv: List[str]) -> None:
     a.add_argument("--passes", type=int, default=1)
     a.add_argument("--steps", type=int, default=6)
     a.add_argument("--fifo", action="store_true", help="prioritize=False")
+    a.add_argument("--compression", choices=["none", "bf16", "fp16"], default="none")
     args = a.parse_args(argv)
+    compression = getattr(pxt.Compression, args.compression)
     w = px.world
     submitted = record_priorities()
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     if args.mode == "ddp":
         ddp = pxt.DistributedDataParallel(model, client=px, bucket_cap_mb=args.cap,
-                                          prioritize=not args.fifo)
+                                          prioritize=not args.fifo, compression=compression)
         buckets, forward = ddp.buckets, ddp
     else:
         opt = pxt.DistributedOptimizer(opt, model.named_parameters(), client=px,
                                        bucket_cap_mb=args.cap,
                                        backward_passes_per_step=args.passes,
-                                       prioritize=not args.fifo)
+                                       prioritize=not args.fifo, compression=compression)
         buckets, forward = opt.buckets, model
     views = []
     for step in range(args.steps):
@@ -148,11 +167,15 @@ def train(px: parallax.Client, argv: List[str]) -> None:
             break  # the last gradients are compared with the reference's, before step()
         with opt.skip_synchronize() if args.mode == "opt" else _nothing():
             opt.step()
+    ref = reference(w.world_size, args.steps, args.passes)
+    if args.compression != "none":
+        wire = torch.bfloat16 if args.compression == "bf16" else torch.float16
+        emit(px, ok=True, world=w.__dict__, **compressed(model, ref, wire))
+        return
     emit(px, ok=True, world=w.__dict__, views=views,
          buckets=[{"name": b.name, "params": b.params, "dtype": str(b.buffer.dtype),
                    "priority": b.priority} for b in buckets],
-         submitted_priorities=sorted(submitted),
-         **compare(model, reference(w.world_size, args.steps, args.passes)))
+         submitted_priorities=sorted(submitted), **compare(model, ref))
 
 
 def record_priorities() -> set:

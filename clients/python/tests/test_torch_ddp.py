@@ -57,6 +57,32 @@ def test_ddp_on_a_cluster_2x2():
     assert_matches_reference(results, n_buckets=2)
 
 
+@pytest.mark.parametrize("mode,compression,bound", [("ddp", "bf16", 2 ** -7),
+                                                    ("opt", "fp16", 2 ** -10)])
+def test_compression_on_a_cluster_2x2(mode, compression, bound):
+    """Horovod's compression=: float32 gradients cross nodes in 16 bits. Every worker gets
+    the same wire values (the mean of 4 divides them by a power of two), within the wire's
+    rounding of the f32 reference; the float64 bucket is not rounded (not compared)."""
+    results = run_script_cluster(DDPWORKER, 2, 2, "train", "--mode", mode, "--compression",
+                                 compression)
+    for r in results:
+        assert r["ok"] and r["wire_values"], r
+        assert 0 < r["relative_error"] <= bound, r
+    assert len({r["grad_bits"] for r in results}) == 1, results
+
+
+def test_compression_refuses_unknown_values():
+    import parallax
+    import parallax.torch as pxt
+    import torch
+    for make in (lambda: pxt.DistributedDataParallel(torch.nn.Linear(2, 2), compression="int8"),
+                 lambda: pxt.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(2, 2)
+                                                                  .parameters(), lr=0.1),
+                                                  compression="int8")):
+        with pytest.raises(parallax.ParallaxError, match="compression 'int8' is not one of"):
+            make()
+
+
 def test_zero_grad_set_to_none_reattaches_the_views(daemon):
     assert_matches_reference(ddp_workers(daemon, "train", 2, "--zero", "none"))
 

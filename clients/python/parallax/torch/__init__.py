@@ -13,8 +13,8 @@ default parallax.Client. Importing it registers torch.distributed's "parallax" b
 (backend.py).
 """
 
-from .ddp import (BucketInfo, DistributedDataParallel, DistributedOptimizer,  # noqa: F401
-                  broadcast_optimizer_state, broadcast_parameters, client)
+from .ddp import (BucketInfo, Compression, DistributedDataParallel,  # noqa: F401
+                  DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters, client)
 from .backend import register as _register_backend
 from .collection import (EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection,
                          EmbeddingConfig, JaggedTensor, KeyedJaggedTensor, KeyedTensor)
@@ -24,7 +24,7 @@ from .session import default_client, set_default_client
 from .sparse import (Embedding, EmbeddingBag, LogUniformSampler, SampledSoftmax,
                      sampled_softmax_loss)
 
-__all__ = ["BucketInfo", "DistributedDataParallel", "DistributedOptimizer",
+__all__ = ["BucketInfo", "Compression", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_optimizer_state", "broadcast_parameters", "client", "default_client",
            "set_default_client", "Embedding", "EmbeddingBag", "LogUniformSampler",
            "SampledSoftmax", "sampled_softmax_loss", "TrainPipeline", "parallelize",

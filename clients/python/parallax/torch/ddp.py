@@ -42,7 +42,7 @@ from ..client import Client
 from ..errors import Mismatch, OutOfMemory, ParallaxError, invalid
 from ..request import Request
 
-__all__ = ["client", "DistributedDataParallel", "DistributedOptimizer",
+__all__ = ["client", "Compression", "DistributedDataParallel", "DistributedOptimizer",
            "broadcast_parameters", "broadcast_optimizer_state", "BucketInfo"]
 
 _GRAD_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -50,6 +50,29 @@ _default_client: Optional[Client] = None
 # Names of wrappers per client, so that a second wrapper named alike gets "name.2" (the
 # same on every worker when every worker builds its wrappers in the same order).
 _names: "weakref.WeakKeyDictionary[Client, Dict[str, int]]" = weakref.WeakKeyDictionary()
+
+
+class Compression:
+    """Horovod's compression= argument (hvd.Compression.fp16): what float32 gradients'
+    sums travel in between nodes. Here it is the buckets' wire dtype
+    (px_dense_options.wire_dtype): the daemons round each partial sum to 16 bits as it
+    leaves a node and add in f32, and every worker gets the same rounded mean; buckets of
+    other dtypes, and everything within one node, are not rounded. bf16 keeps f32's
+    range (DDP's bf16_compress_hook); fp16 keeps 3 more bits and saturates at +-65504."""
+    none = "f32"
+    fp16 = "f16"
+    bf16 = "bf16"
+
+
+_COMPRESSIONS = {"f32": "f32", "none": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}
+
+
+def _wire_dtype(compression: Any, name: str) -> str:
+    key = "f32" if compression is None else compression
+    if key not in _COMPRESSIONS:
+        raise invalid(f"'{name}': compression {compression!r} is not one of "
+                      "Compression.none, Compression.fp16, Compression.bf16")
+    return _COMPRESSIONS[key]
 
 
 def client() -> Client:
@@ -328,7 +351,7 @@ class _GradBuckets:
 
     def __init__(self, c: Client, named: List[Tuple[str, torch.Tensor]], name: str,
                  bucket_cap_mb: float, first_bucket_mb: float, passes: int,
-                 end_of_backward: bool, prioritize: bool = True):
+                 end_of_backward: bool, prioritize: bool = True, compression: Any = None):
         seen, unique = set(), []
         for n, p in named:
             if p.requires_grad and id(p) not in seen:  # tied weights: reduced once
@@ -345,6 +368,7 @@ class _GradBuckets:
             raise invalid(f"'{name}': " + ("backward_passes_per_step must be at least 1"
                                            if unique else "no parameter requires a gradient"))
         self.client, self.name, self.passes = c, name, passes
+        self.wire_dtype = _wire_dtype(compression, name)
         self.end_of_backward = end_of_backward
         self.sync = True
         cap = max(1, int(bucket_cap_mb * (1 << 20)))
@@ -436,7 +460,8 @@ class _GradBuckets:
                 else:
                     s.view.zero_()
                 s.param.grad = s.view
-        b.var = c.dense(b.name, b.numel, b.dtype, op="mean")
+        wire = self.wire_dtype if b.dtype == torch.float32 else "f32"
+        b.var = c.dense(b.name, b.numel, b.dtype, op="mean", wire_dtype=wire)
 
     # --- a round --------------------------------------------------------------------------
     def on_grad_ready(self, i: int) -> None:
@@ -568,13 +593,16 @@ class DistributedDataParallel(torch.nn.Module):
     (_assign_priorities); False sends every bucket at priority 0, in submission order.
     Parameters may be on CUDA: their buckets are then px_alloc_ex device memory, reduced
     on the current stream (module docstring); move the module before wrapping it.
+    compression (Compression.bf16 / .fp16, Horovod's spelling): float32 buckets' sums
+    cross nodes in 16 bits (Compression); default none.
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None,
                  bucket_cap_mb: float = 25.0, name: str = "ddp", broadcast_buffers: bool = True,
                  *, first_bucket_mb: float = 1.0, init_sync: bool = True,
-                 prioritize: bool = True):
+                 prioritize: bool = True, compression: Any = Compression.none):
         super().__init__()
+        _wire_dtype(compression, name)  # refused before anything is made
         self.module = module
         self.client = client or globals()["client"]()
         self.name = _unique_name(self.client, name)
@@ -584,7 +612,7 @@ class DistributedDataParallel(torch.nn.Module):
             broadcast_parameters(module.state_dict(), 0, self.client, name=f"{self.name}.init")
         self._engine = _GradBuckets(self.client, list(module.named_parameters()), self.name,
                                     bucket_cap_mb, first_bucket_mb, 1, end_of_backward=True,
-                                    prioritize=prioritize)
+                                    prioritize=prioritize, compression=compression)
 
     @property
     def buckets(self) -> List[BucketInfo]:
@@ -633,7 +661,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]],
                  c: Client, bucket_cap_mb: float, backward_passes_per_step: int, name: str,
-                 first_bucket_mb: float, prioritize: bool):
+                 first_bucket_mb: float, prioritize: bool, compression: Any):
         # Horovod's construction: the user's optimizer class, re-initialised on its param
         # groups (which carry their hyperparameters); its state carries over.
         super(self.__class__, self).__init__(optimizer.param_groups)
@@ -651,7 +679,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.client = c
         self._engine = _GradBuckets(c, named, _unique_name(c, name), bucket_cap_mb,
                                     first_bucket_mb, backward_passes_per_step,
-                                    end_of_backward=False, prioritize=prioritize)
+                                    end_of_backward=False, prioritize=prioritize,
+                                    compression=compression)
         self._synchronized = False
         self._skip_sync = False
 
@@ -696,18 +725,20 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          client: Optional[Client] = None, bucket_cap_mb: float = 25.0,
                          backward_passes_per_step: int = 1, *, name: str = "opt",
-                         first_bucket_mb: float = 1.0,
-                         prioritize: bool = True) -> torch.optim.Optimizer:
+                         first_bucket_mb: float = 1.0, prioritize: bool = True,
+                         compression: Any = Compression.none) -> torch.optim.Optimizer:
     """Horovod's DistributedOptimizer: an optimizer of `optimizer`'s class whose step()
     first waits for the gradients' mean over all workers, reduced in arena buckets as
     backward produces them (DistributedDataParallel's engine). With
     backward_passes_per_step = k a bucket goes once accumulated over k backward passes
     (scale the loss by 1/k). synchronize() + skip_synchronize() to clip gradients.
     prioritize: as DistributedDataParallel's. CUDA parameters: as DistributedDataParallel's
-    (device buckets reduced on the current stream)."""
+    (device buckets reduced on the current stream). compression: as Horovod's
+    (Compression.fp16 / .bf16: float32 sums cross nodes in 16 bits; Compression)."""
+    _wire_dtype(compression, name)  # refused before anything is made
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     return cls(optimizer, named_parameters, c, bucket_cap_mb, backward_passes_per_step, name,
-               first_bucket_mb, prioritize)
+               first_bucket_mb, prioritize, compression)

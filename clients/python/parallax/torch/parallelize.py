@@ -203,8 +203,8 @@ def _follow_learning_rates(tables: List[Tuple[torch.optim.Optimizer, int, _Spars
 def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Client] = None,
                 name: str = "model", tables: Optional[Dict[str, dict]] = None,
                 dense: Iterable[str] = (), load_weights: bool = True,
-                bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True
-                ) -> Tuple[nn.Module, Optimizers]:
+                bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True,
+                compression: Any = "none") -> Tuple[nn.Module, Optimizers]:
     """Turns a single-process model and its optimizer (or a list of them) into the pair
     every worker trains with (module docstring); returns (model, optimizer), the same
     objects, changed in place. Every worker must call it with the same model structure.
@@ -213,7 +213,8 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
     "prefetch", ...: parallax.torch.Embedding's; not the optimizer, which is the user's).
     dense: module paths of embeddings to leave dense. load_weights=False keeps the tables'
     values as they are in the daemons (a daemon restored from a checkpoint) instead of
-    loading rank 0's weights. bucket_cap_mb, broadcast_buffers: DistributedDataParallel's.
+    loading rank 0's weights. bucket_cap_mb, broadcast_buffers, compression:
+    DistributedDataParallel's.
     """
     c = client or default_client()
     optimizers = [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else list(optimizer)
@@ -288,7 +289,8 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
         broadcast_parameters(dict(named + list(model.named_buffers())), 0, c,
                              name=f"{name}.init")
         the_plan.engine = DistributedDataParallel(model, c, bucket_cap_mb, name,
-                                                  broadcast_buffers, init_sync=False)
+                                                  broadcast_buffers, init_sync=False,
+                                                  compression=compression)
         model.register_forward_pre_hook(lambda module, args: the_plan.engine._before_forward())
     following = [(*groups[w], layer) for w, layer in by_weight.items()]
     if following:
