@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::dense::DenseVar;
+use crate::dense::{DenseOptions, DenseVar};
 use crate::element::{Element, ReduceOp};
 use crate::sparse::{SparseGroup, SparseOptions, SparseVar};
 use crate::{c_arg, check, sys, Error, Result};
@@ -193,16 +193,29 @@ impl Client {
         count: usize,
         op: ReduceOp,
     ) -> Result<DenseVar<'_, T>> {
+        self.register_dense_with(name, count, op, &DenseOptions::new())
+    }
+
+    /// (ABI 1.13) Registers a dense variable with options (`px_register_dense_ex`), e.g. a
+    /// 16-bit wire between nodes.
+    pub fn register_dense_with<T: Element>(
+        &self,
+        name: &str,
+        count: usize,
+        op: ReduceOp,
+        options: &DenseOptions,
+    ) -> Result<DenseVar<'_, T>> {
         let cname = c_arg("variable name", name)?;
         let mut var = ptr::null_mut();
-        // SAFETY: live client, NUL-terminated name, var is written.
+        // SAFETY: live client, NUL-terminated name, a whole options struct, var is written.
         check(unsafe {
-            sys::px_register_dense(
+            sys::px_register_dense_ex(
                 self.raw,
                 cname.as_ptr(),
                 T::DTYPE.raw(),
                 count as u64,
                 op.raw(),
+                &options.raw,
                 &mut var,
             )
         })?;

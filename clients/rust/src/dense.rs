@@ -4,9 +4,39 @@ use std::os::raw::c_void;
 use std::ptr;
 
 use crate::client::Client;
-use crate::element::{Element, OutBuffer};
+use crate::element::{DType, Element, OutBuffer};
 use crate::request::{op_options, submit, Request};
 use crate::{check, sys, Error, Result, VarStats};
+
+/// (ABI 1.13) A dense variable's options (`px_dense_options`): the defaults, changed by the
+/// builder methods. Every worker and node must register a variable with the same options.
+#[derive(Clone, Copy, Debug)]
+pub struct DenseOptions {
+    pub(crate) raw: sys::px_dense_options,
+}
+
+impl Default for DenseOptions {
+    fn default() -> Self {
+        DenseOptions::new()
+    }
+}
+
+impl DenseOptions {
+    /// The defaults (`px_dense_options_init`).
+    pub fn new() -> DenseOptions {
+        let mut raw = sys::px_dense_options::default();
+        // SAFETY: a whole struct to fill.
+        unsafe { sys::px_dense_options_init(&mut raw) };
+        DenseOptions { raw }
+    }
+    /// What an f32 variable's allreduce carries its sums in between nodes: `DType::F32`
+    /// (the default) or, lossy, `DType::Bf16` / `DType::F16` (each partial sum rounded as it
+    /// leaves a node; every worker gets the same result). The daemon refuses other dtypes.
+    pub fn wire_dtype(mut self, dtype: DType) -> Self {
+        self.raw.wire_dtype = dtype.raw();
+        self
+    }
+}
 
 /// A registered dense variable of `count` elements of `T` (`px_var`).
 ///

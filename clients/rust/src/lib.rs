@@ -51,7 +51,7 @@ mod request;
 mod sparse;
 
 pub use client::{ArenaBuffer, Client, ConnectOptions, WorldInfo};
-pub use dense::DenseVar;
+pub use dense::{DenseOptions, DenseVar};
 pub use element::{Bf16, DType, Element, OutBuffer, ReduceOp, F16};
 pub use request::Request;
 pub use sparse::{

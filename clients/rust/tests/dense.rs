@@ -5,7 +5,7 @@
 mod common;
 
 use common::{workers, WAIT};
-use parallax::{Bf16, ReduceOp, F16};
+use parallax::{Bf16, DType, DenseOptions, ReduceOp, Status, F16};
 
 #[test]
 fn connect_and_world() {
@@ -67,6 +67,26 @@ fn allreduce_every_dtype() {
         let mut bb = [Bf16::from_f32(1.5)];
         b.allreduce_in_place(&mut bb).unwrap().wait(WAIT).unwrap();
         assert_eq!(bb[0].to_f32(), 3.0);
+    });
+}
+
+#[test]
+fn a_16_bit_wire_is_an_option_of_f32_variables() {
+    workers("wire", 2, |c| {
+        let bf16 = DenseOptions::new().wire_dtype(DType::Bf16);
+        // One node sends nothing between nodes: the sum is f32's.
+        let v = c
+            .register_dense_with::<f32>("wired", 2, ReduceOp::Sum, &bf16)
+            .unwrap();
+        let mut x = [1.0f32 + 1e-4, 2.0];
+        v.allreduce_in_place(&mut x).unwrap().wait(WAIT).unwrap();
+        assert_eq!(x, [2.0f32 + 2e-4, 4.0]);
+        let e = c
+            .register_dense_with::<f64>("wired-f64", 2, ReduceOp::Sum, &bf16)
+            .err()
+            .expect("a bf16 wire on an f64 variable is refused");
+        assert_eq!(e.status(), Status::Invalid);
+        c.barrier(WAIT).unwrap();
     });
 }
 

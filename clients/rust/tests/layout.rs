@@ -57,6 +57,8 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_var_stats, restored_steps), 112);
     assert_eq!(offset!(sys::px_var_stats, rows_served_ahead), 120);
 
+    assert_eq!(size_of::<sys::px_dense_options>(), 8);
+    assert_eq!(offset!(sys::px_dense_options, wire_dtype), 4);
     assert_eq!(size_of::<sys::px_sparse_options>(), 128);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
     assert_eq!(offset!(sys::px_sparse_options, learning_rate), 8);
@@ -115,7 +117,7 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 12));
+    assert_eq!(parallax::abi_version(), (1, 13));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);
