@@ -7,9 +7,10 @@
 //
 //   px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,B,...]
 //                      [--iterations N] [--peers mpi,gloo] [--workers-per-node W]
-//                      [--daemon PATH]
+//                      [--wire f32,bf16,f16] [--daemon PATH]
 //     Bus bandwidth (algbw x 2(N-1)/N, N = nodes) of a dense f32 allreduce across N
-//     daemons with W workers each, through tools/px-cluster: netns links of X Gbit/s
+//     daemons with W workers each (once per --wire: the variable's px_dense_options
+//     wire_dtype, system "parallax-bf16" etc.), through tools/px-cluster: netns links of X Gbit/s
 //     (0: unlimited) or plain loopback ("lo"). Open MPI and PyTorch gloo run on the same
 //     links with W ranks per node (N x W ranks in all). Every system is timed alike: an
 //     iteration's time is its slowest rank's, reported as the median (min, max) over
@@ -19,13 +20,13 @@
 //   px-bench tables ...   (bench_tables.cc)
 //
 //   px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2] [--links 1,0,lo]
-//                        [--steps N] [--sleep-ms MS] [--peers ddp,ddp-parallax,ddp-copy]
-//                        [--model resnet50|lm] [--daemon PATH]
+//                        [--steps N] [--sleep-ms MS] [--model resnet50|lm] [--daemon PATH]
+//                        [--peers ddp,ddp-parallax,ddp-copy,parallax-bf16,ddp-fp16-hook]
 //     A many-tensor dense step (ResNet-50's 161 gradients, or the language model's dense
 //     part; synthetic compute; tools/bench/torch_dense.py): parallax.torch's
-//     DistributedDataParallel and torch DDP on the "parallax" backend (ddp-parallax) against
-//     torch DDP on gloo (ddp), 25 MB buckets, synchronized and under no_sync() (compute
-//     alone).
+//     DistributedDataParallel (parallax-bf16: with compression=bf16) and torch DDP on the
+//     "parallax" backend (ddp-parallax) against torch DDP on gloo (ddp; ddp-fp16-hook: with
+//     fp16_compress_hook), 25 MB buckets, synchronized and under no_sync() (compute alone).
 //
 //   px-bench lm [--json] [--nodes 2,4] [--link-gbit 1] ...   (tools/bench/lm.py)
 //     The demo's language model at vocabulary 800,000 through Parallax and through torch
@@ -207,10 +208,22 @@ int bench_local(bool json, const std::string& daemon_path, int iterations) {
   return 0;
 }
 
+// The system name of parallax's allreduce on a wire dtype: "parallax", "parallax-bf16", ...
+std::string wire_system(int32_t wire) {
+  return wire == PX_BF16 ? "parallax-bf16" : wire == PX_F16 ? "parallax-f16" : "parallax";
+}
+
+int32_t parse_wire(const std::string& name) {
+  if (name == "f32") return PX_F32;
+  if (name == "bf16") return PX_BF16;
+  if (name == "f16") return PX_F16;
+  die("--wire takes f32, bf16 or f16, not " + name);
+}
+
 // One worker of `px-bench allreduce`: f32 sum in the arena, in place; rank 0 prints, per
 // size, the median, min and max over iterations of each iteration's slowest worker (every
 // worker on every node).
-int allreduce_worker(const std::string& sizes_text, int iterations) {
+int allreduce_worker(const std::string& sizes_text, int iterations, int32_t wire) {
   px_connect_options o;
   px_connect_options_init(&o);
   o.timeout_ms = 120000;
@@ -235,13 +248,17 @@ int allreduce_worker(const std::string& sizes_text, int iterations) {
   for (uint64_t bytes : sizes) {
     px_var* var = nullptr;
     std::string name = "bench" + std::to_string(bytes);
-    check(px_register_dense(c, name.c_str(), PX_F32, bytes / 4, PX_SUM, &var), "register");
+    px_dense_options options;
+    px_dense_options_init(&options);
+    options.wire_dtype = wire;
+    check(px_register_dense_ex(c, name.c_str(), PX_F32, bytes / 4, PX_SUM, &options, &var),
+          "register");
     std::vector<double> seconds = timed_allreduces(c, var, buf, 1, iterations);
     max_over_ranks(c, "timing" + std::to_string(bytes), seconds);
     StepSummary t = summarize(seconds);
     if (w.rank == 0)
-      printf("RESULT parallax %llu %.9f %.9f %.9f\n", static_cast<unsigned long long>(bytes),
-             t.median, t.min, t.max);
+      printf("RESULT %s %llu %.9f %.9f %.9f\n", wire_system(wire).c_str(),
+             static_cast<unsigned long long>(bytes), t.median, t.min, t.max);
     fflush(stdout);
   }
   px_disconnect(c);
@@ -279,7 +296,8 @@ std::vector<std::pair<uint64_t, StepSummary>> collect(const std::string& command
 
 int bench_allreduce(bool json, const std::string& daemon, const std::string& nodes_list,
                     const std::string& links_list, const std::string& sizes, int iterations,
-                    const std::string& peers_list, int per_node, int mtu) {
+                    const std::string& peers_list, int per_node, int mtu,
+                    const std::string& wires_list) {
   std::string tools = tools_dir();
   std::string source_tools = std::string(PX_SOURCE_DIR) + "/tools";
   std::string cluster = source_tools + "/px-cluster";
@@ -316,9 +334,13 @@ int bench_allreduce(bool json, const std::string& daemon, const std::string& nod
                          std::to_string(per_node) + " " + mode + " --timeout 1200";
       std::string it = std::to_string(iterations);
       std::map<std::string, std::vector<std::pair<uint64_t, StepSummary>>> by_system;
-      by_system["parallax"] = collect(base + " --daemon " + daemon + " -- " + tools +
-                                          "/px-bench allreduce-worker " + sizes + " " + it,
-                                      "parallax");
+      for (const std::string& wire_name : split(wires_list)) {
+        std::string system_name = wire_system(parse_wire(wire_name));
+        by_system[system_name] =
+            collect(base + " --daemon " + daemon + " -- " + tools + "/px-bench allreduce-worker " +
+                        sizes + " " + it + " " + wire_name,
+                    system_name);
+      }
       if (want_mpi)
         by_system["mpi"] =
             collect(base + " --no-daemons --once -- " + source_tools + "/bench/mpi_launch.sh " +
@@ -468,8 +490,10 @@ int bench_torch_dense(int argc, char** argv) {
                                 " parallax" + args + " 0 " + model,
                             "parallax");
         for (const std::string& peer : split(peers_list)) {
-          // ddp-parallax is torch's DDP on the daemons; the other peers run without them.
-          std::string daemons = peer == "ddp-parallax" ? " --daemon " + daemon : " --no-daemons";
+          // ddp-parallax is torch's DDP on the daemons, parallax-* parallax.torch's; the
+          // other peers run without them.
+          bool on_daemons = peer == "ddp-parallax" || peer.rfind("parallax", 0) == 0;
+          std::string daemons = on_daemons ? " --daemon " + daemon : " --no-daemons";
           by_system[peer] =
               collect_results(base + daemons + " -- /usr/bin/python3 " + script + " " + peer +
                                   args + " " + std::to_string(port++) + " " + model,
@@ -563,7 +587,7 @@ int main(int argc, char** argv) {
         "usage: px-bench local [--json] [--daemon PATH] [--iterations N]\n"
         "       px-bench allreduce [--json] [--nodes 2,4] [--links 1,5,0,lo] [--sizes B,...]\n"
         "                          [--iterations N] [--peers mpi,gloo] [--workers-per-node W]\n"
-        "                          [--mtu N (netns links)] [--daemon PATH]\n"
+        "                          [--mtu N (netns links)] [--wire f32,bf16,f16] [--daemon PATH]\n"
         "       px-bench sparse [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                       [--routes hybrid,ps,allgatherv,allreduce] [--steps N]\n"
         "                       [--rows R] [--dim D] [--lookups L] [--dense-bytes B]\n"
@@ -573,7 +597,8 @@ int main(int argc, char** argv) {
         "                       [--dim D] [--max-rows R] [--route ps] [--daemon PATH]\n"
         "       px-bench torch-dense [--json] [--nodes 4] [--workers-per-node 1,2]\n"
         "                            [--links 1,0,lo] [--steps N] [--sleep-ms MS]\n"
-        "                            [--peers ddp,ddp-parallax,ddp-copy] [--model resnet50|lm]\n"
+        "                            [--peers ddp,ddp-parallax,ddp-copy,parallax-bf16,\n"
+        "                             ddp-fp16-hook] [--model resnet50|lm]\n"
         "                            [--daemon PATH]\n"
         "       px-bench lm [--json] [--nodes 2,4] [--workers-per-node 2] [--link-gbit 1]\n"
         "                   [--systems parallax,ddp-dense,ddp-sparse] [--vocab V] [--tokens T]\n"
@@ -609,13 +634,15 @@ int main(int argc, char** argv) {
     die("cannot run " + program + ": " + strerror(errno));
   }
   if (scenario == "allreduce-worker") {
-    if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS");
-    return allreduce_worker(argv[2], std::max(1, atoi(argv[3])));
+    if (argc < 4) die("usage: px-bench allreduce-worker SIZES ITERATIONS [WIRE]");
+    return allreduce_worker(argv[2], std::max(1, atoi(argv[3])),
+                            argc > 4 ? parse_wire(argv[4]) : PX_F32);
   }
   bool json = false;
   std::string nodes = "2,4", links = "1,5,0,lo", peers = "mpi,gloo";
   int per_node = 1;
   int mtu = 0;  // netns links: px-cluster's default
+  std::string wires = "f32";
   std::string sizes = "4096,65536,1048576,16777216,67108864,268435456";
   std::string daemon_path = default_daemon_path();
   int iterations = 5000;
@@ -639,13 +666,15 @@ int main(int argc, char** argv) {
       per_node = std::max(1, atoi(argv[++i]));
     else if (a == "--mtu" && i + 1 < argc)
       mtu = std::max(0, atoi(argv[++i]));
+    else if (a == "--wire" && i + 1 < argc)
+      wires = argv[++i];
     else
       die("unknown option " + a);
   }
   if (scenario == "local") return bench_local(json, daemon_path, iterations);
   if (scenario == "allreduce")
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
-                           iterations == 5000 ? 5 : iterations, peers, per_node, mtu);
+                           iterations == 5000 ? 5 : iterations, peers, per_node, mtu, wires);
   die("unknown scenario '" + scenario +
       "' (this build has: local, allreduce, sparse, torch-dense, lm, soak, faults)");
 }

@@ -4,7 +4,9 @@ worker, under tools/px-cluster (with daemons for parallax, --no-daemons for ddp)
 
     torch_dense.py SYSTEM STEPS SLEEP_MS [PORT [MODEL]]
       SYSTEM: parallax (parallax.torch.DistributedDataParallel, 25 MB buckets) or
+              parallax-bf16 (the same with compression=Compression.bf16) or
               ddp (torch DDP on gloo, 25 MB buckets, gradient_as_bucket_view=True) or
+              ddp-fp16-hook (the same with DDP's fp16_compress_hook) or
               ddp-copy (the same with DDP's default gradient_as_bucket_view=False) or
               ddp-parallax (torch DDP as ddp, on torch.distributed's "parallax" backend:
               init_process_group("parallax"), the daemons under it)
@@ -196,11 +198,13 @@ def main():
     assert model_name != "resnet50" or (len(shapes) == 161 and nbytes == 25557032 * 4)
     assert model_name != "lm" or nbytes == 107584 * 4
 
-    if system == "parallax":
+    if system in ("parallax", "parallax-bf16"):
         import parallax
         import parallax.torch as pxt
         client = parallax.Client(arena_bytes=512 << 20, timeout=120, op_timeout=600)
-        wrapped = pxt.DistributedDataParallel(model, client=client, bucket_cap_mb=25)
+        compression = pxt.Compression.bf16 if system == "parallax-bf16" else None
+        wrapped = pxt.DistributedDataParallel(model, client=client, bucket_cap_mb=25,
+                                              compression=compression)
         barrier = lambda: client.barrier(600)  # noqa: E731
 
         def per_step_max(times):
@@ -222,6 +226,11 @@ def main():
                                 world_size=world)
         wrapped = nn.parallel.DistributedDataParallel(
             model, bucket_cap_mb=25, gradient_as_bucket_view=(system != "ddp-copy"))
+        if system == "ddp-fp16-hook":
+            # torch 1.13's gloo has no bfloat16 allreduce ("Invalid scalar type"), so
+            # bf16_compress_hook cannot run on it; fp16 sends the same bytes.
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            wrapped.register_comm_hook(None, default_hooks.fp16_compress_hook)
         barrier = dist.barrier
 
         def per_step_max(times):
