@@ -45,6 +45,9 @@ def parse_args():
     p.add_argument("--route", default="hybrid", help="sparse route of both tables")
     p.add_argument("--wire-dtype", default="f32", choices=("f32", "bf16", "f16"),
                    help="both tables' rows and gradients between nodes (16 bits: lossy)")
+    p.add_argument("--compression", default="none", choices=("none", "bf16", "fp16"),
+                   help="the dense buckets' sums between nodes (parallax.torch.Compression; "
+                        "16 bits: lossy)")
     p.add_argument("--prefetch", action="store_true",
                    help="pull each step's rows during the previous step's backward "
                         "(px_prefetch_rows; the same result)")
@@ -138,13 +141,15 @@ def run_parallax(args, cfg, corpus) -> None:
         options = dict(route=cfg.route, wire_dtype=cfg.wire_dtype)
         model, optimizers = pxt.parallelize(*_reference_pair(cfg), client=client, name="lm",
                                             tables={"embedding": options,
-                                                    "softmax_table": options})
+                                                    "softmax_table": options},
+                                            compression=args.compression)
         plan = pxt.plan(model)
         tables = [plan.tables["embedding"], plan.tables["softmax_table"]]
         buckets = plan.buckets
     else:
         model = ParallaxLM(cfg, client)
-        model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body")
+        model.body = pxt.DistributedDataParallel(model.body, client=client, name="lm.body",
+                                                 compression=args.compression)
         optimizers = [torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)]
         tables, buckets = [model.embedding, model.softmax], model.body.buckets
     data = batches(corpus.train, world.world_size * args.batch, args.bptt,
