@@ -35,13 +35,14 @@ std::string fixed(const char* format, double value) {
 }  // namespace
 
 void SparseRouter::sample_route(SparseTable& table, const Run& run) {
-  SparseTable::RouteSample& s = table.route_sample;
+  RouteSample& s = table.estimates.sample;
   int nodes = table.map.nodes();
   uint64_t rows = table.shape.rows;
-  if (!table.ps_map) {
+  if (!table.estimates.ps_map) {
     bool ps = route_model_name(table.options) == "ps";
-    table.ps_map = ps ? table.map : PartitionMap(rows, automatic_partitions(rows, nodes), nodes);
-    table.alltoall_map = PartitionMap(rows, static_cast<uint32_t>(nodes), nodes);
+    table.estimates.ps_map =
+        ps ? table.map : PartitionMap(rows, automatic_partitions(rows, nodes), nodes);
+    table.estimates.alltoall_map = PartitionMap(rows, static_cast<uint32_t>(nodes), nodes);
   }
   if (s.pulls == 0) {
     s.first_step = run.step;
@@ -52,18 +53,19 @@ void SparseRouter::sample_route(SparseTable& table, const Run& run) {
   const std::vector<int64_t>& unique = run.plan->rows();
   for (int64_t row : unique) {
     if (row < 0 || static_cast<uint64_t>(row) >= rows) continue;  // refused elsewhere
-    ++s.ps_rows[static_cast<size_t>(table.ps_map->owner(static_cast<uint64_t>(row)))];
-    ++s.alltoall_rows[static_cast<size_t>(table.alltoall_map->owner(static_cast<uint64_t>(row)))];
+    ++s.ps_rows[static_cast<size_t>(table.estimates.ps_map->owner(static_cast<uint64_t>(row)))];
+    ++s.alltoall_rows[static_cast<size_t>(
+        table.estimates.alltoall_map->owner(static_cast<uint64_t>(row)))];
   }
   s.unique_rows += static_cast<double>(unique.size());
   if (++s.pulls < route_estimate_steps_) return;
-  SparseTable::RouteSample sample = std::move(s);
-  s = SparseTable::RouteSample{};  // the next window starts with the next pull
+  RouteSample sample = std::move(s);
+  s = RouteSample{};  // the next window starts with the next pull
   if (table.automatic) return agree_route(run.table, sample);
   estimate_route(table, sample);
 }
 
-std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::RouteSample& s) {
+std::string SparseRouter::estimate_route(SparseTable& table, const RouteSample& s) {
   RouteMeasure m;
   m.nodes = table.map.nodes();
   m.rows = table.shape.rows;
@@ -81,7 +83,7 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
   bool ps = route_model_name(table.options) == "ps";
   // K, the requests to each owner: the search's grouping, or (a count that was given) one
   // per partition the owner holds; a table on another route would start from the search's.
-  uint32_t held = (table.ps_map->partitions() + static_cast<uint32_t>(m.nodes) - 1) /
+  uint32_t held = (table.estimates.ps_map->partitions() + static_cast<uint32_t>(m.nodes) - 1) /
                   static_cast<uint32_t>(m.nodes);
   m.ps_requests_per_owner = ps ? std::min(table.requests_per_node(table.push_steps), held)
                                : PartitionSearch::kInitialPerNode;
@@ -102,7 +104,7 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
                     estimates.end());
   std::string scripted;
   if (table.automatic && !route_sequence_.empty()) {
-    scripted = route_sequence_[table.script_at++ % route_sequence_.size()];
+    scripted = route_sequence_[table.estimates.script_at++ % route_sequence_.size()];
     bool offered = std::any_of(estimates.begin(), estimates.end(),
                                [&](const RouteEstimate& e) { return e.route == scripted; });
     if (!offered) scripted.clear();  // a replicated route for a bf16 or prefetch table
@@ -131,8 +133,8 @@ std::string SparseRouter::estimate_route(SparseTable& table, const SparseTable::
   std::string to = !scripted.empty() ? scripted : held_back ? in_use : chosen.route;
   // Logged when the estimate's choice or the verdict on it changes (or a move is due).
   std::string decision = chosen.route + ">" + to;
-  if (decision == table.chosen_route && (!table.automatic || to == in_use)) return to;
-  table.chosen_route = decision;
+  if (decision == table.estimates.chosen && (!table.automatic || to == in_use)) return to;
+  table.estimates.chosen = decision;
   std::string verdict =
       !scripted.empty()
           ? "chosen: " + scripted + " (--route-auto-sequence; the estimate's: " + chosen.route + ")"

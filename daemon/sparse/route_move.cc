@@ -19,6 +19,7 @@
 // would need 1/N (README: Limits).
 #include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 
 #include "daemon/sparse/sparse_router.h"
@@ -41,19 +42,30 @@ SparseOptions options_for(const SparseTable& table, const std::string& route) {
 
 }  // namespace
 
+// Checked in every build (every tree here is Release): a move is rare, and one that went
+// wrong would lay a table out from the wrong rows, so a bug stops the daemon, named.
+void RouteMove::set(MoveState to_state, const std::string& label) {
+  if (!move_transition_legal(state, to_state)) {
+    PX_LOG_ERROR("%s: illegal route move state change from %s to %s (a bug)", label.c_str(),
+                 move_state_name(state), move_state_name(to_state));
+    std::abort();
+  }
+  state = to_state;
+}
+
 bool SparseRouter::hold(SparseTable& table, uint64_t step, bool stepless,
                         std::function<void()> later) {
-  if (!table.agreeing && !table.moving) return false;
+  RouteMove& move = table.move;
+  if (!move_holds(move.state)) return false;
   // Operations of earlier steps (push step s) go on: the cut waits for them. So do loads,
   // reads and checkpoints started before push step s: they reach every owner before it, so
   // before any export (and a worker may wait for one before it pushes). Later ones wait.
-  if (stepless ? table.pushes_started < table.hold_from : step < table.hold_from) return false;
-  table.held.push_back(std::move(later));
+  if (stepless ? table.pushes_started < move.hold_from : step < move.hold_from) return false;
+  move.held.push_back(std::move(later));
   return true;
 }
 
-void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table,
-                               const SparseTable::RouteSample& s) {
+void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table, const RouteSample& s) {
   SparseTable& t = *table;
   size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
   auto all = std::make_shared<std::vector<double>>(nodes * words, 0.0);
@@ -63,22 +75,19 @@ void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table,
   std::copy(s.ps_rows.begin(), s.ps_rows.end(), mine + 2);
   std::copy(s.alltoall_rows.begin(), s.alltoall_rows.end(), mine + 2 + nodes);
   // (run_step set the hold when this window's last pull started.)
-  if (!t.agreeing) {
-    t.agreeing = true;
-    t.hold_from = s.first_step + s.pulls;
-  }
-  t.agreement_started = true;
-  uint64_t attempt = ++t.attempt;
+  if (t.move.state == MoveState::kIdle) t.move.hold_from = s.first_step + s.pulls;
+  t.move.set(MoveState::kAgreeing, t.label);
+  uint64_t attempt = ++t.move.attempt;
   AllgathervSpec spec;
   spec.buffer = all->data();
   spec.block_bytes.assign(nodes, words * sizeof(double));
-  spec.tag_base = make_tag(TagKind::kRouteAgree, t.global_id, t.estimates++);
+  spec.tag_base = make_tag(TagKind::kRouteAgree, t.global_id, t.move.agreements++);
   spec.chunk_bytes = chunk_bytes_;
   uint64_t first = s.first_step, pulls = s.pulls;
   start_ring_allgatherv(
       *fabric_, spec, [this, table, all, attempt, first, pulls](bool ok, const std::string& error) {
         offload_.post()([this, table, all, attempt, first, pulls, ok, error] {
-          if (table->attempt != attempt) return;  // given up or released
+          if (table->move.attempt != attempt) return;  // given up or released
           if (!ok) {
             PX_LOG_ERROR_AT(table->log_fields, "%s: agreeing on the route estimate failed: %s",
                             table->label.c_str(), error.c_str());
@@ -93,7 +102,7 @@ void SparseRouter::agree_route(const std::shared_ptr<SparseTable>& table,
 void SparseRouter::agreed(const std::shared_ptr<SparseTable>& table,
                           const std::vector<double>& samples, uint64_t first_step, uint64_t pulls) {
   SparseTable& t = *table;
-  SparseTable::RouteSample s;
+  RouteSample s;
   s.first_step = first_step;
   s.pulls = pulls;
   size_t nodes = static_cast<size_t>(t.nodes), words = 2 + 2 * nodes;
@@ -109,16 +118,15 @@ void SparseRouter::agreed(const std::shared_ptr<SparseTable>& table,
     }
   }
   std::string to = estimate_route(t, s);
-  t.agreeing = t.agreement_started = false;
   if (to.empty() || to == route_model_name(t.options)) return end_hold(t);
   start_move(table, to);
 }
 
 void SparseRouter::start_move(const std::shared_ptr<SparseTable>& table, const std::string& to) {
   SparseTable& t = *table;
-  t.moving = true;
-  t.move_to = to;
-  t.move_start_ns = monotonic_ns();
+  t.move.set(MoveState::kDraining, t.label);
+  t.move.to = to;
+  t.move.start_ns = monotonic_ns();
   t.channel->expect_layout(row_widths(t.shape.dim, t.nodes, options_for(t, to)));
   move_when_drained(table);
 }
@@ -129,31 +137,32 @@ void SparseRouter::start_move(const std::shared_ptr<SparseTable>& table, const s
 // before an export is known only once its sender saw it answered.
 void SparseRouter::move_when_drained(const std::shared_ptr<SparseTable>& table) {
   SparseTable& t = *table;
-  if (!t.moving || !t.in_flight.empty() || !t.send_order.empty() || t.checkpoints_in_flight > 0)
+  MoveState state = t.move.state;
+  if ((state != MoveState::kDraining && state != MoveState::kGathered) || !t.in_flight.empty() ||
+      !t.send_order.empty() || t.checkpoints_in_flight > 0)
     return;
-  if (t.moved_rows) return lay_out_moved(table, std::move(t.moved_rows));
-  if (t.exporting) return;
-  t.exporting = true;
-  uint64_t attempt = t.attempt;
+  if (state == MoveState::kGathered) return lay_out_moved(table, std::move(t.move.rows));
+  t.move.set(MoveState::kExporting, t.label);
+  uint64_t attempt = t.move.attempt;
   auto nothing = std::make_shared<std::vector<char>>(static_cast<size_t>(t.nodes), 0);
   AllgathervSpec drained;
   drained.buffer = nothing->data();
   drained.block_bytes.assign(static_cast<size_t>(t.nodes), 1);
-  drained.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.moves);
+  drained.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.move.completed);
   start_ring_allgatherv(
       *fabric_, drained, [this, table, attempt, nothing](bool ok, const std::string& error) {
         offload_.post()([this, table, attempt, ok, error] {
-          if (table->attempt != attempt) return;
+          if (table->move.attempt != attempt) return;
           if (!ok) {
             PX_LOG_ERROR_AT(table->log_fields,
                             "%s: moving the table to %s: waiting for every node "
                             "to drain failed: %s",
-                            table->label.c_str(), table->move_to.c_str(), error.c_str());
+                            table->label.c_str(), table->move.to.c_str(), error.c_str());
             return;  // a node is gone: the job breaks and fail_in_flight ends the hold
           }
-          table->owner->export_at(table->hold_from,
+          table->owner->export_at(table->move.hold_from,
                                   [this, table, attempt](std::shared_ptr<ShardFileData> mine) {
-                                    if (table->attempt != attempt) return;
+                                    if (table->move.attempt != attempt) return;
                                     exchange_rows(table, std::move(mine));
                                   });
         });
@@ -163,14 +172,16 @@ void SparseRouter::move_when_drained(const std::shared_ptr<SparseTable>& table) 
 void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
                                  std::shared_ptr<ShardFileData> mine) {
   SparseTable& t = *table;
-  t.move_exported_ns = monotonic_ns();
-  auto moved = std::make_shared<SparseTable::MovedRows>();
+  t.move.set(MoveState::kExchanging, t.label);
+  t.move.exported_ns = monotonic_ns();
+  auto moved = std::make_shared<RouteMove::Rows>();
   if (t.replicated) {  // this node's replica holds every row
-    t.move_gathered_ns = t.move_exported_ns;
-    t.moved_applies = t.owner->applies();
+    t.move.gathered_ns = t.move.exported_ns;
+    t.move.applies = t.owner->applies();
     moved->views.push_back(view_of(*mine));
     moved->own = std::move(mine);
-    t.moved_rows = moved;
+    t.move.rows = moved;
+    t.move.set(MoveState::kGathered, t.label);
     return move_when_drained(table);
   }
   size_t nodes = static_cast<size_t>(t.nodes), node = static_cast<size_t>(t.node);
@@ -184,17 +195,17 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
   AllgathervSpec spec;
   spec.buffer = counts->data();
   spec.block_bytes.assign(nodes, 2 * sizeof(uint64_t));
-  spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.moves + 1);
+  spec.tag_base = make_tag(TagKind::kRouteMove, t.global_id, 3 * t.move.completed + 1);
   spec.chunk_bytes = chunk_bytes_;
-  uint64_t attempt = t.attempt;
+  uint64_t attempt = t.move.attempt;
   // A collective fails when a node is gone: the job breaks, fail_in_flight ends the hold.
   auto failed = [table](const std::string& what, const std::string& error) {
     PX_LOG_ERROR_AT(table->log_fields, "%s: moving the table to %s: %s failed: %s",
-                    table->label.c_str(), table->move_to.c_str(), what.c_str(), error.c_str());
+                    table->label.c_str(), table->move.to.c_str(), what.c_str(), error.c_str());
   };
   start_ring_allgatherv(*fabric_, spec, [=, this](bool ok, const std::string& error) {
     offload_.post()([=, this] {
-      if (table->attempt != attempt) return;
+      if (table->move.attempt != attempt) return;
       if (!ok) return failed("exchanging row counts", error);
       // The images side by side, each from an 8-byte boundary (views read their rows in
       // place); the padding is sent as zeros.
@@ -226,15 +237,16 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
             exported->reset();  // its bytes are in the image now
           },
           [=, this] {
-            if (table->attempt != attempt) return;
+            if (table->move.attempt != attempt) return;
             AllgathervSpec rows;
             rows.buffer = moved->images.data();
             rows.block_bytes = blocks;
-            rows.tag_base = make_tag(TagKind::kRouteMove, table->global_id, 3 * table->moves + 2);
+            rows.tag_base =
+                make_tag(TagKind::kRouteMove, table->global_id, 3 * table->move.completed + 2);
             rows.chunk_bytes = chunk_bytes_;
             start_ring_allgatherv(*fabric_, rows, [=, this](bool ok2, const std::string& error2) {
               offload_.post()([=, this] {
-                if (table->attempt != attempt) return;
+                if (table->move.attempt != attempt) return;
                 if (!ok2) return failed("exchanging rows", error2);
                 for (size_t i = 0; i < nodes; ++i) {
                   ShardView view;
@@ -244,9 +256,10 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
                                                 " bytes) is not a shard image (a bug)");
                   moved->views.push_back(view);
                 }
-                table->moved_rows = moved;
-                table->moved_applies = most;
-                table->move_gathered_ns = monotonic_ns();
+                table->move.rows = moved;
+                table->move.applies = most;
+                table->move.gathered_ns = monotonic_ns();
+                table->move.set(MoveState::kGathered, table->label);
                 move_when_drained(table);
               });
             });
@@ -257,20 +270,21 @@ void SparseRouter::exchange_rows(const std::shared_ptr<SparseTable>& table,
 
 // Step 3-4: the new layout takes its rows from every node's export.
 void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
-                                 std::shared_ptr<SparseTable::MovedRows> moved) {
+                                 std::shared_ptr<RouteMove::Rows> moved) {
   SparseTable& t = *table;
+  t.move.set(MoveState::kLayingOut, t.label);
   std::string from = route_model_name(t.options);
-  uint64_t applies = t.moved_applies;
+  uint64_t applies = t.move.applies;
   uint32_t kept = t.search && t.search->decided() ? t.search->chosen() : t.kept_per_node;
   std::string why;
-  lay_out(t, options_for(t, t.move_to), &why, false);  // every cell comes from the exports
+  lay_out(t, options_for(t, t.move.to), &why, false);  // every cell comes from the exports
   if (t.options.route == Route::kPs) {
     t.search.reset();  // its trials are numbered from step 0: the earlier choice stays
     t.kept_per_node = kept ? kept : PartitionSearch::kInitialPerNode;
   }
   std::shared_ptr<ShardOwner> owner = t.owner;
   auto taken = std::make_shared<uint64_t>(0);
-  uint64_t attempt = t.attempt;
+  uint64_t attempt = t.move.attempt;
   offload_.run(
       true,
       [owner, moved, taken] {
@@ -278,36 +292,36 @@ void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
       },
       [this, table, owner, moved, taken, applies, from, why, attempt] {
         SparseTable& t = *table;
-        if (t.attempt != attempt) return;
+        if (t.move.attempt != attempt) return;
         if (*taken != owner->held_values())
           return fail_move(table, "the nodes' rows held " + std::to_string(*taken) + " of the " +
                                       std::to_string(owner->held_values()) +
                                       " values this node holds (a bug)");
-        owner->continue_from(t.hold_from, applies);
+        owner->continue_from(t.move.hold_from, applies);
         if (fabric_) owner->attach(fabric_, t.global_id, chunk_bytes_);
         t.channel->switch_layout(owner);
-        ++t.moves;
+        ++t.move.completed;
         auto ms = [](int64_t from_ns, int64_t to_ns) {
           return static_cast<double>(to_ns - from_ns) / 1e6;
         };
         int64_t now = monotonic_ns();
         // Drained and exported (waiting for every node's last push step included), the
         // exports exchanged, the new layout built and filled.
-        PX_LOG_INFO_AT(t.log_fields,
-                       "%s: moved from %s to %s before pull step %" PRIu64 " (move %" PRIu64
-                       ", %.1f ms: export %.1f, exchange %.1f, lay-out %.1f):"
-                       " %u partitions (%s), %llu rows held here",
-                       t.label.c_str(), from.c_str(), t.move_to.c_str(), t.hold_from, t.moves,
-                       ms(t.move_start_ns, now), ms(t.move_start_ns, t.move_exported_ns),
-                       ms(t.move_exported_ns, t.move_gathered_ns), ms(t.move_gathered_ns, now),
-                       t.map.partitions(), why.c_str(),
-                       static_cast<unsigned long long>(owner->owned_rows()));
+        PX_LOG_INFO_AT(
+            t.log_fields,
+            "%s: moved from %s to %s before pull step %" PRIu64 " (move %" PRIu64
+            ", %.1f ms: export %.1f, exchange %.1f, lay-out %.1f):"
+            " %u partitions (%s), %llu rows held here",
+            t.label.c_str(), from.c_str(), t.move.to.c_str(), t.move.hold_from, t.move.completed,
+            ms(t.move.start_ns, now), ms(t.move.start_ns, t.move.exported_ns),
+            ms(t.move.exported_ns, t.move.gathered_ns), ms(t.move.gathered_ns, now),
+            t.map.partitions(), why.c_str(), static_cast<unsigned long long>(owner->owned_rows()));
         end_hold(t);
       });
 }
 
 void SparseRouter::fail_move(const std::shared_ptr<SparseTable>& table, const std::string& why) {
-  std::string message = table->label + ": moving the table to " + table->move_to + ": " + why;
+  std::string message = table->label + ": moving the table to " + table->move.to + ": " + why;
   PX_LOG_ERROR_AT(table->log_fields, "%s", message.c_str());
   if (!table->var) return;
   Variable& var = *table->var;
@@ -319,11 +333,12 @@ void SparseRouter::fail_move(const std::shared_ptr<SparseTable>& table, const st
 }
 
 void SparseRouter::end_hold(SparseTable& table) {
-  table.agreeing = table.moving = table.exporting = false;
-  table.hold_from = UINT64_MAX;
-  table.moved_rows.reset();
-  std::deque<std::function<void()>> held = std::move(table.held);
-  table.held.clear();
+  RouteMove& move = table.move;
+  if (move.state != MoveState::kIdle) move.set(MoveState::kIdle, table.label);
+  move.hold_from = UINT64_MAX;
+  move.rows.reset();
+  std::deque<std::function<void()>> held = std::move(move.held);
+  move.held.clear();
   for (auto& later : held) later();
 }
 

@@ -99,8 +99,8 @@ void SparseRouter::run_step(std::shared_ptr<Job> job, Variable& var, Opcode opco
     bool live = var.poison_status == PX_OK && job->broken().empty();
     if (op == SparseOp::kPull && t.nodes > 1 && live &&
         ++t.pulls_started % route_estimate_steps_ == 0) {
-      t.agreeing = true;
-      t.hold_from = step + 1;
+      t.move.set(MoveState::kHolding, t.label);
+      t.move.hold_from = step + 1;
     }
   }
   auto run = std::make_shared<Run>();
@@ -323,8 +323,8 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     finish(*run, status, why);
     // A refused pull that was to close an estimate's window: nothing will be agreed.
     SparseTable& t = *run->table;
-    if (t.agreeing && !t.agreement_started && run->op == SparseOp::kPull &&
-        run->step + 1 == t.hold_from)
+    if (t.move.state == MoveState::kHolding && run->op == SparseOp::kPull &&
+        run->step + 1 == t.move.hold_from)
       end_hold(t);
   };
   if (run->state == RunState::kFinished) return;  // (a run finishes only once sent)
@@ -490,10 +490,11 @@ void SparseRouter::settle(const std::shared_ptr<Run>& run) {
 void SparseRouter::release(Variable& var) {
   if (!var.sparse) return;
   SparseTable& table = *var.sparse;
-  ++table.attempt;  // a route agreement or move under way is given up
-  std::deque<std::function<void()>> held = std::move(table.held);
-  table.held.clear();
-  table.moved_rows.reset();
+  ++table.move.attempt;  // a route agreement or move under way is given up
+  if (table.move.state != MoveState::kIdle) table.move.set(MoveState::kIdle, table.label);
+  std::deque<std::function<void()>> held = std::move(table.move.held);
+  table.move.held.clear();
+  table.move.rows.reset();
   std::deque<std::shared_ptr<Run>> unsent = std::move(table.send_order);
   table.send_order.clear();
   table.in_flight.clear();
@@ -504,8 +505,8 @@ void SparseRouter::release(Variable& var) {
 void SparseRouter::fail_in_flight(Variable& var, px_status status, const std::string& why) {
   if (!var.sparse) return;
   // A route agreement or move cannot complete: the operations it held start (and fail).
-  if (var.sparse->agreeing || var.sparse->moving) {
-    ++var.sparse->attempt;
+  if (move_holds(var.sparse->move.state)) {
+    ++var.sparse->move.attempt;
     end_hold(*var.sparse);
   }
   std::vector<std::shared_ptr<Run>> runs;
@@ -541,7 +542,7 @@ void SparseRouter::finish(Run& run, px_status status, const std::string& message
   if (run.state == RunState::kFinished) return;
   run.set_state(RunState::kFinished);
   run.table->in_flight.erase(&run);
-  if (run.table->moving) post_move_check(run.table);
+  if (move_under_way(run.table->move.state)) post_move_check(run.table);
   Variable& var = *run.var;
   uint64_t bytes = run.total_rows() * (8 + run.dim() * sizeof(float));
   if (status == PX_OK) {

@@ -13,6 +13,7 @@
 #include "daemon/common/job.h"
 #include "daemon/common/log.h"
 #include "daemon/common/offload.h"
+#include "daemon/sparse/route_move_state.h"
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
 #include "sharding/column_split.h"
@@ -27,6 +28,52 @@
 namespace px {
 
 struct SparseRun;
+
+// What the route model (route_model.h) measures, over the pull steps since the last
+// estimate: unique rows, and how many fell on each node under the ps map and under
+// alltoall's (route_estimate.cc).
+struct RouteSample {
+  uint64_t first_step = 0, pulls = 0;
+  double unique_rows = 0;
+  std::vector<double> ps_rows, alltoall_rows;
+};
+
+// A table's route estimates: the window being sampled, the maps it is sampled under, the
+// route the last estimate chose (logged when it changes; a PX_ROUTE_AUTO table then moves
+// to it), and where a scripted sequence (--route-auto-sequence) goes on.
+struct RouteEstimates {
+  RouteSample sample;
+  std::optional<PartitionMap> ps_map, alltoall_map;
+  std::string chosen;
+  size_t script_at = 0;
+};
+
+// A PX_ROUTE_AUTO table's estimate and move (route_move.cc). Every estimate is agreed: the
+// nodes all-gather their samples and decide alike; operations of steps from hold_from on
+// (and, once a move drains, every operation) wait in held until the agreement and any move
+// are done, then start in the order they came. A move drains the table's operations, takes
+// every node's rows at the cut (push steps before hold_from applied everywhere) and lays the
+// table out anew. Where it is: state (route_move_state.h, changed only through set()).
+struct RouteMove {
+  MoveState state = MoveState::kIdle;
+  uint64_t hold_from = UINT64_MAX;
+  std::deque<std::function<void()>> held;
+  uint64_t attempt = 0;  // a failed agreement or move: its late callbacks see a newer one
+  uint64_t agreements = 0, completed = 0;  // sample all-gathers started, moves done (tags)
+  std::string to;                          // the route a move goes to
+  // A move's rows, every node's export, kept while the table's operations still drain.
+  struct Rows {
+    std::shared_ptr<ShardFileData> own;  // a replicated table's: this node's replica, whole
+    UninitVector<char> images;           // the nodes' exports as exchanged (shard images)
+    std::vector<ShardView> views;        // into own or images
+  };
+  std::shared_ptr<Rows> rows;  // kGathered
+  uint64_t applies = 0;        // the most optimizer applications any node counted
+  int64_t start_ns = 0, exported_ns = 0, gathered_ns = 0;  // for its log line
+
+  // Changes state; an illegal change is a bug (logged, then the daemon aborts).
+  void set(MoveState to_state, const std::string& label);
+};
 
 // What a node holds for one sparse variable.
 struct SparseTable {
@@ -78,48 +125,17 @@ struct SparseTable {
   std::map<SparseRun*, std::weak_ptr<SparseRun>> in_flight;
   // Operations in the order they started; each sends once those before it have sent.
   std::deque<std::shared_ptr<SparseRun>> send_order;
-  // Cluster: what the route model (route_model.h) measures, over the pull steps since its
-  // last estimate: unique rows, and how many fell on each node under the ps map and under
-  // alltoall's (route_estimate.cc). The route the last estimate chose, logged when it
-  // changes; a PX_ROUTE_AUTO table then moves to it (route_move.cc).
-  struct RouteSample {
-    uint64_t first_step = 0, pulls = 0;
-    double unique_rows = 0;
-    std::vector<double> ps_rows, alltoall_rows;
-  };
-  RouteSample route_sample;
-  std::optional<PartitionMap> ps_map, alltoall_map;
-  std::string chosen_route;  // the last estimate logged: its choice and the route gone to
-  // PX_ROUTE_AUTO (route_move.cc). Every estimate is agreed: the nodes all-gather their
-  // samples and decide alike; operations of steps from hold_from on (and, during a move,
-  // every operation) wait in held until the agreement and any move are done, then start in
-  // the order they came. A move drains the table's operations, takes every node's rows at
-  // the cut (push steps before hold_from applied everywhere) and lays the table out anew.
+  // Cluster: the route estimates (route_estimate.cc) and, PX_ROUTE_AUTO, the moves they
+  // choose (route_move.cc).
+  RouteEstimates estimates;
   bool automatic = false;
   uint32_t declared_partitions = 0;  // px_sparse_options.partitions (ps after a move)
+  RouteMove move;
   uint32_t global_id = 0;
-  bool agreeing = false, moving = false, exporting = false;
-  // A move's rows, every node's export, kept while the table's operations still drain.
-  struct MovedRows {
-    std::shared_ptr<ShardFileData> own;  // a replicated table's: this node's replica, whole
-    UninitVector<char> images;           // the nodes' exports as exchanged (shard images)
-    std::vector<ShardView> views;        // into own or images
-  };
-  std::shared_ptr<MovedRows> moved_rows;
-  uint64_t moved_applies = 0;      // the most optimizer applications any node counted
-  bool agreement_started = false;  // the window's last pull was sent (its sample is out)
-  int64_t move_start_ns = 0, move_exported_ns = 0, move_gathered_ns = 0;  // for its log line
-  uint64_t hold_from = UINT64_MAX;
   uint64_t pushes_started = 0;         // push steps started here (the next one's number)
   uint64_t pulls_started = 0;          // pull steps started here (windows of the estimates)
   uint64_t checkpoints_in_flight = 0;  // a move waits for them (they bypass the runs)
   Variable* var = nullptr;             // the variable whose table this is (fail_move)
-  uint64_t estimates = 0, moves = 0;
-  uint64_t attempt = 0;  // a failed agreement or move: its late callbacks see a newer one
-  std::string move_to;
-  std::deque<std::function<void()>> held;
-  // A scripted sequence (--route-auto-sequence) goes on from here.
-  size_t script_at = 0;
 };
 
 struct SparseCounters {
@@ -190,11 +206,11 @@ class SparseRouter {
   // kRouteSampleSteps pull steps, logged when the chosen route changes.
   void sample_route(SparseTable& table, const Run& run);
   // The chosen route's name ("" when nothing was measured).
-  std::string estimate_route(SparseTable& table, const SparseTable::RouteSample& sample);
+  std::string estimate_route(SparseTable& table, const RouteSample& sample);
   // PX_ROUTE_AUTO (route_move.cc): an operation that must wait (queued in held: true);
   // the estimate agreed between the nodes; the move to its choice.
   bool hold(SparseTable& table, uint64_t step, bool stepless, std::function<void()> later);
-  void agree_route(const std::shared_ptr<SparseTable>& table, const SparseTable::RouteSample& s);
+  void agree_route(const std::shared_ptr<SparseTable>& table, const RouteSample& s);
   void agreed(const std::shared_ptr<SparseTable>& table, const std::vector<double>& samples,
               uint64_t first_step, uint64_t pulls);
   void start_move(const std::shared_ptr<SparseTable>& table, const std::string& to);
@@ -202,7 +218,7 @@ class SparseRouter {
   void exchange_rows(const std::shared_ptr<SparseTable>& table,
                      std::shared_ptr<ShardFileData> mine);
   void lay_out_moved(const std::shared_ptr<SparseTable>& table,
-                     std::shared_ptr<SparseTable::MovedRows> moved);
+                     std::shared_ptr<RouteMove::Rows> moved);
   void end_hold(SparseTable& table);
   // A move that cannot complete without the job breaking (a bug): the variable is poisoned
   // and its operations, held ones included, fail naming why.

@@ -190,7 +190,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
       static_cast<size_t>(nodes), [this, job, table, variable, dir, push_steps, done, nodes](
                                       px_status status, const std::string& error) {
         --table->checkpoints_in_flight;
-        if (table->moving) post_move_check(table);
+        if (move_under_way(table->move.state)) post_move_check(table);
         if (status != PX_OK)
           return done(status, "checkpoint of variable '" + variable + "' failed: " + error);
         // Every shard file is in place: the manifest makes the checkpoint exist.
