@@ -15,8 +15,10 @@
 #include "daemon/common/operation.h"
 #include "daemon/front/server.h"
 #include "daemon/front/session.h"
+#include "daemon/gpu/gpu_backend.h"
 #include "daemon/sparse/sparse_router.h"
 #include "parallax_c.h"
+#include "transport/collectives/scratch_pool.h"
 
 #ifndef PX_VERSION
 #define PX_VERSION "unknown"
@@ -106,9 +108,14 @@ DaemonState collect_daemon_state(Server& server) {
   }
   for (const auto& [id, session] : server.sessions()) {
     if (session->job() && !session->closed()) ++s.workers;
-    if (!session->closed()) s.memory.arenas += session->arena().size();
+    if (!session->closed() && session->arena().base()) {  // pxctl's sessions have none
+      const ArenaHeader& arena = session->arena().header();
+      s.memory.arenas += arena.heap_bytes;
+      s.memory.rings += arena.heap_offset;
+    }
   }
   s.memory.resident = resident_bytes();
+  s.memory.scratch = ScratchBuffer::held_bytes();
   if (FabricEndpoint* fabric = server.fabric())
     s.memory.fabric_buffers = fabric->bounce_buffer_bytes();
   for (const auto& [name, job] : server.jobs()) {
@@ -152,6 +159,7 @@ DaemonState collect_daemon_state(Server& server) {
       if (var->poison_status != PX_OK) v.failed = var->poison_message;
       v.route = var->stats.route;  // dense: set by device steps only
       v.route_reason = var->route.why;
+      if (var->device_staging) s.memory.staging += var->device_staging->bytes();
       if (var->sparse) {
         if (var->sparse->owner) s.memory.shards += var->sparse->owner->store_bytes();
         v.route = route_label(var->sparse->options);
@@ -241,7 +249,8 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
       label, s.nodes_up, s.workers, static_cast<uint32_t>(s.jobs.size()), variables,
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
       s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node,
-      s.memory.resident, s.memory.shards, s.memory.arenas, s.memory.fabric_buffers);
+      s.memory.resident, s.memory.shards, s.memory.arenas, s.memory.fabric_buffers, s.memory.rings,
+      s.memory.scratch, s.memory.staging);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

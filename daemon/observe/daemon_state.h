@@ -61,7 +61,10 @@ struct PeerState {
 struct DaemonMemory {
   uint64_t resident = 0;  // VmRSS: the daemon's resident set, shared pages included
   uint64_t shards = 0;    // sparse tables' rows and optimizer state held on this node
-  uint64_t arenas = 0;    // the connected workers' shared-memory arenas it maps
+  uint64_t arenas = 0;    // the connected workers' shared-memory arenas' heaps it maps
+  uint64_t rings = 0;     // their submission and completion rings (the arenas' heads)
+  uint64_t scratch = 0;   // the collectives' receive buffers, in use and kept idle
+  uint64_t staging = 0;   // pinned host buffers device steps cross nodes through
   // ofi_rxm's bounce buffers, estimated from their size and count (1,024 a batch, a batch
   // for receives once the fabric is open and one for sends after the first send).
   uint64_t fabric_buffers = 0;

@@ -198,12 +198,16 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
 
   MetricFamily memory = family("parallax_memory_bytes",
                                "The daemon's memory by part: resident (the kernel's count), "
-                               "shards, arenas (mapped), fabric_buffers (estimated)",
+                               "shards, arenas (heaps mapped), rings, scratch, staging, "
+                               "fabric_buffers (estimated)",
                                MetricType::Gauge);
   gauge(memory, static_cast<double>(s.memory.resident), {{"part", "resident"}});
   gauge(memory, static_cast<double>(s.memory.shards), {{"part", "shards"}});
   gauge(memory, static_cast<double>(s.memory.arenas), {{"part", "arenas"}});
   gauge(memory, static_cast<double>(s.memory.fabric_buffers), {{"part", "fabric_buffers"}});
+  gauge(memory, static_cast<double>(s.memory.rings), {{"part", "rings"}});
+  gauge(memory, static_cast<double>(s.memory.scratch), {{"part", "scratch"}});
+  gauge(memory, static_cast<double>(s.memory.staging), {{"part", "staging"}});
   out.push_back(std::move(memory));
 
   out.push_back(single_gauge("parallax_stalled_operations",

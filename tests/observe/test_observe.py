@@ -130,9 +130,15 @@ def test_pxctl_every_subcommand_on_one_node(daemons, scratch):
     assert memory["shards"] == 100 * 4 * 4, memory
     assert memory["arenas"] >= 2 * (1 << 20) and memory["fabric_buffers"] == 0, memory
     assert memory["resident"] > 4 * (1 << 20), memory
+    # Each arena's head: two rings of 1,024 entries (80-byte submissions, 256-byte
+    # completions) and a header; no device step stages anything.
+    ring_bytes = 1024 * (80 + 256)
+    assert 2 * ring_bytes <= memory["rings"] <= 2 * (ring_bytes + 4096), memory
+    assert memory["staging"] == 0, memory
     m = d.metrics()
     assert metric(m, "parallax_memory_bytes", part="shards") == 100 * 4 * 4
     assert metric(m, "parallax_memory_bytes", part="arenas") == memory["arenas"]
+    assert metric(m, "parallax_memory_bytes", part="rings") == memory["rings"]
     assert "memory" in pxctl(d, "status", json_output=False).stdout
 
     jobs = pxctl(d, "jobs").json["jobs"]
@@ -280,6 +286,13 @@ def test_two_node_cluster_metrics_peers_and_stalls(daemons, scratch):
         # Every operation here runs at priority 0: nothing overtakes (send_window.h).
         assert metric(a, "parallax_fabric_priority_overtakes_total") == 0
         assert delta(b, a, "parallax_step_latency_seconds_count", route="allreduce") == 3
+
+    # A ring-sized allreduce (400 KB) takes scratch buffers; once its job has ended on every
+    # node and no job is left, each daemon gives them back.
+    Workers(nodes, "cring", 2, ["dense", "2", "100000"], scratch).wait()
+    for _ in deadline_loop(20, "the scratch buffers released after the last job"):
+        if all(pxctl(d, "status").json["memory"]["scratch"] == 0 for d in nodes):
+            break
 
     # Global rank 3 (node 1, local rank 1) does not submit: node 1 names it; node 0, whose
     # workers all submitted, shows the step waiting across nodes.

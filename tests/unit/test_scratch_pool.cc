@@ -38,3 +38,20 @@ TEST_CASE("scratch buffers are reused: the smallest idle one that fits, none bey
   CHECK(ScratchBuffer::idle_bytes() <= size_t{256} << 20);
   CHECK(ScratchBuffer::idle_bytes() >= before + (size_t{3} << 20));
 }
+
+TEST_CASE("scratch buffers held: in use and idle, until the idle ones are freed") {
+  ScratchBuffer::free_idle();
+  size_t before = ScratchBuffer::held_bytes();  // other tests' buffers still in use, if any
+  {
+    ScratchBuffer a = ScratchBuffer::take(1 << 20);
+    CHECK(ScratchBuffer::held_bytes() == before + (size_t{1} << 20));  // in use
+  }
+  CHECK(ScratchBuffer::held_bytes() == before + (size_t{1} << 20));  // idle
+  ScratchBuffer::free_idle();
+  CHECK(ScratchBuffer::held_bytes() == before);
+  {
+    ScratchBuffer huge = ScratchBuffer::take(size_t{300} << 20);  // above the cap
+    CHECK(ScratchBuffer::held_bytes() == before + (size_t{300} << 20));
+  }
+  CHECK(ScratchBuffer::held_bytes() == before);  // freed, not kept
+}

@@ -76,6 +76,9 @@ std::string status_json(const control::AdminStatus& s) {
                              .add("shards", s.memory_shards())
                              .add("arenas", s.memory_arenas())
                              .add("fabric_buffers", s.memory_fabric_buffers())
+                             .add("rings", s.memory_rings())
+                             .add("scratch", s.memory_scratch())
+                             .add("staging", s.memory_staging())
                              .str())
       .str();
 }
@@ -98,7 +101,9 @@ std::string status_text(const control::AdminStatus& s) {
   t.row({"memory",
          cat({human_bytes(s.memory_resident()), " resident; shards ",
               human_bytes(s.memory_shards()), ", workers' arenas ", human_bytes(s.memory_arenas()),
-              " mapped, fabric buffers ~", human_bytes(s.memory_fabric_buffers())})});
+              " mapped, rings ", human_bytes(s.memory_rings()), ", scratch ",
+              human_bytes(s.memory_scratch()), ", staging ", human_bytes(s.memory_staging()),
+              ", fabric buffers ~", human_bytes(s.memory_fabric_buffers())})});
   std::string threshold = s.stall_report_ms() > 0
                               ? std::to_string(s.stall_report_ms()) + " ms"
                               : "10000 ms (stall log off: timeouts.stall_report_ms = 0)";

@@ -19,6 +19,7 @@ struct Pool {
   std::mutex mutex;
   std::vector<Idle> idle;
   size_t idle_bytes = 0;
+  size_t in_use_bytes = 0;  // buffers taken and not yet back
 };
 
 Pool& pool() {
@@ -41,14 +42,21 @@ ScratchBuffer ScratchBuffer::take(size_t bytes) {
       b.data_ = std::move(p.idle[best].data);
       b.size_ = p.idle[best].size;
       p.idle_bytes -= b.size_;
+      p.in_use_bytes += b.size_;
       p.idle[best] = std::move(p.idle.back());
       p.idle.pop_back();
       return b;
     }
+    p.in_use_bytes += bytes;
   }
   b.data_.reset(new char[bytes > 0 ? bytes : 1]);  // not zeroed: it is written before read
   b.size_ = bytes;
   return b;
+}
+
+size_t ScratchBuffer::held_bytes() {
+  std::lock_guard<std::mutex> lock(pool().mutex);
+  return pool().idle_bytes + pool().in_use_bytes;
 }
 
 size_t ScratchBuffer::idle_bytes() {
@@ -75,9 +83,11 @@ ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& other) noexcept {
 }
 
 ScratchBuffer::~ScratchBuffer() {
-  if (!data_ || size_ > kMaxIdleBytes) return;
+  if (!data_) return;
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mutex);
+  p.in_use_bytes -= size_;
+  if (size_ > kMaxIdleBytes) return;
   // The largest buffers are the ones worth keeping; a smaller one makes room if it must.
   while (p.idle_bytes + size_ > kMaxIdleBytes && !p.idle.empty()) {
     size_t smallest = 0;

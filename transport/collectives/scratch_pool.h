@@ -22,8 +22,10 @@ class ScratchBuffer {
 
   // A buffer of at least bytes: the smallest idle one that fits, else a new one.
   static ScratchBuffer take(size_t bytes);
-  // Idle bytes the pool holds, and freeing them all (for tests).
+  // Idle bytes the pool holds; every scratch byte held (idle and in use); freeing the idle
+  // ones (the daemon, once no job is left; tests).
   static size_t idle_bytes();
+  static size_t held_bytes();
   static void free_idle();
 
  private:
