@@ -1,6 +1,7 @@
 #include "daemon/front/server.h"
 
 #include <grp.h>
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,6 +20,7 @@
 #include "daemon/front/admin.h"
 #include "daemon/front/session.h"
 #include "daemon/sparse/sparse_router.h"
+#include "transport/collectives/scratch_pool.h"
 
 namespace px {
 namespace {
@@ -229,6 +231,7 @@ bool Server::start_cluster(std::string* error) {
     stop_job_traffic(*it->second, "job '" + name + "' ended on every node");
     free_job_state(*it->second);
     ended_here_.erase(it);
+    release_idle_memory();
   };
   wire_device_routes(events);
   cluster_ =
@@ -591,6 +594,21 @@ void Server::leave_job(Session& session, const std::string& why) {
   }
   stop_job_traffic(*job, "job '" + job->name() + "' ended");
   free_job_state(*job);
+  release_idle_memory();
+}
+
+void Server::release_idle_memory() {
+  if (!jobs_.empty() || !ended_here_.empty()) return;
+  // The collectives' idle receive buffers are kept for the next steps of running jobs; with
+  // none left they are only a cost. malloc_trim hands the heap's free pages back too (glibc
+  // serves allocations below its adaptive mmap threshold, up to 32 MiB, from the heap).
+  size_t idle = ScratchBuffer::idle_bytes();
+  ScratchBuffer::free_idle();
+  malloc_trim(0);
+  PX_LOG_DEBUG(
+      "no job left: %zu bytes of idle scratch buffers and the heap's free pages "
+      "released",
+      idle);
 }
 
 void Server::free_job_state(Job& job) {

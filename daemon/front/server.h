@@ -113,6 +113,8 @@ class Server {
   // The job's state here is no longer needed (stop_job_traffic came first): its sparse
   // tables let go of unfinished work that refers back to them, so they are freed with it.
   void free_job_state(Job& job);
+  // Once no job is left: the idle scratch buffers and the heap's free pages go back.
+  void release_idle_memory();
   // Device routes across nodes (server_device_routes.cc): the scheduler's channel to the
   // coordinator and the cluster's answers; whether this daemon can run NCCL.
   class ClusterRoutes;
