@@ -279,7 +279,7 @@ px_status submit_rows(px_var* handle, Opcode opcode, const char* fn, const int64
 px_status submit_group_rows(px_var* const* tables, uint64_t n, const uint64_t* counts,
                             Opcode opcode, const char* fn, const int64_t* indices,
                             const void* rows_in, void* rows_out, const px_op_options* options,
-                            px_request** out_request) {
+                            px_request** out_request, bool prefetch = false) {
   if (!out_request) return fail(PX_ERR_INVALID, std::string(fn) + ": out_request is NULL");
   *out_request = nullptr;
   if (!tables || !counts || n == 0 || n > (1u << 20))
@@ -299,6 +299,10 @@ px_status submit_group_rows(px_var* const* tables, uint64_t n, const uint64_t* c
   }
   Client* c = refs[0].client.get();
   const Var* group = refs[0].var->group;
+  if (prefetch && !refs[0].var->prefetch)
+    return fail(c, PX_ERR_INVALID,
+                std::string(fn) + "('" + refs[0].var->name +
+                    "'): the group was registered without px_sparse_options.prefetch");
   std::string who = std::string(fn) + "('" + group->name + "')";
   uint64_t total = 0;
   std::vector<uint64_t> table_end(n);  // the end of tables[i]'s indices
@@ -742,16 +746,8 @@ PX_API px_status px_pull_rows_group(px_var* const* tables, uint64_t n, const uin
 PX_API px_status px_prefetch_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,
                                         const int64_t* indices, void* out_rows,
                                         const px_op_options* options, px_request** out_request) {
-  px::VarRef ref;
-  if (out_request && tables && n > 0 && px::find_var(tables[0], &ref) && ref.var->sparse &&
-      !ref.var->prefetch) {
-    *out_request = nullptr;
-    return px::fail(ref.client.get(), PX_ERR_INVALID,
-                    "px_prefetch_rows_group('" + ref.var->name +
-                        "'): the group was registered without px_sparse_options.prefetch");
-  }
   return px::submit_group_rows(tables, n, counts, px::Opcode::kPullRows, "px_prefetch_rows_group",
-                               indices, nullptr, out_rows, options, out_request);
+                               indices, nullptr, out_rows, options, out_request, true);
 }
 
 PX_API px_status px_push_rows_group(px_var* const* tables, uint64_t n, const uint64_t* counts,

@@ -189,7 +189,7 @@ int scenario_group_train(px_client* c, const Flags& f) {
   if (stats.pull_steps != steps + 1)
     die("the group took " + std::to_string(stats.pull_steps) + " pull steps in " +
         std::to_string(steps + 1) + " grouped pulls");
-  // Refusals: a table of another group, device memory, a bad registration.
+  // Refusals: a table of another group, a prefetch without the option, a bad registration.
   const char* other_names[] = {"a"};
   uint64_t other_rows[] = {10};
   px_var* other = nullptr;
@@ -201,6 +201,10 @@ int scenario_group_train(px_client* c, const Flags& f) {
   expect_status(px_pull_rows_group(mixed, 2, mixed_counts, nullptr, nullptr, nullptr, &r),
                 PX_ERR_INVALID, "a grouped pull over two groups");
   expect_contains(px_last_error(), "is not a table of the group of tables[0]");
+  uint64_t no_rows[] = {0};
+  expect_status(px_prefetch_rows_group(tables, 1, no_rows, nullptr, nullptr, nullptr, &r),
+                PX_ERR_INVALID, "a grouped prefetch of a group registered without prefetch");
+  expect_contains(px_last_error(), "registered without px_sparse_options.prefetch");
   const char* dup_names[] = {"x", "x"};
   uint64_t dup_rows[] = {5, 5};
   expect_status(px_register_sparse_group(c, "dup", PX_F32, 2, dup_names, dup_rows, kDim, &o,
