@@ -494,38 +494,37 @@ int scenario_steady(px_client* c, const std::string& dir) {
 // cluster-mismatch: node i registers 100 + i elements; every worker must get
 // PX_ERR_MISMATCH naming the nodes' shapes: from the registration itself if the nodes'
 // verdict arrived first, else from its next operation.
+// Registers an f32 sum variable of count values with options, then (if that was taken)
+// takes one allreduce step of it: the first failure's status, and the message it left.
+px_status register_and_step(px_client* c, const char* name, uint64_t count,
+                            const px_dense_options& options, std::string* message) {
+  px_var* var = nullptr;
+  px_status s = px_register_dense_ex(c, name, PX_F32, count, PX_SUM, &options, &var);
+  *message = px_last_error();
+  if (s != PX_OK) return s;
+  std::vector<float> buf(count, 1.0f);
+  px_request* req = nullptr;
+  check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
+  s = px_wait(req, 20000);
+  *message = px_last_error();
+  px_request_free(req);
+  return s;
+}
+
 int scenario_cluster_mismatch(px_client* c) {
   px_world_info w = world_of(c);
-  px_var* var = nullptr;
-  uint64_t count = 100 + static_cast<uint64_t>(w.node_index);
-  px_status s = px_register_dense(c, "table", PX_F32, count, PX_SUM, &var);
-  std::string message = px_last_error();
-  if (s == PX_OK) {
-    std::vector<float> buf(count, 1.0f);
-    px_request* req = nullptr;
-    check(px_allreduce(var, buf.data(), buf.data(), &req), "px_allreduce");
-    s = px_wait(req, 20000);
-    message = px_last_error();
-    px_request_free(req);
-  }
+  px_dense_options o;
+  px_dense_options_init(&o);
+  std::string message;
+  px_status s =
+      register_and_step(c, "table", 100 + static_cast<uint64_t>(w.node_index), o, &message);
   expect_status(s, PX_ERR_MISMATCH, "a variable whose shape differs across nodes");
   expect_contains(message, "f32[100] sum");
   expect_contains(message, "f32[101] sum");
   // A dense wire dtype that differs across nodes (1.13): the message names both.
-  px_dense_options o;
-  px_dense_options_init(&o);
   o.wire_dtype = w.node_index == 0 ? PX_BF16 : PX_F32;
-  px_var* wired = nullptr;
-  s = px_register_dense_ex(c, "wired", PX_F32, 64, PX_SUM, &o, &wired);
-  std::string wire_message = px_last_error();
-  if (s == PX_OK) {
-    std::vector<float> buf(64, 1.0f);
-    px_request* req = nullptr;
-    check(px_allreduce(wired, buf.data(), buf.data(), &req), "px_allreduce");
-    s = px_wait(req, 20000);
-    wire_message = px_last_error();
-    px_request_free(req);
-  }
+  std::string wire_message;
+  s = register_and_step(c, "wired", 64, o, &wire_message);
   expect_status(s, PX_ERR_MISMATCH, "a dense wire dtype that differs across nodes");
   expect_contains(wire_message, "f32[64] sum wire=bf16");
   printf("OK cluster-mismatch: %s | %s\n", message.c_str(), wire_message.c_str());
