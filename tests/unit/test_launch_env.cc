@@ -2,10 +2,12 @@
 // time from a map: torchrun, Open MPI, Slurm, PARALLAX_* over each, and bad values.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
 #include "clients/c/launch_env.h"
+#include "parallax_c.h"
 
 using namespace px;
 
@@ -146,4 +148,25 @@ TEST_CASE("launch env: PARALLAX_* over the launcher's, field by field, and bad c
   CHECK(error == "LOCAL_RANK='-1' is not a count");
   read({{"SLURM_JOB_ID", "1"}, {"SLURM_PROCID", "1x"}}, &error);
   CHECK(error == "SLURM_PROCID='1x' is not a count");
+}
+
+TEST_CASE(
+    "launch env: px_launch_info_from_env refuses a NULL or short struct, reads the process's") {
+  CHECK(px_launch_info_from_env(nullptr) == PX_ERR_INVALID);
+  px_launch_info info{};
+  info.struct_size = sizeof info - 1;  // an older, smaller struct than this function fills
+  CHECK(px_launch_info_from_env(&info) == PX_ERR_INVALID);
+  CHECK(std::string(px_last_error()).find("struct_size") != std::string::npos);
+  const Env torchrun{{"LOCAL_RANK", "1"},
+                     {"LOCAL_WORLD_SIZE", "2"},
+                     {"RANK", "3"},
+                     {"TORCHELASTIC_RUN_ID", "unit"}};
+  for (const auto& [name, value] : torchrun) setenv(name.c_str(), value.c_str(), 1);
+  info.struct_size = sizeof info;
+  px_status status = px_launch_info_from_env(&info);
+  for (const auto& [name, value] : torchrun) unsetenv(name.c_str());
+  REQUIRE(status == PX_OK);
+  CHECK(std::string(info.launcher) == "torchrun");
+  CHECK(std::string(info.job_name) == "unit");
+  CHECK((info.local_rank == 1 && info.local_size == 2 && info.rank == 3));
 }
