@@ -102,8 +102,8 @@ def compare(model: nn.Module, ref: nn.Module) -> dict:
 
 
 def compressed(model: nn.Module, ref: nn.Module, wire: torch.dtype) -> dict:
-    """What a 16-bit wire must give: every float32 gradient a wire value (the mean of 4
-    workers divides a wire value by a power of two), their bits (to compare across
+    """What a 16-bit wire must give: every float32 gradient a wire value (the mean over a
+    power-of-two world divides a wire value exactly), their bits (to compare across
     workers), and the largest relative norm error of a float32 gradient or parameter
     against the f32 reference."""
     grads = [p.grad for p in model.parameters() if p.dtype == torch.float32]
