@@ -15,14 +15,14 @@
 
 namespace px {
 
+// Checked in every build: every tree here is Release (NDEBUG), so a debug-only check would
+// never run; the check is one switch, a few times per operation.
 void SparseRun::set_state(RunState to) {
-#ifndef NDEBUG
   if (!run_transition_legal(state, to)) {
-    PX_LOG_ERROR("sparse run%s: illegal state change from %s to %s", where().c_str(),
+    PX_LOG_ERROR("sparse run%s: illegal state change from %s to %s (a bug)", where().c_str(),
                  run_state_name(state), run_state_name(to));
     std::abort();
   }
-#endif
   state = to;
   if (to != RunState::kAbandoned && to != RunState::kFinished)
     trace_stage(trace, run_state_name(to));
