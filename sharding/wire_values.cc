@@ -22,8 +22,7 @@ void round_to_wire(WireDtype wire, float* values, size_t n) {
   uint16_t packed[kBlock];
   for (size_t at = 0; at < n; at += kBlock) {
     size_t m = std::min(kBlock, n - at);
-    pack_wire16(wire_type(wire), values + at, m, packed);
-    unpack_wire16(wire_type(wire), packed, m, values + at);
+    pack_and_round_wire16(wire_type(wire), values + at, m, packed);
   }
 }
 

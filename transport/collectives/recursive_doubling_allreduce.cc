@@ -140,9 +140,8 @@ class RecursiveDoubling : public std::enable_shared_from_this<RecursiveDoubling>
 
   // Packed: the buffer to the wire type, into outgoing16_, and the rounded values back.
   void round_buffer() {
-    auto* values = static_cast<float*>(spec_.buffer);
-    pack_wire16(spec_.wire, values, spec_.count, outgoing16_.data());
-    unpack_wire16(spec_.wire, outgoing16_.data(), spec_.count, values);
+    pack_and_round_wire16(spec_.wire, static_cast<float*>(spec_.buffer), spec_.count,
+                          outgoing16_.data());
   }
 
   void finish() { done_(true, ""); }

@@ -107,8 +107,8 @@ class RingAllreduce : public std::enable_shared_from_this<RingAllreduce> {
   // round the ring through it), so the region is never in use twice at once.
   const void* send_source(int step, size_t lo, size_t hi) const {
     if (!packed_) return at(lo);
-    if (step <= n_ - 1) pack_wire16(spec_.wire, values_at(lo), hi - lo, wire_at(lo));
-    if (step == n_ - 1) unpack_wire16(spec_.wire, wire_at(lo), hi - lo, values_at(lo));
+    if (step < n_ - 1) pack_wire16(spec_.wire, values_at(lo), hi - lo, wire_at(lo));
+    if (step == n_ - 1) pack_and_round_wire16(spec_.wire, values_at(lo), hi - lo, wire_at(lo));
     return wire_at(lo);
   }
 

@@ -32,6 +32,11 @@ void unpack_wire16(DType wire, const uint16_t* in, size_t n, float* out) {
   }
 }
 
+void pack_and_round_wire16(DType wire, float* values, size_t n, uint16_t* out) {
+  pack_wire16(wire, values, n, out);
+  unpack_wire16(wire, out, n, values);
+}
+
 void accumulate_wire16(DType wire, ReduceOp op, float* dst, const uint16_t* in, size_t n) {
   // Widened a block at a time into a small buffer that stays in cache, then reduced by the
   // f32 kernel, so every op rounds as an f32 reduction does.

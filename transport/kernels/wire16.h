@@ -21,6 +21,10 @@ inline bool is_wire16(DType wire) {
 void pack_wire16(DType wire, const float* values, size_t n, uint16_t* out);
 void unpack_wire16(DType wire, const uint16_t* in, size_t n, float* out);
 
+// Packs values into out and keeps the rounded values in values too: what a sender does when
+// it must hold exactly what its peers receive.
+void pack_and_round_wire16(DType wire, float* values, size_t n, uint16_t* out);
+
 // dst[i] = dst[i] (op) unpack(in[i]) in f32 (kMean is summed: the caller divides).
 void accumulate_wire16(DType wire, ReduceOp op, float* dst, const uint16_t* in, size_t n);
 
