@@ -351,7 +351,7 @@ class _GradBuckets:
 
     def __init__(self, c: Client, named: List[Tuple[str, torch.Tensor]], name: str,
                  bucket_cap_mb: float, first_bucket_mb: float, passes: int,
-                 end_of_backward: bool, prioritize: bool = True, compression: Any = None):
+                 end_of_backward: bool, prioritize: bool = True, wire_dtype: str = "f32"):
         seen, unique = set(), []
         for n, p in named:
             if p.requires_grad and id(p) not in seen:  # tied weights: reduced once
@@ -368,7 +368,7 @@ class _GradBuckets:
             raise invalid(f"'{name}': " + ("backward_passes_per_step must be at least 1"
                                            if unique else "no parameter requires a gradient"))
         self.client, self.name, self.passes = c, name, passes
-        self.wire_dtype = _wire_dtype(compression, name)
+        self.wire_dtype = wire_dtype  # of float32 buckets (_wire_dtype)
         self.end_of_backward = end_of_backward
         self.sync = True
         cap = max(1, int(bucket_cap_mb * (1 << 20)))
@@ -602,7 +602,7 @@ class DistributedDataParallel(torch.nn.Module):
                  *, first_bucket_mb: float = 1.0, init_sync: bool = True,
                  prioritize: bool = True, compression: Any = Compression.none):
         super().__init__()
-        _wire_dtype(compression, name)  # refused before anything is made
+        wire_dtype = _wire_dtype(compression, name)  # refused before anything is made
         self.module = module
         self.client = client or globals()["client"]()
         self.name = _unique_name(self.client, name)
@@ -612,7 +612,7 @@ class DistributedDataParallel(torch.nn.Module):
             broadcast_parameters(module.state_dict(), 0, self.client, name=f"{self.name}.init")
         self._engine = _GradBuckets(self.client, list(module.named_parameters()), self.name,
                                     bucket_cap_mb, first_bucket_mb, 1, end_of_backward=True,
-                                    prioritize=prioritize, compression=compression)
+                                    prioritize=prioritize, wire_dtype=wire_dtype)
 
     @property
     def buckets(self) -> List[BucketInfo]:
@@ -661,7 +661,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]],
                  c: Client, bucket_cap_mb: float, backward_passes_per_step: int, name: str,
-                 first_bucket_mb: float, prioritize: bool, compression: Any):
+                 first_bucket_mb: float, prioritize: bool, wire_dtype: str):
         # Horovod's construction: the user's optimizer class, re-initialised on its param
         # groups (which carry their hyperparameters); its state carries over.
         super(self.__class__, self).__init__(optimizer.param_groups)
@@ -680,7 +680,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._engine = _GradBuckets(c, named, _unique_name(c, name), bucket_cap_mb,
                                     first_bucket_mb, backward_passes_per_step,
                                     end_of_backward=False, prioritize=prioritize,
-                                    compression=compression)
+                                    wire_dtype=wire_dtype)
         self._synchronized = False
         self._skip_sync = False
 
@@ -735,10 +735,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     prioritize: as DistributedDataParallel's. CUDA parameters: as DistributedDataParallel's
     (device buckets reduced on the current stream). compression: as Horovod's
     (Compression.fp16 / .bf16: float32 sums cross nodes in 16 bits; Compression)."""
-    _wire_dtype(compression, name)  # refused before anything is made
+    wire_dtype = _wire_dtype(compression, name)  # refused before anything is made
     c = client or globals()["client"]()
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     return cls(optimizer, named_parameters, c, bucket_cap_mb, backward_passes_per_step, name,
-               first_bucket_mb, prioritize, compression)
+               first_bucket_mb, prioritize, wire_dtype)

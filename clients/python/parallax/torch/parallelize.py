@@ -36,7 +36,7 @@ from torch import nn
 
 from ..client import Client
 from ..errors import invalid
-from .ddp import BucketInfo, DistributedDataParallel, broadcast_parameters
+from .ddp import BucketInfo, Compression, DistributedDataParallel, broadcast_parameters
 from .session import default_client
 from .sparse import Embedding, EmbeddingBag, _SparseModule
 
@@ -204,7 +204,7 @@ def parallelize(model: nn.Module, optimizer: Optimizers, *, client: Optional[Cli
                 name: str = "model", tables: Optional[Dict[str, dict]] = None,
                 dense: Iterable[str] = (), load_weights: bool = True,
                 bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True,
-                compression: Any = "none") -> Tuple[nn.Module, Optimizers]:
+                compression: Any = Compression.none) -> Tuple[nn.Module, Optimizers]:
     """Turns a single-process model and its optimizer (or a list of them) into the pair
     every worker trains with (module docstring); returns (model, optimizer), the same
     objects, changed in place. Every worker must call it with the same model structure.
