@@ -330,10 +330,15 @@ void Session::handle_register(const control::RegisterDense& request) {
                           0);
   uint32_t wire = request.wire_dtype();
   if (wire != static_cast<uint32_t>(DType::kF32)) {
-    if (!is_wire16(static_cast<DType>(wire)) || fingerprint.dtype != DType::kF32)
+    if (!is_wire16(static_cast<DType>(wire)))
       return reply_register(PX_ERR_INVALID,
                             "variable '" + name + "': wire_dtype " + std::to_string(wire) +
-                                " is not PX_F32, PX_BF16 or PX_F16, or the variable is not f32",
+                                " is not PX_F32, PX_BF16 or PX_F16",
+                            0);
+    if (fingerprint.dtype != DType::kF32)
+      return reply_register(PX_ERR_INVALID,
+                            "variable '" + name + "': a 16-bit wire needs an f32 variable, not " +
+                                dtype_name(fingerprint.dtype),
                             0);
     fingerprint.options = dense_wire_option(static_cast<DType>(wire));
   }
