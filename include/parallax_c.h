@@ -54,8 +54,9 @@ extern "C" {
  * MPI, Slurm) read by px_connect, px_launch_info_from_env; 1.11: px_set_sparse_lr; 1.12:
  * table groups (px_register_sparse_group, px_pull_rows_group, px_prefetch_rows_group,
  * px_push_rows_group); 1.13: px_dense_options, px_register_dense_ex (a 16-bit wire for
- * dense allreduce) */
-#define PX_ABI_VERSION_MINOR 13
+ * dense allreduce); 1.14: px_sparse_options.cache_rows and cache_staleness (a hot-row cache
+ * for PX_BOUNDED tables), px_var_stats' cache counters */
+#define PX_ABI_VERSION_MINOR 14
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -232,6 +233,16 @@ typedef struct px_var_stats {
   /* Sparse variables with prefetch (ABI 1.6): rows this node's shards served to other
    * nodes' pulls ahead of the previous push step (no node had pulled them in that step). */
   uint64_t rows_served_ahead;
+  /* Sparse variables with a hot-row cache (ABI 1.14; px_sparse_options.cache_rows): rows of
+   * this node's pull steps served from its cache, rows it asked owners for while the cache
+   * looked (both counted once per step, like rows_unique), rows cached now, the payload
+   * bytes the cache kept off the wire (rows not pulled plus gradient rows not pushed, less
+   * the held sums sent later), and the held gradient rows sent (in a push or a flush). */
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  uint64_t cache_rows;
+  uint64_t cache_bytes_saved;
+  uint64_t cache_rows_flushed;
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------
@@ -352,6 +363,18 @@ typedef struct px_sparse_options {
    * exactly the pulled rows); a push with another row fails with PX_ERR_INVALID naming it.
    * ps, hybrid and alltoall routes; PX_SYNC stays exact. Default 0. */
   uint32_t prefetch;
+  uint32_t reserved1; /* never read (older callers' padding) */
+  /* (1.14) A hot-row cache on every node, PX_BOUNDED tables of the ps or hybrid route only:
+   * up to cache_rows rows owned by other nodes are kept with the pull step that fetched
+   * them. A pull step n serves a kept copy fetched by pull step c >= n - cache_staleness
+   * instead of asking its owner; a row asked for in two pull steps at most cache_staleness
+   * apart is kept (least recently pulled out first). This node's gradients of a kept row
+   * are summed here and sent with the push step before the copy would be refreshed (so at
+   * most cache_staleness steps late), with an eviction, or when a read or checkpoint needs
+   * them: each gradient is applied once. What a pull may then see: docs/sparse.md, "The
+   * hot-row cache". 0 rows: no cache (default); cache_staleness >= 1 with a cache. */
+  uint32_t cache_rows;
+  uint32_t cache_staleness;
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */

@@ -107,6 +107,21 @@ bool SparseOptions::validate(std::string* error) const {
       route != Route::kAuto)
     return bad(std::string("prefetch needs the ps, hybrid or alltoall route (the ") +
                route_name(route) + " route serves pulls from each node's replica)");
+  // The cache lets pulls lag and pushes wait: only a table that allows lag may have one, and
+  // only the ps routes have owners to keep rows of.
+  if (cache_rows == 0 && cache_staleness != 0)
+    return bad("cache_staleness is only meaningful with cache_rows > 0");
+  if (cache_rows > 0) {
+    if (consistency != Consistency::kBounded)
+      return bad(
+          "a hot-row cache (cache_rows) needs PX_BOUNDED (PX_SYNC pulls see every earlier "
+          "push step, PX_ASYNC ones promise no bound)");
+    if (cache_staleness == 0) return bad("cache_rows needs cache_staleness >= 1");
+    if (route != Route::kHybrid && route != Route::kPs)
+      return bad(std::string("a hot-row cache needs the ps or hybrid route (not ") +
+                 route_name(route) + ")");
+    if (prefetch) return bad("a hot-row cache and prefetch cannot be combined");
+  }
   return true;
 }
 
@@ -155,6 +170,9 @@ std::string SparseOptions::canonical() const {
   s += nonfinite == NonFinite::kReject ? " nonfinite=reject" : " nonfinite=skip";
   if (wire != WireDtype::kF32) s += std::string(" wire=") + wire_dtype_name(wire);
   if (prefetch) s += " prefetch";
+  if (cache_rows > 0)
+    s += " cache(rows=" + std::to_string(cache_rows) +
+         ",staleness=" + std::to_string(cache_staleness) + ")";
   return s;
 }
 

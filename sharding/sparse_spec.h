@@ -50,6 +50,10 @@ struct SparseOptions {
   // Relaxed dependency (px_sparse_options.prefetch): a pull step may be served ahead of
   // the previous push step for the rows no node pulled in that step.
   bool prefetch = false;
+  // The hot-row cache (px_sparse_options.cache_rows, daemon/sparse/hot_row_cache.h): rows
+  // of other nodes kept per node (0: none), and how many pull steps a kept copy serves.
+  uint32_t cache_rows = 0;
+  uint32_t cache_staleness = 0;
 
   bool column_split() const {
     return route == Route::kAlltoall && alltoall_split == Split::kColumns;

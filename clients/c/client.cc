@@ -214,7 +214,8 @@ px_status register_sparse(px_client* handle, const char* fn, const char* name, p
       o.init_high, o.init_std, static_cast<uint32_t>(o.aggregation),
       static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
       static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
-      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch);
+      static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch,
+      o.cache_rows, o.cache_staleness);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> names_offset;
   flatbuffers::Offset<flatbuffers::Vector<uint64_t>> rows_offset;
   if (n_tables > 0) {
@@ -585,6 +586,8 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
   o->alltoall_split = static_cast<int32_t>(d.alltoall_split);
   o->wire_dtype = static_cast<int32_t>(d.wire);
   o->prefetch = d.prefetch ? 1 : 0;
+  o->cache_rows = d.cache_rows;
+  o->cache_staleness = d.cache_staleness;
 }
 
 PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,
@@ -723,6 +726,11 @@ PX_API px_status px_var_stats_get(px_var* handle, px_var_stats* out_stats) {
   s.search_steps_left = reply->search_steps_left();
   s.restored_steps = reply->restored_steps();
   s.rows_served_ahead = reply->rows_served_ahead();
+  s.cache_hits = reply->cache_hits();
+  s.cache_misses = reply->cache_misses();
+  s.cache_rows = reply->cache_rows();
+  s.cache_bytes_saved = reply->cache_bytes_saved();
+  s.cache_rows_flushed = reply->cache_rows_flushed();
   std::memcpy(out_stats, &s, s.struct_size);
   return succeed();
 }

@@ -437,6 +437,8 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   if (o->prefetch() > 1)
     return reply_register(PX_ERR_INVALID, what + ": prefetch must be 0 or 1", 0);
   options.prefetch = o->prefetch() == 1;
+  options.cache_rows = o->cache_rows();
+  options.cache_staleness = o->cache_staleness();
   std::string error;
   if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
   Fingerprint fingerprint;
@@ -678,7 +680,8 @@ void Session::handle_stats(const control::StatsRequest& request) {
     body = control::CreateStatsReply(
         b, PX_OK, 0, s.ops, s.bytes, s.wait_ns, s.reduce_ns, sc.pull_steps, sc.push_steps,
         sc.rows_pulled, sc.rows_unique, sc.rows_applied, sc.bytes_sent, sc.bytes_received,
-        sc.request_partitions, sc.search_steps_left, sc.restored_steps, sc.rows_served_ahead);
+        sc.request_partitions, sc.search_steps_left, sc.restored_steps, sc.rows_served_ahead,
+        sc.cache_hits, sc.cache_misses, sc.cache_rows, sc.cache_bytes_saved, sc.cache_rows_flushed);
   }
   send_frame(finish_frame(b, control::Body::StatsReply, body.Union()));
 }

@@ -34,7 +34,9 @@ ShardOwner::ShardOwner(std::string label, const PartitionMap& map, int node, siz
       store_(replicated_ || columns_ ? PartitionMap(map.rows(), 1, 1) : map,
              replicated_ || columns_ ? 0 : node, dim, options,
              columns_ ? column_range(dim, map.nodes(), node) : ColumnRange{0, dim}, initialise),
-      queue_(std::make_shared<SerialQueue>(pool, post)) {
+      queue_(std::make_shared<SerialQueue>(pool, post)),
+      post_(post),
+      flushed_by_node_(static_cast<size_t>(map.nodes()), 0) {
   if (replicated_) {
     units_.resize(1);
     exchange_ = std::make_unique<ReplicatedExchange>(
@@ -236,6 +238,8 @@ void ShardOwner::handle_valid(ShardRequest r) {
     }
     case SparseOp::kRead:  // after the push steps its node sent before it (sync)
     case SparseOp::kCheckpoint:
+      // Not inline: the flush may come back to this owner (this node's own held sums).
+      if (flush_hook_) post_([hook = flush_hook_, steps = r.step] { hook(steps); });
       if (!ready(r)) {
         waiting_pulls_.push_back(std::move(r));
         return;
@@ -243,6 +247,8 @@ void ShardOwner::handle_valid(ShardRequest r) {
       return r.op == SparseOp::kRead ? serve(std::move(r)) : write_checkpoint(std::move(r));
     case SparseOp::kPush:
       return push(std::move(r));
+    case SparseOp::kFlush:
+      return flush(std::move(r));
     case SparseOp::kLoad: {
       auto shared = std::make_shared<ShardRequest>(std::move(r));
       queue_->push(
@@ -347,10 +353,51 @@ bool ShardOwner::applied_through(uint64_t step) const {
   return true;
 }
 
+bool ShardOwner::flushed_through(uint64_t steps) const {
+  if (!flush_hook_) return true;
+  return *std::min_element(flushed_by_node_.begin(), flushed_by_node_.end()) >= steps;
+}
+
 bool ShardOwner::ready(const ShardRequest& r) {
   if (r.op == SparseOp::kRead)  // step: the push steps its node sent before it
-    return options_.consistency != Consistency::kSync || applied_through(r.step);
-  return r.op == SparseOp::kCheckpoint ? applied_through(r.step) : pull_ready(*unit_of(r), r.step);
+    return (options_.consistency != Consistency::kSync || applied_through(r.step)) &&
+           flushed_through(r.step);
+  if (r.op == SparseOp::kCheckpoint) return applied_through(r.step) && flushed_through(r.step);
+  return pull_ready(*unit_of(r), r.step);
+}
+
+// Each row's sum is applied as a push step's would be, at the learning rate of the sender's
+// last push step; Adam's step count is not advanced (a flush is not a step).
+void ShardOwner::flush(ShardRequest r) {
+  uint64_t& through = flushed_by_node_[static_cast<size_t>(r.from_node)];
+  through = std::max(through, r.step);
+  auto shared = std::make_shared<ShardRequest>(std::move(r));
+  auto done = std::move(shared->done);
+  shared->done = nullptr;
+  double learning_rate =
+      rates_ ? rates_->at(shared->step > 0 ? shared->step - 1 : 0) : options_.learning_rate;
+  if (shared->count > 0) {
+    // Adam's step for each row: its partition's applications so far (read here, on the loop).
+    auto steps = std::make_shared<std::vector<uint64_t>>(shared->count);
+    for (size_t i = 0; i < shared->count; ++i) {
+      int32_t unit = unit_of_partition_[store_.partition_of(shared->rows[i])];
+      (*steps)[i] = std::max<uint64_t>(units_[static_cast<size_t>(unit)].applies, 1);
+    }
+    queue_->push(
+        shared->count * dim_ > kInlineValues,
+        [this, shared, steps, learning_rate] {
+          std::vector<float> sum(dim_);
+          float divisor = options_.mean ? static_cast<float>(world_size_) : 1.0f;
+          for (size_t i = 0; i < shared->count; ++i) {
+            int64_t row = shared->rows[i];
+            for (size_t c = 0; c < dim_; ++c) sum[c] = shared->values[i * dim_ + c] / divisor;
+            store_.apply(&row, 1, sum.data(), (*steps)[i], learning_rate);
+          }
+        },
+        [this, shared] { rows_applied_ += shared->count; });
+  }
+  if (done) done(PX_OK, "");
+  serve_ready_pulls();
 }
 
 void ShardOwner::export_at(uint64_t steps,

@@ -73,6 +73,10 @@ class ShardOwner {
 
   // The table's learning rates by push step (px_set_sparse_lr); without, the registered one.
   void set_learning_rates(std::shared_ptr<const LearningRates> rates) { rates_ = std::move(rates); }
+  // A hot-row cache (hot_row_cache.h): a read or checkpoint reaching this owner asks its
+  // node to flush (hook(push steps), on the loop), and waits until every node's flush of
+  // them is in. Set by the router where the table has caches (a cluster).
+  void set_flush_hook(std::function<void(uint64_t)> hook) { flush_hook_ = std::move(hook); }
   bool replicated() const { return replicated_; }
   bool column_slice() const { return columns_; }
   uint64_t store_bytes() const { return store_.bytes(); }
@@ -109,6 +113,9 @@ class ShardOwner {
   bool applied_through(uint64_t step) const;  // every push step < step applied (or queued)
   bool ready(const ShardRequest& r);
   void write_checkpoint(ShardRequest r);
+  // A node's held gradient sums (SparseOp::kFlush): applied now, not a step.
+  void flush(ShardRequest r);
+  bool flushed_through(uint64_t steps) const;
   void serve(ShardRequest r);
   void push(ShardRequest r);
   void apply_sync_steps(Unit& unit);
@@ -140,6 +147,9 @@ class ShardOwner {
   uint64_t rows_applied_ = 0;
   uint64_t rows_served_ahead_ = 0;
   std::shared_ptr<const LearningRates> rates_;
+  PostToLoop post_;
+  std::function<void(uint64_t)> flush_hook_;
+  std::vector<uint64_t> flushed_by_node_;  // the push steps each node's flushes cover
 };
 
 }  // namespace px

@@ -59,7 +59,7 @@ RowOrder row_order(const SparseRun& run) {
   return run.request_groups ? run.request_groups->row_order() : RowOrder{};
 }
 int group_node(const SparseRun& run, int group) {
-  return run.request_groups ? run.request_groups->node(group) : group;
+  return run.group_node(group);
 }
 
 // A worker's indices and rows: in its arena, or (device memory) staged in host memory by
@@ -348,6 +348,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     if (table.map.nodes() > 1) sample_route(table, *run);
   }
   if (run->op == SparseOp::kPush) ++table.push_steps;
+  // Pulls use the hot-row cache once this node's earlier pushes are decided; every push does.
+  if (table.cache && (run->op == SparseOp::kPush ||
+                      (run->op == SparseOp::kPull && table.cache->serves(run->step))))
+    run->cached = true;
   // A read sees the push steps this node sent before it (sent in order: send_order), once
   // their owners applied them: a table read after training (state_dict, an export) is the
   // trained one even where the last pushes are still on their way to an owner or waiting
@@ -361,6 +365,8 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   // own part is prepared.
   int nodes = table.map.nodes();
   bool to_every_replica = table.replicated && run->op == SparseOp::kLoad;
+  // A read of a cached table reaches every node: each flushes its held sums for it.
+  bool reads_everywhere = run->op == SparseOp::kRead && table.cache;
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
   std::vector<int> turn(static_cast<size_t>(nodes), 0);
   for (int g = 0; g < run->groups(); ++g) {
@@ -370,7 +376,8 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     // With prefetch every partition hears of every pull step too: the rows all nodes pulled
     // in a step are what the next pull step may not be served ahead of.
     bool counts_pulls = run->op == SparseOp::kPull && table.options.prefetch;
-    if (count == 0 && !pushes_here && !counts_pulls && !(to_every_replica && run->row_count() > 0))
+    if (count == 0 && !pushes_here && !counts_pulls && !reads_everywhere &&
+        !(to_every_replica && run->row_count() > 0))
       continue;
     int distance = (node - table.node - 1 + nodes) % nodes;  // this node last
     int t = node == table.node ? 1 << 30 : turn[static_cast<size_t>(node)]++;
@@ -384,10 +391,16 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     return settle(run);
   }
   if (run->op != SparseOp::kPush) {
-    for (int group : run->targets) request(run, group);
+    for (int group : run->targets) {
+      if (run->cached && group_node(*run, group) != table.node)
+        request_cached_pull(run, group);
+      else
+        request(run, group);
+    }
     run->set_state(RunState::kSent);
     return settle(run);
   }
+  if (run->cached) take_due_rows(*run);
   // Push: sum each group's rows, then send them; on the pool when heavy, where each
   // request to another node leaves as soon as its sums are ready (the channel takes remote
   // requests from any thread; a hop through the loop cost a millisecond on a busy node).
@@ -398,6 +411,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
       request(run, group);
     }
     run->set_state(RunState::kSent);
+    if (run->cached) cache_pushed(run->table, run->step);
     return settle(run);
   }
   // Not Offload::run: this task posts to the loop once per local group on the way, not once
@@ -417,6 +431,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
         if (!last) return;
         --run->busy;
         run->set_state(RunState::kSent);
+        if (run->cached) cache_pushed(run->table, run->step);
         run->table->send_order.pop_front();
         send_next(*run->table);
         settle(run);  // the requests may all have completed already
@@ -440,6 +455,8 @@ void SparseRouter::sum_group(Run& run, int group) {
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
   int node = group_node(*run, group);
+  if (run->cached && run->op == SparseOp::kPush && node != table.node)
+    return request_cached_push(run, group);
   int rows_of = table.replicated && run->op == SparseOp::kLoad ? table.node : group;
   size_t at = run->group_begin(rows_of);
   size_t count = run->group_begin(rows_of + 1) - at;

@@ -13,6 +13,7 @@
 #include "daemon/common/job.h"
 #include "daemon/common/log.h"
 #include "daemon/common/offload.h"
+#include "daemon/sparse/hot_row_cache.h"
 #include "daemon/sparse/route_move_state.h"
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
@@ -136,12 +137,16 @@ struct SparseTable {
   uint64_t pulls_started = 0;          // pull steps started here (windows of the estimates)
   uint64_t checkpoints_in_flight = 0;  // a move waits for them (they bypass the runs)
   Variable* var = nullptr;             // the variable whose table this is (fail_move)
+  // px_sparse_options.cache_rows on a cluster: this node's copies of other nodes' hot rows
+  // and its held gradient sums (hot_row_cache.h, cached_requests.cc).
+  std::unique_ptr<HotRowCache> cache;
 };
 
 struct SparseCounters {
   uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
            bytes_sent = 0, bytes_received = 0, request_partitions = 0, search_steps_left = 0,
-           restored_steps = 0, rows_served_ahead = 0;
+           restored_steps = 0, rows_served_ahead = 0, cache_hits = 0, cache_misses = 0,
+           cache_rows = 0, cache_bytes_saved = 0, cache_rows_flushed = 0;
 };
 SparseCounters sparse_counters(const SparseTable& table);
 
@@ -245,6 +250,17 @@ class SparseRouter {
   void send_columns(const std::shared_ptr<Run>& run);
   void request_columns(const std::shared_ptr<Run>& run, int node);
   void assemble_columns(const std::shared_ptr<Run>& run);
+  // The hot-row cache (cached_requests.cc): a pull's group served from the cache where it
+  // can, the rest asked for; a push's group less the rows held, plus the held sums that
+  // leave with it (take_due_rows, on the loop before its groups); a push decided; the held
+  // sums of every push step before `steps` sent to their owners with a marker (a read or
+  // checkpoint waits for every node's).
+  void request_cached_pull(const std::shared_ptr<Run>& run, int group);
+  void request_cached_push(const std::shared_ptr<Run>& run, int group);
+  void take_due_rows(Run& run);
+  void cache_pushed(const std::shared_ptr<SparseTable>& table, uint64_t step);
+  void flush_cache(const std::shared_ptr<SparseTable>& table, uint64_t steps);
+  void send_flush(const std::shared_ptr<SparseTable>& table);
 
   Offload offload_;
   CollectiveTransport* fabric_ = nullptr;

@@ -9,6 +9,7 @@
 
 #include "daemon/common/job.h"
 #include "daemon/observe/step_trace.h"
+#include "daemon/sparse/hot_row_cache.h"
 #include "daemon/sparse/sparse_router.h"
 #include "daemon/sparse/sparse_run_state.h"
 #include "sharding/row_plan.h"
@@ -60,6 +61,10 @@ struct SparseRun {
   std::vector<float*> outs;                               // pull/read: by batch, where rows go
   std::vector<int> targets;                               // groups that get a request, in order
   int requests_left = 0;  // requests issued whose reply (or failure) is not in yet
+  // A pull or push step through the table's hot-row cache (cached_requests.cc), and a push's
+  // held sums that leave with it, by group.
+  bool cached = false;
+  std::vector<std::vector<HeldRow>> held_out;
   // Column-wise alltoall: node i's columns of every row of the request (row_count() x its
   // width, after the headroom its reply's status arrives in), what node i is sent or replies.
   std::unique_ptr<float[]> column_values;
@@ -90,6 +95,8 @@ struct SparseRun {
     return text;
   }
   size_t dim() const { return table->shape.dim; }
+  // The node group g's request goes to (groups are nodes without request_groups).
+  int group_node(int g) const { return request_groups ? request_groups->node(g) : g; }
   int groups() const { return static_cast<int>(plan ? plan->group_count() : begin.size() - 1); }
   size_t group_begin(int g) const {
     return plan ? plan->group_begin(g) : begin[static_cast<size_t>(g)];

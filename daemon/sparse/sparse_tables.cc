@@ -12,6 +12,7 @@
 #include "sharding/checkpoint.h"
 #include "sharding/checkpoint_generations.h"
 #include "sharding/optimizer.h"
+#include "sharding/wire_values.h"
 
 namespace px {
 
@@ -26,6 +27,14 @@ SparseCounters sparse_counters(const SparseTable& table) {
   c.bytes_sent = table.channel->bytes_sent() + table.owner->bytes_sent();
   c.bytes_received = table.channel->bytes_received() + table.owner->bytes_received();
   c.restored_steps = table.restored_steps;
+  if (table.cache) {
+    HotRowCounters h = table.cache->counters();
+    c.cache_hits = h.hits;
+    c.cache_misses = h.misses;
+    c.cache_rows = h.rows;
+    c.cache_bytes_saved = h.bytes_saved;
+    c.cache_rows_flushed = h.rows_flushed;
+  }
   if (table.columns) {
     // Column-wise alltoall: a step's requests, one to each node that holds columns.
     for (const ColumnRange& range : table.column_ranges) c.request_partitions += range.width() > 0;
@@ -61,6 +70,15 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->channel = std::make_shared<SparseChannel>(
       fabric_, world.node_index, world.node_count, widths, chunk_bytes_, table->owner,
       offload_.post(), std::move(node_label), options.wire, options.prefetch);
+  if (options.cache_rows > 0 && world.node_count > 1) {
+    table->cache =
+        std::make_unique<HotRowCache>(shape.dim, options.cache_rows, options.cache_staleness,
+                                      sizeof(int64_t) + shape.dim * wire_value_bytes(options.wire));
+    std::weak_ptr<SparseTable> weak = table;
+    table->owner->set_flush_hook([this, weak](uint64_t steps) {
+      if (std::shared_ptr<SparseTable> t = weak.lock()) flush_cache(t, steps);
+    });
+  }
   PX_LOG_INFO_AT(
       table->log_fields,
       "%s: %llu x %llu f32, %u partitions (%s), %llu rows (%llu bytes) held here; %s%s",

@@ -571,7 +571,7 @@ const std::vector<ScenarioSpec> kScenarios = {
 
 const ScenarioSpec* find_spec(const std::string& name) {
   for (auto* table : {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(),
-                      &prefetch_scenario_specs(), &group_scenario_specs()})
+                      &prefetch_scenario_specs(), &group_scenario_specs(), &cache_scenario_specs()})
     for (auto& spec : *table)
       if (spec.name == name) return &spec;
   return nullptr;
@@ -580,7 +580,7 @@ const ScenarioSpec* find_spec(const std::string& name) {
 void print_help() {
   printf("usage: px_test_worker SCENARIO [--flag VALUE | --switch]...\n");
   for (auto* table : {&kScenarios, &sparse_scenario_specs(), &wire_scenario_specs(),
-                      &prefetch_scenario_specs(), &group_scenario_specs()})
+                      &prefetch_scenario_specs(), &group_scenario_specs(), &cache_scenario_specs()})
     for (auto& spec : *table)
       printf("  %s %s\n      %s\n", spec.name.c_str(), describe_flags(spec).c_str(),
              spec.about.c_str());
@@ -666,6 +666,8 @@ int main(int argc, char** argv) {
     rc = run_wire_scenario(c, scenario, flags);
   else if (scenario.rfind("prefetch-", 0) == 0)
     rc = run_prefetch_scenario(c, scenario, flags);
+  else if (scenario.rfind("cache-", 0) == 0)
+    rc = run_cache_scenario(c, scenario, flags);
   else if (scenario.rfind("group-", 0) == 0)
     rc = run_group_scenario(c, scenario, flags);
   else

@@ -149,6 +149,9 @@ const std::vector<ScenarioSpec>& wire_scenario_specs();
 int run_wire_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 // Pull steps issued ahead of the previous push step (prefetch_scenarios.cc).
 const std::vector<ScenarioSpec>& prefetch_scenario_specs();
+// PX_BOUNDED tables through the hot-row cache (cache_scenarios.cc).
+const std::vector<ScenarioSpec>& cache_scenario_specs();
+int run_cache_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 int run_prefetch_scenario(px_client* c, const std::string& scenario, const Flags& flags);
 // Table groups: several tables in one step (group_scenarios.cc).
 const std::vector<ScenarioSpec>& group_scenario_specs();

@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 13u), "ABI 1.13");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 14u), "ABI 1.14");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -78,7 +78,9 @@ static_assert(offsetof(px_world_info, node_index) == 4);
 static_assert(offsetof(px_world_info, rank) == 12);
 static_assert(offsetof(px_world_info, local_size) == 24);
 
-static_assert(sizeof(px_var_stats) == 128);
+static_assert(sizeof(px_var_stats) == 168);
+static_assert(offsetof(px_var_stats, cache_hits) == 128);  // (1.14)
+static_assert(offsetof(px_var_stats, cache_rows_flushed) == 160);
 static_assert(offsetof(px_var_stats, ops) == 8);
 static_assert(offsetof(px_var_stats, pull_steps) == 40);
 static_assert(offsetof(px_var_stats, bytes_received) == 88);
@@ -86,7 +88,7 @@ static_assert(offsetof(px_var_stats, request_partitions) == 96);
 static_assert(offsetof(px_var_stats, search_steps_left) == 104);
 static_assert(offsetof(px_var_stats, restored_steps) == 112);
 
-static_assert(sizeof(px_sparse_options) == 128);
+static_assert(sizeof(px_sparse_options) == 136);
 static_assert(offsetof(px_sparse_options, optimizer) == 4);
 static_assert(offsetof(px_sparse_options, learning_rate) == 8);
 static_assert(offsetof(px_sparse_options, initializer) == 48);
@@ -98,8 +100,10 @@ static_assert(offsetof(px_sparse_options, route) == 104);
 static_assert(offsetof(px_sparse_options, nonfinite) == 108);
 static_assert(offsetof(px_sparse_options, alltoall_split) == 112);  // (1.5)
 static_assert(offsetof(px_sparse_options, wire_dtype) == 116);
-static_assert(offsetof(px_sparse_options, prefetch) == 120);  // (1.6)
-static_assert(sizeof(px_dense_options) == 8);                 // (1.13)
+static_assert(offsetof(px_sparse_options, prefetch) == 120);    // (1.6)
+static_assert(offsetof(px_sparse_options, cache_rows) == 128);  // (1.14)
+static_assert(offsetof(px_sparse_options, cache_staleness) == 132);
+static_assert(sizeof(px_dense_options) == 8);  // (1.13)
 static_assert(offsetof(px_dense_options, wire_dtype) == 4);
 
 // The shared-memory entries libparallax and parallaxd exchange.

@@ -8,6 +8,10 @@
 //   load        payload: int64 rows[count], float values  reply: status
 //   checkpoint  payload: the directory, NUL-padded to count int64 words; step = push steps
 //               to wait for                               reply: status
+//   flush       payload: int64 rows[count], float sums    reply: status
+//               (a hot-row cache's held gradient sums, daemon/sparse/hot_row_cache.h; step:
+//               the sender's push steps all sent before it, which a read or checkpoint of
+//               a cached table waits for from every node)
 // A reply is one stream (part 0): the status, then the rows, so a pull of a partition is
 // one message each way when it fits a chunk (a pull served ahead: two, SparseReplyHeader). The
 // requester receives it into its rows buffer and the kReplyHeadroom bytes just before it. Every
@@ -19,7 +23,14 @@
 
 namespace px {
 
-enum class SparseOp : uint32_t { kPull = 1, kPush = 2, kLoad = 3, kRead = 4, kCheckpoint = 5 };
+enum class SparseOp : uint32_t {
+  kPull = 1,
+  kPush = 2,
+  kLoad = 3,
+  kRead = 4,
+  kCheckpoint = 5,
+  kFlush = 6
+};
 
 // Pulls and pushes on the ps/hybrid routes go per group of the owner's partitions (each
 // partition is applied on its own, so a reply can leave while other partitions' pushes are
@@ -68,10 +79,10 @@ inline bool sparse_rows_inline(uint64_t count) {
   return sizeof(SparseRequestHeader) + count * sizeof(int64_t) <= kRequestMessageBytes;
 }
 inline bool sparse_op_valid(uint32_t op) {
-  return op >= 1 && op <= 5;
+  return op >= 1 && op <= 6;
 }
 inline bool sparse_op_carries_values(SparseOp op) {
-  return op == SparseOp::kPush || op == SparseOp::kLoad;
+  return op == SparseOp::kPush || op == SparseOp::kLoad || op == SparseOp::kFlush;
 }
 inline bool sparse_op_returns_rows(SparseOp op) {
   return op == SparseOp::kPull || op == SparseOp::kRead;
@@ -111,6 +122,8 @@ inline const char* sparse_op_name(SparseOp op) {
       return "read";
     case SparseOp::kCheckpoint:
       return "checkpoint";
+    case SparseOp::kFlush:
+      return "flush";
   }
   return "?";
 }

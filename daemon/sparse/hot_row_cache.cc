@@ -1,0 +1,201 @@
+#include "daemon/sparse/hot_row_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace px {
+
+HotRowCache::HotRowCache(size_t dim, uint32_t capacity, uint32_t staleness, size_t row_bytes)
+    : dim_(dim), capacity_(capacity), staleness_(staleness), row_bytes_(row_bytes) {}
+
+bool HotRowCache::serves(uint64_t pull_step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pushes_decided_ >= pull_step;
+}
+
+void HotRowCache::lookup(const int64_t* rows, size_t count, uint64_t step, float* out,
+                         std::vector<size_t>* misses) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < count; ++i) {
+    auto it = entries_.find(rows[i]);
+    if (it != entries_.end() && serves_locked(it->second, step)) {
+      std::memcpy(out + i * dim_, it->second.values.data(), dim_ * sizeof(float));
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++counters_.hits;
+      counters_.bytes_saved += row_bytes_;
+      continue;
+    }
+    misses->push_back(i);
+    ++counters_.misses;
+  }
+}
+
+void HotRowCache::fetched(const int64_t* rows, size_t count, uint64_t step, const float* values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_old_asks(step);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t row = rows[i];
+    const float* v = values + i * dim_;
+    auto it = entries_.find(row);
+    if (it == entries_.end()) {
+      // Kept when asked for before, at most s pull steps ago.
+      auto asked = asked_.find(row);
+      bool again =
+          asked != asked_.end() && asked->second < step && step - asked->second <= staleness_;
+      if (asked != asked_.end())
+        asked->second = step;
+      else
+        asked_.emplace(row, step);
+      if (!again || capacity_ == 0) continue;
+      if (entries_.size() >= capacity_) evict_one();
+      lru_.push_front(row);
+      it = entries_.emplace(row, Entry{}).first;
+      it->second.lru = lru_.begin();
+    } else {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      // A refreshed copy's held sum left in the push before (its copy did not serve this
+      // pull); one still here goes with the next push rather than wait another s steps.
+      if (!it->second.held.empty()) set_aside(row, it->second.held);
+    }
+    it->second.values.assign(v, v + dim_);
+    it->second.fetched = step;
+  }
+}
+
+void HotRowCache::forget_old_asks(uint64_t step) {
+  if (step < asks_pruned_at_ + staleness_ + 1) return;
+  asks_pruned_at_ = step;
+  for (auto it = asked_.begin(); it != asked_.end();)
+    it = it->second + staleness_ < step ? asked_.erase(it) : std::next(it);
+}
+
+void HotRowCache::evict_one() {
+  int64_t row = lru_.back();
+  lru_.pop_back();
+  auto it = entries_.find(row);
+  if (!it->second.held.empty()) set_aside(row, it->second.held);
+  entries_.erase(it);
+}
+
+void HotRowCache::set_aside(int64_t row, std::vector<float>& held) {
+  std::vector<float>& sum = evicted_[row];
+  if (sum.empty()) {
+    sum = std::move(held);
+  } else {
+    for (size_t c = 0; c < dim_; ++c) sum[c] += held[c];
+  }
+  held.clear();
+  --holding_;
+}
+
+bool HotRowCache::hold(int64_t row, uint64_t step, float* sum) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto evicted = evicted_.find(row);
+  if (evicted != evicted_.end()) {  // it leaves now, whatever the copy
+    for (size_t c = 0; c < dim_; ++c) sum[c] += evicted->second[c];
+    evicted_.erase(evicted);
+    ++counters_.rows_flushed;
+    counters_.bytes_saved -= std::min(counters_.bytes_saved, uint64_t{row_bytes_});
+  }
+  auto it = entries_.find(row);
+  if (it == entries_.end()) return false;
+  Entry& e = it->second;
+  if (evicted == evicted_.end() && serves_locked(e, step + 1)) {
+    if (e.held.empty()) {
+      e.held.assign(sum, sum + dim_);
+      ++holding_;
+    } else {
+      for (size_t c = 0; c < dim_; ++c) e.held[c] += sum[c];
+    }
+    counters_.bytes_saved += row_bytes_;
+    return true;
+  }
+  if (!e.held.empty()) {
+    for (size_t c = 0; c < dim_; ++c) sum[c] += e.held[c];
+    e.held.clear();
+    --holding_;
+    ++counters_.rows_flushed;
+    counters_.bytes_saved -= std::min(counters_.bytes_saved, uint64_t{row_bytes_});
+  }
+  return false;
+}
+
+void HotRowCache::take_held(int64_t row, std::vector<float>& held, std::vector<HeldRow>* out) {
+  HeldRow r;
+  r.row = row;
+  r.sum = std::move(held);
+  held.clear();
+  out->push_back(std::move(r));
+  ++counters_.rows_flushed;
+  // The row costs a send after all (it was counted as saved when held).
+  counters_.bytes_saved -= std::min(counters_.bytes_saved, uint64_t{row_bytes_});
+}
+
+void HotRowCache::take_due(uint64_t step, const std::function<bool(int64_t)>& in_push,
+                           std::vector<HeldRow>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = evicted_.begin(); it != evicted_.end();) {
+    if (in_push(it->first)) {  // hold() adds it to the row's gradient
+      ++it;
+      continue;
+    }
+    take_held(it->first, it->second, out);
+    it = evicted_.erase(it);
+  }
+  if (holding_ == 0) return;
+  for (auto& [row, e] : entries_) {
+    if (e.held.empty() || serves_locked(e, step + 1) || in_push(row)) continue;
+    take_held(row, e.held, out);
+    --holding_;
+  }
+}
+
+void HotRowCache::take_all(std::vector<HeldRow>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [row, sum] : evicted_) take_held(row, sum, out);
+  evicted_.clear();
+  for (auto& [row, e] : entries_) {
+    if (e.held.empty()) continue;
+    take_held(row, e.held, out);
+  }
+  holding_ = 0;
+}
+
+void HotRowCache::pushed(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pushes_decided_ = std::max(pushes_decided_, step + 1);
+}
+
+uint64_t HotRowCache::pushes_decided() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pushes_decided_;
+}
+
+uint64_t HotRowCache::flushed_through() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flushed_through_;
+}
+
+void HotRowCache::set_flushed_through(uint64_t steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  flushed_through_ = std::max(flushed_through_, steps);
+}
+
+uint64_t HotRowCache::flush_wanted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flush_wanted_;
+}
+
+void HotRowCache::want_flush(uint64_t steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  flush_wanted_ = std::max(flush_wanted_, steps);
+}
+
+HotRowCounters HotRowCache::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  HotRowCounters c = counters_;
+  c.rows = entries_.size();
+  return c;
+}
+
+}  // namespace px
