@@ -171,6 +171,11 @@ DaemonState collect_daemon_state(Server& server) {
         v.rows_applied = sc.rows_applied;
         v.bytes_sent = sc.bytes_sent;
         v.bytes_received = sc.bytes_received;
+        v.cache_hits = sc.cache_hits;
+        v.cache_misses = sc.cache_misses;
+        v.cache_rows = sc.cache_rows;
+        v.cache_bytes_saved = sc.cache_bytes_saved;
+        v.cache_rows_flushed = sc.cache_rows_flushed;
         double rows = static_cast<double>(var->fingerprint.count);
         double steps = static_cast<double>(sc.pull_steps);
         if (steps > 0 && rows > 0) {
@@ -273,7 +278,8 @@ fb::Offset<control::AdminVariable> variable_table(fb::FlatBufferBuilder& b,
   return control::CreateAdminVariable(
       b, job, name, v.id, kind, shape, route, v.ops, v.bytes, v.wait_ns, v.reduce_ns, v.pull_steps,
       v.push_steps, v.rows_pulled, v.rows_unique, v.rows_applied, v.bytes_sent, v.bytes_received,
-      v.alpha, v.unique_alpha, v.pending_steps, failed, reason);
+      v.alpha, v.unique_alpha, v.pending_steps, failed, reason, v.cache_hits, v.cache_misses,
+      v.cache_rows, v.cache_bytes_saved, v.cache_rows_flushed);
 }
 
 fb::Offset<control::AdminStall> stall_table(fb::FlatBufferBuilder& b, const Stall& s) {

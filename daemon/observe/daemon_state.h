@@ -29,6 +29,9 @@ struct VariableState {
   // Sparse only (px_var_stats' fields).
   uint64_t pull_steps = 0, push_steps = 0, rows_pulled = 0, rows_unique = 0, rows_applied = 0,
            bytes_sent = 0, bytes_received = 0;
+  // A hot-row cache's (px_var_stats' cache_*; all 0 without one).
+  uint64_t cache_hits = 0, cache_misses = 0, cache_rows = 0, cache_bytes_saved = 0,
+           cache_rows_flushed = 0;
   double alpha = 0;         // rows_pulled / (pull_steps * local workers * rows)
   double unique_alpha = 0;  // rows_unique / (pull_steps * rows)
   uint32_t pending_steps = 0;

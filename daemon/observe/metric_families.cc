@@ -168,6 +168,24 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
   MetricFamily received =
       family("parallax_variable_bytes_received_total",
              "Sparse: payload bytes this node received from other nodes", MetricType::Counter);
+  MetricFamily cache_hits =
+      family("parallax_variable_cache_hits_total",
+             "Sparse, hot-row cache: rows of this node's pulls served from its cache",
+             MetricType::Counter);
+  MetricFamily cache_misses =
+      family("parallax_variable_cache_misses_total",
+             "Sparse, hot-row cache: rows asked of their owners while the cache looked",
+             MetricType::Counter);
+  MetricFamily cache_rows =
+      family("parallax_variable_cache_rows", "Sparse, hot-row cache: rows kept", MetricType::Gauge);
+  MetricFamily cache_saved =
+      family("parallax_variable_cache_bytes_saved",
+             "Sparse, hot-row cache: payload bytes kept off the wire so far (rows not pulled, "
+             "gradient rows not pushed, less held sums sent later: it can fall)",
+             MetricType::Gauge);
+  MetricFamily cache_flushed = family(
+      "parallax_variable_cache_rows_flushed_total",
+      "Sparse, hot-row cache: held gradient rows sent (in a push or a flush)", MetricType::Counter);
   MetricFamily pending = family("parallax_variable_pending_steps",
                                 "Steps of the variable some local workers submitted and others "
                                 "have not yet",
@@ -187,9 +205,16 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
     counter(rows_unique, static_cast<double>(v.rows_unique), labels);
     counter(sent, static_cast<double>(v.bytes_sent), labels);
     counter(received, static_cast<double>(v.bytes_received), labels);
+    if (v.cache_hits + v.cache_misses == 0) continue;  // no cache (or it has not looked yet)
+    counter(cache_hits, static_cast<double>(v.cache_hits), labels);
+    counter(cache_misses, static_cast<double>(v.cache_misses), labels);
+    gauge(cache_rows, static_cast<double>(v.cache_rows), labels);
+    gauge(cache_saved, static_cast<double>(v.cache_bytes_saved), labels);
+    counter(cache_flushed, static_cast<double>(v.cache_rows_flushed), labels);
   }
-  for (MetricFamily* f : {&var_ops, &var_bytes, &alpha, &unique_alpha, &rows_pulled, &rows_unique,
-                          &sent, &received, &pending})
+  for (MetricFamily* f :
+       {&var_ops, &var_bytes, &alpha, &unique_alpha, &rows_pulled, &rows_unique, &sent, &received,
+        &cache_hits, &cache_misses, &cache_rows, &cache_saved, &cache_flushed, &pending})
     out.push_back(std::move(*f));
   out.push_back(
       single_gauge("parallax_variables_unlabeled",

@@ -166,7 +166,8 @@ std::string job_notes(const control::AdminJob& j) {
 }
 
 Table variable_table() {
-  return Table({"JOB", "VARIABLE", "KIND", "ROUTE", "SHAPE", "OPS", "BYTES", "ALPHA", "PENDING"});
+  return Table({"JOB", "VARIABLE", "KIND", "ROUTE", "SHAPE", "OPS", "BYTES", "ALPHA", "CACHE HITS",
+                "PENDING"});
 }
 
 std::string variable_json(const control::AdminVariable& v) {
@@ -192,8 +193,20 @@ std::string variable_json(const control::AdminVariable& v) {
       .add("alpha", v.alpha())
       .add("unique_alpha", v.unique_alpha())
       .add("pending_steps", v.pending_steps())
+      .add("cache_hits", v.cache_hits())
+      .add("cache_misses", v.cache_misses())
+      .add("cache_rows", v.cache_rows())
+      .add("cache_bytes_saved", v.cache_bytes_saved())
+      .add("cache_rows_flushed", v.cache_rows_flushed())
       .add("failed", str(v.failed()))
       .str();
+}
+
+// A hot-row cache's share of the rows it looked at: "-" without one.
+std::string cache_hit_ratio(const control::AdminVariable& v) {
+  uint64_t looked = v.cache_hits() + v.cache_misses();
+  if (looked == 0) return "-";
+  return fixed(100.0 * static_cast<double>(v.cache_hits()) / static_cast<double>(looked), 1) + "%";
 }
 
 void variable_row(Table& t, const control::AdminVariable& v) {
@@ -203,7 +216,7 @@ void variable_row(Table& t, const control::AdminVariable& v) {
   t.row({str(v.job()), cat({str(v.name()), v.failed() && v.failed()->size() ? " (failed)" : ""}),
          str(v.kind()), str(v.route()).empty() ? "-" : str(v.route()), shape,
          std::to_string(v.ops()), human_bytes(v.bytes()), sparse ? fixed(v.alpha(), 4) : "-",
-         std::to_string(v.pending_steps())});
+         cache_hit_ratio(v), std::to_string(v.pending_steps())});
 }
 
 Table peer_table() {
