@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 13
+ABI_MINOR = 14
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -95,7 +95,9 @@ class VarStats(Structure):
                 ("rows_applied", c_uint64), ("bytes_sent", c_uint64),
                 ("bytes_received", c_uint64), ("request_partitions", c_uint64),
                 ("search_steps_left", c_uint64), ("restored_steps", c_uint64),
-                ("rows_served_ahead", c_uint64)]
+                ("rows_served_ahead", c_uint64), ("cache_hits", c_uint64),
+                ("cache_misses", c_uint64), ("cache_rows", c_uint64),
+                ("cache_bytes_saved", c_uint64), ("cache_rows_flushed", c_uint64)]
 
 
 class DenseOptions(Structure):
@@ -110,7 +112,8 @@ class SparseOptions(Structure):
                 ("init_low", c_double), ("init_high", c_double), ("init_std", c_double),
                 ("aggregation", c_int32), ("consistency", c_int32), ("staleness", c_uint32),
                 ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32),
-                ("alltoall_split", c_int32), ("wire_dtype", c_int32), ("prefetch", c_uint32)]
+                ("alltoall_split", c_int32), ("wire_dtype", c_int32), ("prefetch", c_uint32),
+                ("reserved1", c_uint32), ("cache_rows", c_uint32), ("cache_staleness", c_uint32)]
 
 
 _P = c_void_p  # opaque handles travel as void*

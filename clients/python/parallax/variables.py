@@ -56,6 +56,14 @@ class Stats:
     search_steps_left: int
     restored_steps: int  # sparse: the checkpoint's push steps it was restored from; 0: none
     rows_served_ahead: int  # sparse, prefetch: rows served ahead of the previous push step
+    # sparse, with a hot-row cache (cache_rows): rows served from it, rows asked of owners
+    # while it looked, rows kept now, payload bytes it kept off the wire, held gradient rows
+    # sent (ABI 1.14)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_rows: int = 0
+    cache_bytes_saved: int = 0
+    cache_rows_flushed: int = 0
 
 
 def _on_stream(opts: _lib.OpOptions, device: int) -> None:
@@ -278,7 +286,8 @@ def _sparse_options(*, optimizer: str = "sgd", lr: Optional[float] = None,
                     aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
                     partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
                     alltoall_split: str = "rows", wire_dtype: str = "f32",
-                    prefetch: bool = False) -> _lib.SparseOptions:
+                    prefetch: bool = False, cache_rows: int = 0,
+                    cache_staleness: int = 0) -> _lib.SparseOptions:
     """px_sparse_options from SparseVariable's keyword options."""
     o = _lib.SparseOptions()
     _lib.lib.px_sparse_options_init(ctypes.byref(o))
@@ -300,6 +309,8 @@ def _sparse_options(*, optimizer: str = "sgd", lr: Optional[float] = None,
     o.alltoall_split = _choice(_SPLITS, alltoall_split, "alltoall split")
     o.wire_dtype = _choice(_WIRE_DTYPES, wire_dtype, "wire dtype")
     o.prefetch = 1 if prefetch else 0
+    o.cache_rows = int(cache_rows)
+    o.cache_staleness = int(cache_staleness)
     return o
 
 
@@ -316,7 +327,10 @@ class SparseVariable(_Variable):
     "columns": how the alltoall route divides the table); nonfinite ("reject", "skip");
     wire_dtype ("f32", or lossy "bf16"/"f16": pulled rows and pushed gradients between
     nodes in 16 bits); prefetch (True: the next pull step may be issued before this push
-    step, see prefetch(); a push step may then push only rows its own pull step pulled).
+    step, see prefetch(); a push step may then push only rows its own pull step pulled);
+    cache_rows, cache_staleness (a "bounded" table of the ps or hybrid route: each node keeps
+    up to cache_rows hot rows of other nodes and serves them for cache_staleness pull steps,
+    holding its gradients of them as long; docs/sparse.md, "The hot-row cache").
     The n-th pull is pull step n and the n-th push push step n, on every local worker.
     Indices and rows may be CUDA tensors of one device (PX_MEMORY_CUDA, ordered on its
     current torch stream): both inside px_alloc_ex memory, e.g. from
@@ -333,7 +347,7 @@ class SparseVariable(_Variable):
                  aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
                  partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
                  alltoall_split: str = "rows", wire_dtype: str = "f32",
-                 prefetch: bool = False):
+                 prefetch: bool = False, cache_rows: int = 0, cache_staleness: int = 0):
         super().__init__(client, name)
         self.rows, self.dim = int(rows), int(dim)
         self.options = _sparse_options(
@@ -342,7 +356,7 @@ class SparseVariable(_Variable):
             init_low=init_low, init_high=init_high, init_std=init_std, aggregation=aggregation,
             consistency=consistency, staleness=staleness, partitions=partitions, route=route,
             nonfinite=nonfinite, alltoall_split=alltoall_split, wire_dtype=wire_dtype,
-            prefetch=prefetch)
+            prefetch=prefetch, cache_rows=cache_rows, cache_staleness=cache_staleness)
         self._learning_rate = self.options.learning_rate
         self._register()
 
