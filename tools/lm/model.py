@@ -30,6 +30,10 @@ class LMConfig:
     route: str = "hybrid"
     wire_dtype: str = "f32"      # both tables' rows and gradients between nodes (lossy: bf16, f16)
     prefetch: bool = False       # tables that take the next step's pull early (prefetch())
+    consistency: str = "sync"    # both tables' ("bounded": pulls may lag `staleness` steps)
+    staleness: int = 0
+    cache_rows: int = 0          # a hot-row cache per node (bounded tables; 0: none)
+    cache_staleness: int = 0
 
 
 class Body(nn.Module):
@@ -59,7 +63,12 @@ def _table_options(cfg: LMConfig) -> dict:
     # "mean" makes the push the gradient of the global batch's mean loss, as DDP's average.
     return dict(optimizer="adagrad", lr=cfg.table_lr, initial_accumulator=0.1, epsilon=1e-10,
                 aggregation="mean", route=cfg.route, wire_dtype=cfg.wire_dtype,
-                prefetch=cfg.prefetch)
+                prefetch=cfg.prefetch, **consistency_options(cfg))
+
+
+def consistency_options(cfg: LMConfig) -> dict:
+    return dict(consistency=cfg.consistency, staleness=cfg.staleness, cache_rows=cfg.cache_rows,
+                cache_staleness=cfg.cache_staleness)
 
 
 class ParallaxLM(nn.Module):

@@ -31,7 +31,7 @@ try:
 except ImportError:  # a source checkout: the package next door
     sys.path.insert(0, os.path.join(_HERE, "..", "..", "clients", "python"))
 import corpus as corpus_mod  # noqa: E402
-from model import LMConfig, ParallaxLM, ReferenceLM  # noqa: E402
+from model import LMConfig, ParallaxLM, ReferenceLM, consistency_options  # noqa: E402
 
 
 def parse_args():
@@ -48,6 +48,13 @@ def parse_args():
     p.add_argument("--compression", default="none", choices=("none", "bf16", "fp16"),
                    help="the dense buckets' sums between nodes (parallax.torch.Compression; "
                         "16 bits: lossy)")
+    p.add_argument("--consistency", default="sync", choices=("sync", "bounded", "async"),
+                   help="both tables' consistency")
+    p.add_argument("--staleness", type=int, default=0, help="bounded: pull steps a pull may lag")
+    p.add_argument("--row-cache", type=int, default=0, metavar="ROWS",
+                   help="a hot-row cache of ROWS rows per node and table (bounded tables)")
+    p.add_argument("--row-cache-staleness", type=int, default=0, metavar="STEPS",
+                   help="pull steps a cached copy serves (and gradients are held)")
     p.add_argument("--prefetch", action="store_true",
                    help="pull each step's rows during the previous step's backward "
                         "(px_prefetch_rows; the same result)")
@@ -119,7 +126,10 @@ def route_report(client, tables, buckets) -> list:
         lines.append(f"  node {client.world.node_index}  {var.name:<14} {kind:<6} "
                      f"route {route:<10} alpha {alpha:.4f}  rows {var.rows}x{var.dim}  "
                      f"sent {s.bytes_sent / 2**20:8.2f} MiB  received "
-                     f"{s.bytes_received / 2**20:8.2f} MiB")
+                     f"{s.bytes_received / 2**20:8.2f} MiB"
+                     + (f"  cache hits {s.cache_hits} misses {s.cache_misses} "
+                        f"saved {s.cache_bytes_saved / 2**20:.2f} MiB" if var.options.cache_rows
+                        else ""))
     for bucket in buckets:
         var = bucket.variable
         s = var.stats()
@@ -138,7 +148,7 @@ def run_parallax(args, cfg, corpus) -> None:
     if args.parallelize:
         # The single-process model and optimizers, unchanged: parallelize() finds the two
         # nn.Embedding tables (the output one looked up twice a step) and Adagrad for them.
-        options = dict(route=cfg.route, wire_dtype=cfg.wire_dtype)
+        options = dict(route=cfg.route, wire_dtype=cfg.wire_dtype, **consistency_options(cfg))
         model, optimizers = pxt.parallelize(*_reference_pair(cfg), client=client, name="lm",
                                             tables={"embedding": options,
                                                     "softmax_table": options},
@@ -244,7 +254,9 @@ def main() -> None:
     corpus = corpus_mod.load(cache=args.cache)
     cfg = LMConfig(vocab=corpus.vocab_size, embed=args.embed, hidden=args.hidden,
                    num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype,
-                   prefetch=args.prefetch)
+                   prefetch=args.prefetch, consistency=args.consistency,
+                   staleness=args.staleness, cache_rows=args.row_cache,
+                   cache_staleness=args.row_cache_staleness)
     if args.parallelize and args.prefetch:
         sys.exit("train.py: --prefetch needs ParallaxLM's prefetch(), not --parallelize")
     if args.reference:
