@@ -6,8 +6,10 @@
 //                   [--dense-bytes 25000000] [--partitions P (0: automatic)]
 //                   [--mtu N (links' MTU, default 1500)] [--zipf S (default 1.0)]
 //                   (any of them + "-bf16" or "-f16": that route with a 16-bit wire dtype;
-//                   + "-prefetch" last: each next pull issued before the push, px_prefetch_rows)
-//                   [--peers gloo] [--daemon PATH]
+//                   + "-prefetch" last: each next pull issued before the push, px_prefetch_rows;
+//                   + "-boundedS": PX_BOUNDED with staleness S, then "-cacheS": a hot-row
+//                   cache of --cache-rows rows serving S pull steps, e.g. ps-bounded0-cache4)
+//                   [--cache-rows R (default 65536)] [--peers gloo] [--daemon PATH]
 //
 // Each worker looks up `lookups` rows of a rows x dim f32 table, Zipf(S)-distributed,
 // pulls them, and pushes a gradient for each (uncoalesced, as a model would); the full step
@@ -42,6 +44,7 @@ struct SparseShapeArgs {
   int steps = 6;
   uint32_t partitions = 0;  // 0: automatic
   double zipf = 1.0;
+  uint32_t cache_rows = 65536;
 };
 
 // A route with a wire dtype: "hybrid-bf16", "alltoall-columns-f16"
@@ -52,11 +55,40 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 // "-prefetch" last ("ps-prefetch", "hybrid-bf16-prefetch"): px_sparse_options.prefetch, and
 // each step's next pull issued before its push (px_prefetch_rows).
-bool prefetch_of(const std::string& r) {
-  return ends_with(r, "-prefetch");
+// "-boundedS" and "-cacheS" last of all: the table's consistency and hot-row cache.
+// Returns the route without them; *bounded / *cache: S, or -1 where absent.
+std::string without_consistency(const std::string& r, int* bounded = nullptr,
+                                int* cache = nullptr) {
+  std::string rest = r;
+  int b = -1, c = -1;
+  for (;;) {
+    size_t dash = rest.rfind('-');
+    if (dash == std::string::npos) break;
+    std::string tail = rest.substr(dash + 1);
+    size_t digits = tail.find_first_of("0123456789");
+    if (digits == std::string::npos || digits == 0 ||
+        tail.find_first_not_of("0123456789", digits) != std::string::npos)
+      break;
+    std::string word = tail.substr(0, digits);
+    int value = std::stoi(tail.substr(digits));
+    if (word == "bounded")
+      b = value;
+    else if (word == "cache")
+      c = value;
+    else
+      break;
+    rest = rest.substr(0, dash);
+  }
+  if (bounded) *bounded = b;
+  if (cache) *cache = c;
+  return rest;
 }
-std::string without_prefetch(const std::string& r) {
-  return prefetch_of(r) ? r.substr(0, r.size() - 9) : r;
+bool prefetch_of(const std::string& r) {
+  return ends_with(without_consistency(r), "-prefetch");
+}
+std::string without_prefetch(const std::string& raw) {
+  std::string r = without_consistency(raw);
+  return ends_with(r, "-prefetch") ? r.substr(0, r.size() - 9) : r;
 }
 int32_t wire_of(const std::string& raw) {
   std::string r = without_prefetch(raw);
@@ -72,7 +104,7 @@ std::string base_route(const std::string& raw) {
 }  // namespace
 
 // One worker: px-bench sparse-worker ROUTE ROWS DIM LOOKUPS DENSE_BYTES STEPS [PARTITIONS
-// [ZIPF]].
+// [ZIPF [CACHE_ROWS]]].
 // Local rank 0 of every node prints "NODE {json}": its node's counters, and the step times
 // (median, min, max over the steps of each step's slowest worker of the whole job, the same
 // on every node).
@@ -87,6 +119,7 @@ int sparse_worker(int argc, char** argv) {
   a.steps = std::max(1, atoi(argv[5]));
   if (argc > 6) a.partitions = static_cast<uint32_t>(std::stoul(argv[6]));
   if (argc > 7) a.zipf = std::stod(argv[7]);
+  if (argc > 8) a.cache_rows = static_cast<uint32_t>(std::stoul(argv[8]));
   uint64_t row_bytes = a.dim * sizeof(float);
   uint64_t dense_rows = (a.dense_bytes + row_bytes - 1) / row_bytes;
   bool dense_as_ps = base_route(route) == "ps";
@@ -111,6 +144,16 @@ int sparse_worker(int argc, char** argv) {
   table_options.wire_dtype = wire_of(route);
   bool prefetch = prefetch_of(route);
   table_options.prefetch = prefetch ? 1 : 0;
+  int bounded = -1, cache = -1;
+  without_consistency(route, &bounded, &cache);
+  if (bounded >= 0) {
+    table_options.consistency = PX_BOUNDED;
+    table_options.staleness = static_cast<uint32_t>(bounded);
+  }
+  if (cache > 0) {
+    table_options.cache_rows = a.cache_rows;
+    table_options.cache_staleness = static_cast<uint32_t>(cache);
+  }
   px_var* table = nullptr;
   check(px_register_sparse(c, "embedding", PX_F32, a.rows, a.dim, &table_options, &table),
         "register table");
@@ -336,6 +379,8 @@ int bench_sparse(int argc, char** argv) {
        {"--lookups", [&](const std::string& v) { a.lookups = std::stoull(v); }},
        {"--dense-bytes", [&](const std::string& v) { a.dense_bytes = std::stoull(v); }},
        {"--zipf", [&](const std::string& v) { a.zipf = std::stod(v); }},
+       {"--cache-rows",
+        [&](const std::string& v) { a.cache_rows = static_cast<uint32_t>(std::stoul(v)); }},
        {"--peers", [&](const std::string& v) { peers = v; }},
        {"--daemon", [&](const std::string& v) { daemon = v; }}},
       {{"--json", &json}});
@@ -374,7 +419,8 @@ int bench_sparse(int argc, char** argv) {
                         std::to_string(a.steps);
     char zipf_text[32];
     snprintf(zipf_text, sizeof zipf_text, "%g", a.zipf);
-    std::string worker_shape = shape + " " + std::to_string(a.partitions) + " " + zipf_text;
+    std::string worker_shape = shape + " " + std::to_string(a.partitions) + " " + zipf_text + " " +
+                               std::to_string(a.cache_rows);
     for (const std::string& route : split(routes)) {
       std::string command = base + " --daemon " + daemon + " -- " + tools_dir() +
                             "/px-bench sparse-worker " + route + " " + worker_shape;
