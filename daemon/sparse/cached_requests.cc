@@ -117,41 +117,60 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
   std::vector<HeldRow>& extra = static_cast<size_t>(group) < run->held_out.size()
                                     ? run->held_out[static_cast<size_t>(group)]
                                     : none;
-  RowOrder order = order_of(*run);
-  std::sort(extra.begin(), extra.end(), [&](const HeldRow& a, const HeldRow& b) {
-    return order.key(a.row) < order.key(b.row);
-  });
   auto part = std::make_shared<CachedPart>();
   part->run = run;
   part->rows.reserve(count + extra.size());
-  part->values.reserve((count + extra.size()) * dim);
-  size_t next_extra = 0;
-  auto add = [&](int64_t row, const float* v) {
-    part->rows.push_back(row);
-    part->values.insert(part->values.end(), v, v + dim);
-  };
-  auto add_extras_before = [&](int64_t key) {
-    while (next_extra < extra.size() && order.key(extra[next_extra].row) < key) {
-      add(extra[next_extra].row, extra[next_extra].sum.data());
-      ++next_extra;
+  WireDtype wire = table.options.wire;
+  const float* values = sums;
+  if (extra.empty()) {
+    // The usual case: the rows that leave are compacted in place, in their order.
+    size_t kept = 0;
+    for (size_t i = 0; i < count; ++i) {
+      float* sum = sums + i * dim;
+      bool added = false;
+      if (table.cache->hold(rows[i], run->step, sum, &added)) continue;
+      // A held sum was added in f32: a 16-bit wire's values go rounded (packing is exact).
+      if (added && wire != WireDtype::kF32) round_to_wire(wire, sum, dim);
+      if (kept != i) std::memmove(sums + kept * dim, sum, dim * sizeof(float));
+      part->rows.push_back(rows[i]);
+      ++kept;
     }
-  };
-  for (size_t i = 0; i < count; ++i) {
-    float* sum = sums + i * dim;
-    if (table.cache->hold(rows[i], run->step, sum)) continue;
-    add_extras_before(order.key(rows[i]));
-    add(rows[i], sum);
+  } else {
+    // Held sums of rows this push has no gradient for: merged in row order (the owner
+    // takes a group's rows partition by partition).
+    RowOrder order = order_of(*run);
+    std::sort(extra.begin(), extra.end(), [&](const HeldRow& a, const HeldRow& b) {
+      return order.key(a.row) < order.key(b.row);
+    });
+    part->values.reserve((count + extra.size()) * dim);
+    size_t next_extra = 0;
+    auto add = [&](int64_t row, const float* v) {
+      part->rows.push_back(row);
+      part->values.insert(part->values.end(), v, v + dim);
+    };
+    auto add_extras_before = [&](int64_t key) {
+      while (next_extra < extra.size() && order.key(extra[next_extra].row) < key) {
+        add(extra[next_extra].row, extra[next_extra].sum.data());
+        ++next_extra;
+      }
+    };
+    for (size_t i = 0; i < count; ++i) {
+      float* sum = sums + i * dim;
+      bool added = false;
+      if (table.cache->hold(rows[i], run->step, sum, &added)) continue;
+      add_extras_before(order.key(rows[i]));
+      add(rows[i], sum);
+    }
+    add_extras_before(INT64_MAX);
+    if (wire != WireDtype::kF32) round_to_wire(wire, part->values.data(), part->values.size());
+    values = part->values.data();
   }
-  add_extras_before(INT64_MAX);
-  // The held sums were summed in f32: a 16-bit wire's values go rounded (packing is exact).
-  if (table.options.wire != WireDtype::kF32)
-    round_to_wire(table.options.wire, part->values.data(), part->values.size());
   int node = run->group_node(group);
   const RequestGroups* groups = run->request_groups.get();
   uint32_t partition = groups ? groups->index(group) : kAllPartitions;
   uint32_t of = groups ? groups->groups_on(node) : 0;
   table.channel->request(node, partition, of, SparseOp::kPush, run->step, run->priority,
-                         part->rows.size(), part->rows.data(), part->values.data(), nullptr, part,
+                         part->rows.size(), part->rows.data(), values, nullptr, part,
                          [this, part](px_status status, const std::string& error) {
                            const std::shared_ptr<Run>& run = part->run;
                            if (status != PX_OK && run->status == PX_OK) {

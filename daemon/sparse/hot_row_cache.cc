@@ -88,10 +88,13 @@ void HotRowCache::set_aside(int64_t row, std::vector<float>& held) {
   --holding_;
 }
 
-bool HotRowCache::hold(int64_t row, uint64_t step, float* sum) {
+bool HotRowCache::hold(int64_t row, uint64_t step, float* sum, bool* added) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto evicted = evicted_.find(row);
+  *added = false;
+  auto evicted = evicted_.end();
+  if (!evicted_.empty()) evicted = evicted_.find(row);
   if (evicted != evicted_.end()) {  // it leaves now, whatever the copy
+    *added = true;
     for (size_t c = 0; c < dim_; ++c) sum[c] += evicted->second[c];
     evicted_.erase(evicted);
     ++counters_.rows_flushed;
@@ -104,6 +107,7 @@ bool HotRowCache::hold(int64_t row, uint64_t step, float* sum) {
     if (e.held.empty()) {
       e.held.assign(sum, sum + dim_);
       ++holding_;
+      holding_rows_.push_back(row);
     } else {
       for (size_t c = 0; c < dim_; ++c) e.held[c] += sum[c];
     }
@@ -111,6 +115,7 @@ bool HotRowCache::hold(int64_t row, uint64_t step, float* sum) {
     return true;
   }
   if (!e.held.empty()) {
+    *added = true;
     for (size_t c = 0; c < dim_; ++c) sum[c] += e.held[c];
     e.held.clear();
     --holding_;
@@ -142,22 +147,30 @@ void HotRowCache::take_due(uint64_t step, const std::function<bool(int64_t)>& in
     take_held(it->first, it->second, out);
     it = evicted_.erase(it);
   }
-  if (holding_ == 0) return;
-  for (auto& [row, e] : entries_) {
-    if (e.held.empty() || serves_locked(e, step + 1) || in_push(row)) continue;
+  size_t kept = 0;
+  for (int64_t row : holding_rows_) {
+    auto it = entries_.find(row);
+    if (it == entries_.end() || it->second.held.empty()) continue;  // left or evicted since
+    Entry& e = it->second;
+    if (serves_locked(e, step + 1) || in_push(row)) {
+      holding_rows_[kept++] = row;
+      continue;
+    }
     take_held(row, e.held, out);
     --holding_;
   }
+  holding_rows_.resize(kept);
 }
 
 void HotRowCache::take_all(std::vector<HeldRow>* out) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [row, sum] : evicted_) take_held(row, sum, out);
   evicted_.clear();
-  for (auto& [row, e] : entries_) {
-    if (e.held.empty()) continue;
-    take_held(row, e.held, out);
+  for (int64_t row : holding_rows_) {
+    auto it = entries_.find(row);
+    if (it != entries_.end() && !it->second.held.empty()) take_held(row, it->second.held, out);
   }
+  holding_rows_.clear();
   holding_ = 0;
 }
 

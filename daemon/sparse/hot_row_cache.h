@@ -55,8 +55,8 @@ class HotRowCache {
 
   // Push `step`: a row this node sends with `sum` (its gradients, dim values). True: held
   // here (added to its held sum; the row is left out of the push). False: it leaves now,
-  // with any held sum added into `sum`.
-  bool hold(int64_t row, uint64_t step, float* sum);
+  // with any held sum added into `sum` (*added says whether one was).
+  bool hold(int64_t row, uint64_t step, float* sum, bool* added);
   // Push `step`, before its rows: the held sums that must leave with it although the push
   // has no gradient for their row (in_push says which rows it has): copies that will not
   // serve pull step+1, and evicted rows.
@@ -106,6 +106,9 @@ class HotRowCache {
   uint64_t asks_pruned_at_ = 0;
   std::unordered_map<int64_t, std::vector<float>> evicted_;  // held sums of evicted rows
   uint64_t holding_ = 0;                                     // entries with a held sum
+  // Rows whose entry may hold a sum (those that no longer do are dropped as found), so a
+  // push looks at them, not at every kept row.
+  std::vector<int64_t> holding_rows_;
   uint64_t pushes_decided_ = 0;
   uint64_t flushed_through_ = 0;
   uint64_t flush_wanted_ = 0;
