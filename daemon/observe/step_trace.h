@@ -23,6 +23,9 @@ struct StepTrace {
   int64_t stage_ns[kMaxStages] = {};  // when each stage began; it ends where the next begins
   int stages = 0;
   uint64_t token = 0;  // its place among the operations in flight; 0: not traced
+  // A sparse step through a hot-row cache: the rows a pull served from it or a push held
+  // (the timeline's cache_rows); -1: no cache.
+  int64_t cache_rows = -1;
 };
 
 // Where traces go (implemented by Observer).

@@ -78,6 +78,7 @@ std::string format_timeline_events(const TimelineRecord& r, int64_t origin_ns, i
                      json_escape(r.variable) + "\",\"step\":" + std::to_string(r.step) +
                      ",\"route\":\"" + r.route + "\",\"status\":\"" +
                      status_label(static_cast<size_t>(r.status)) + "\"";
+  if (t.cache_rows >= 0) args += ",\"cache_rows\":" + std::to_string(t.cache_rows);
   std::string out = complete_event(r.operation, t.first_ns, r.end_ns, origin_ns, pid, tid, args);
   out += ",\n" + complete_event("wait_workers", t.first_ns, t.matched_ns, origin_ns, pid, tid, "");
   for (int i = 0; i < t.stages; ++i) {

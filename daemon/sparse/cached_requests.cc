@@ -36,6 +36,7 @@ void SparseRouter::request_cached_pull(const std::shared_ptr<Run>& run, int grou
   auto part = std::make_shared<CachedPart>();
   part->run = run;
   table.cache->lookup(rows, count, run->step, values, &part->misses);
+  run->trace.cache_rows += static_cast<int64_t>(count - part->misses.size());
   if (part->misses.empty()) {  // every row served here
     --run->requests_left;
     return scatter(run, group);
@@ -122,13 +123,17 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
   part->rows.reserve(count + extra.size());
   WireDtype wire = table.options.wire;
   const float* values = sums;
+  int64_t held = 0;  // (this run's groups are summed one at a time: no race on the trace)
   if (extra.empty()) {
     // The usual case: the rows that leave are compacted in place, in their order.
     size_t kept = 0;
     for (size_t i = 0; i < count; ++i) {
       float* sum = sums + i * dim;
       bool added = false;
-      if (table.cache->hold(rows[i], run->step, sum, &added)) continue;
+      if (table.cache->hold(rows[i], run->step, sum, &added)) {
+        ++held;
+        continue;
+      }
       // A held sum was added in f32: a 16-bit wire's values go rounded (packing is exact).
       if (added && wire != WireDtype::kF32) round_to_wire(wire, sum, dim);
       if (kept != i) std::memmove(sums + kept * dim, sum, dim * sizeof(float));
@@ -157,7 +162,10 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
     for (size_t i = 0; i < count; ++i) {
       float* sum = sums + i * dim;
       bool added = false;
-      if (table.cache->hold(rows[i], run->step, sum, &added)) continue;
+      if (table.cache->hold(rows[i], run->step, sum, &added)) {
+        ++held;
+        continue;
+      }
       add_extras_before(order.key(rows[i]));
       add(rows[i], sum);
     }
@@ -165,6 +173,7 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
     if (wire != WireDtype::kF32) round_to_wire(wire, part->values.data(), part->values.size());
     values = part->values.data();
   }
+  run->trace.cache_rows += held;
   int node = run->group_node(group);
   const RequestGroups* groups = run->request_groups.get();
   uint32_t partition = groups ? groups->index(group) : kAllPartitions;

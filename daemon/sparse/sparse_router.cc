@@ -350,8 +350,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   if (run->op == SparseOp::kPush) ++table.push_steps;
   // Pulls use the hot-row cache once this node's earlier pushes are decided; every push does.
   if (table.cache && (run->op == SparseOp::kPush ||
-                      (run->op == SparseOp::kPull && table.cache->serves(run->step))))
+                      (run->op == SparseOp::kPull && table.cache->serves(run->step)))) {
     run->cached = true;
+    run->trace.cache_rows = 0;
+  }
   // A read sees the push steps this node sent before it (sent in order: send_order), once
   // their owners applied them: a table read after training (state_dict, an export) is the
   // trained one even where the last pushes are still on their way to an owner or waiting
