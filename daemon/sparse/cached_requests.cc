@@ -70,13 +70,25 @@ void SparseRouter::request_cached_pull(const std::shared_ptr<Run>& run, int grou
         }
         --run->requests_left;
         if (status != PX_OK || run->state == RunState::kFinished) return settle(run);
-        run->table->cache->fetched(ask, n, run->step, out);
-        if (!whole) {
-          float* values = run->group_values(group);
-          for (size_t j = 0; j < n; ++j)
-            std::memcpy(values + part->misses[j] * dim, out + j * dim, dim * sizeof(float));
-        }
-        scatter(run, group);
+        // The copies refreshed, the asked rows put in place and every row scattered to the
+        // workers, on the pool when heavy (the cache locks), as scatter() does.
+        bool heavy = run->plan->group_entries(group) * dim > kRouterInlineValues;
+        ++run->busy;
+        offload_.run(
+            heavy,
+            [part, group, whole, ask, out, n, dim] {
+              const std::shared_ptr<Run>& r = part->run;
+              r->table->cache->fetched(ask, n, r->step, out);
+              float* values = r->group_values(group);
+              if (!whole)
+                for (size_t j = 0; j < n; ++j)
+                  std::memcpy(values + part->misses[j] * dim, out + j * dim, dim * sizeof(float));
+              r->plan->scatter_group(group, values, r->outs.data());
+            },
+            [this, part] {
+              --part->run->busy;
+              settle(part->run);
+            });
       });
 }
 
