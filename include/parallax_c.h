@@ -233,16 +233,14 @@ typedef struct px_var_stats {
   /* Sparse variables with prefetch (ABI 1.6): rows this node's shards served to other
    * nodes' pulls ahead of the previous push step (no node had pulled them in that step). */
   uint64_t rows_served_ahead;
-  /* Sparse variables with a hot-row cache (ABI 1.14; px_sparse_options.cache_rows): rows of
-   * this node's pull steps served from its cache, rows it asked owners for while the cache
-   * looked (both counted once per step, like rows_unique), rows cached now, the payload
-   * bytes the cache kept off the wire (rows not pulled plus gradient rows not pushed, less
-   * the held sums sent later), and the held gradient rows sent (in a push or a flush). */
-  uint64_t cache_hits;
-  uint64_t cache_misses;
-  uint64_t cache_rows;
-  uint64_t cache_bytes_saved;
-  uint64_t cache_rows_flushed;
+  /* Sparse variables with a hot-row cache (ABI 1.14; px_sparse_options.cache_rows); rows
+   * are counted once per step, like rows_unique. */
+  uint64_t cache_hits;         /* rows of this node's pull steps served from its cache */
+  uint64_t cache_misses;       /* rows it asked owners for while the cache looked */
+  uint64_t cache_rows;         /* rows cached now */
+  uint64_t cache_bytes_saved;  /* payload bytes kept off the wire: rows not pulled plus
+                                  gradient rows not pushed, less the held sums sent later */
+  uint64_t cache_rows_flushed; /* held gradient rows sent (in a push or a flush) */
 } px_var_stats;
 
 /* --- sparse variables (ABI 1.1) ----------------------------------------------------
@@ -374,7 +372,7 @@ typedef struct px_sparse_options {
    * them: each gradient is applied once. What a pull may then see: docs/sparse.md, "The
    * hot-row cache". 0 rows: no cache (default); cache_staleness >= 1 with a cache. */
   uint32_t cache_rows;
-  uint32_t cache_staleness;
+  uint32_t cache_staleness; /* (1.14) pull steps a kept copy serves; >= 1 with a cache */
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */
