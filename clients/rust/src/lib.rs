@@ -1,4 +1,4 @@
-//! Safe Rust bindings to libparallax, the C ABI (1.13) of `parallaxd`.
+//! Safe Rust bindings to libparallax, the C ABI (1.14) of `parallaxd`.
 //!
 //! ```no_run
 //! use parallax::{Client, ReduceOp};

@@ -230,6 +230,15 @@ impl SparseOptions {
         self.raw.prefetch = prefetch as u32;
         self
     }
+    /// (ABI 1.14) A hot-row cache on every node of up to `rows` rows owned by other nodes,
+    /// each copy serving `staleness` pull steps while this node's gradients of it are held
+    /// as long (`Consistency::Bounded` tables of the ps or hybrid route; docs/sparse.md,
+    /// "The hot-row cache"). `rows` 0: none (the default).
+    pub fn cache(mut self, rows: u32, staleness: u32) -> Self {
+        self.raw.cache_rows = rows;
+        self.raw.cache_staleness = staleness;
+        self
+    }
     /// The C struct.
     pub fn to_raw(&self) -> sys::px_sparse_options {
         self.raw

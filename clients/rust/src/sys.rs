@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.13), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.14), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 13;
+pub const PX_ABI_VERSION_MINOR: u32 = 14;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -189,6 +189,12 @@ pub struct px_var_stats {
     pub search_steps_left: u64,
     pub restored_steps: u64,
     pub rows_served_ahead: u64,
+    // 1.14: a hot-row cache's counters.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_rows: u64,
+    pub cache_bytes_saved: u64,
+    pub cache_rows_flushed: u64,
 }
 
 #[repr(C)]
@@ -223,6 +229,10 @@ pub struct px_sparse_options {
     pub alltoall_split: i32,
     pub wire_dtype: i32,
     pub prefetch: u32,
+    pub reserved1: u32,
+    // 1.14: a hot-row cache.
+    pub cache_rows: u32,
+    pub cache_staleness: u32,
 }
 
 extern "C" {

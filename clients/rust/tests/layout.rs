@@ -48,7 +48,9 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_world_info, rank), 12);
     assert_eq!(offset!(sys::px_world_info, local_size), 24);
 
-    assert_eq!(size_of::<sys::px_var_stats>(), 128);
+    assert_eq!(size_of::<sys::px_var_stats>(), 168);
+    assert_eq!(offset!(sys::px_var_stats, cache_hits), 128);
+    assert_eq!(offset!(sys::px_var_stats, cache_rows_flushed), 160);
     assert_eq!(offset!(sys::px_var_stats, ops), 8);
     assert_eq!(offset!(sys::px_var_stats, pull_steps), 40);
     assert_eq!(offset!(sys::px_var_stats, bytes_received), 88);
@@ -59,7 +61,7 @@ fn struct_layouts_match_the_header() {
 
     assert_eq!(size_of::<sys::px_dense_options>(), 8);
     assert_eq!(offset!(sys::px_dense_options, wire_dtype), 4);
-    assert_eq!(size_of::<sys::px_sparse_options>(), 128);
+    assert_eq!(size_of::<sys::px_sparse_options>(), 136);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
     assert_eq!(offset!(sys::px_sparse_options, learning_rate), 8);
     assert_eq!(offset!(sys::px_sparse_options, initializer), 48);
@@ -72,6 +74,8 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_sparse_options, alltoall_split), 112);
     assert_eq!(offset!(sys::px_sparse_options, wire_dtype), 116);
     assert_eq!(offset!(sys::px_sparse_options, prefetch), 120);
+    assert_eq!(offset!(sys::px_sparse_options, cache_rows), 128);
+    assert_eq!(offset!(sys::px_sparse_options, cache_staleness), 132);
 }
 
 #[test]
@@ -113,11 +117,14 @@ fn init_functions_fill_sizes_and_defaults() {
     let ahead = parallax::SparseOptions::new().prefetch(true);
     assert_eq!(ahead.to_raw().prefetch, 1);
     assert_eq!(ahead.prefetch(false).to_raw().prefetch, 0);
+    assert_eq!(s.cache_rows, 0);
+    let cached = parallax::SparseOptions::new().cache(64, 2).to_raw();
+    assert_eq!((cached.cache_rows, cached.cache_staleness), (64, 2));
 }
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 13));
+    assert_eq!(parallax::abi_version(), (1, 14));
     for raw in 0..=15 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.13), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.14), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 13
+const PX_ABI_VERSION_MINOR = 14
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -159,6 +159,11 @@ struct PxVarStats  # 128 bytes
     search_steps_left::UInt64
     restored_steps::UInt64
     rows_served_ahead::UInt64
+    cache_hits::UInt64  # 1.14: a hot-row cache's counters
+    cache_misses::UInt64
+    cache_rows::UInt64
+    cache_bytes_saved::UInt64
+    cache_rows_flushed::UInt64
 end
 
 struct PxDenseOptions  # 8 bytes
@@ -189,6 +194,9 @@ struct PxSparseOptions  # 128 bytes
     alltoall_split::Int32
     wire_dtype::Int32
     prefetch::UInt32
+    reserved1::UInt32
+    cache_rows::UInt32  # 1.14: a hot-row cache
+    cache_staleness::UInt32
 end
 
 # A copy of an immutable struct with some fields replaced: with(o; root = 2).
