@@ -217,7 +217,9 @@ void SparseRouter::flush_cache(const std::shared_ptr<SparseTable>& table, uint64
   HotRowCache& cache = *table->cache;
   if (cache.flushed_through() >= steps) return;  // a marker covering them is on its way
   cache.want_flush(steps);
-  if (cache.pushes_decided() >= steps) send_flush(table);
+  // A push being summed on the pool holds sums it took out; its requests must go first
+  // (cache_pushed flushes then).
+  if (cache.pushes_decided() >= steps && !cache.pushing()) send_flush(table);
 }
 
 // Every held sum, to its owner, and a marker to every node (an empty flush where it holds

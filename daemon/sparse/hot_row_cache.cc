@@ -174,9 +174,20 @@ void HotRowCache::take_all(std::vector<HeldRow>* out) {
   holding_ = 0;
 }
 
+void HotRowCache::push_started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pushing_ = true;
+}
+
+bool HotRowCache::pushing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pushing_;
+}
+
 void HotRowCache::pushed(uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   pushes_decided_ = std::max(pushes_decided_, step + 1);
+  pushing_ = false;
 }
 
 uint64_t HotRowCache::pushes_decided() const {

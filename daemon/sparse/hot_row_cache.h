@@ -64,6 +64,10 @@ class HotRowCache {
                 std::vector<HeldRow>* out);
   // Every held sum (a flush).
   void take_all(std::vector<HeldRow>* out);
+  // A push step started taking held sums out (take_due, hold): a flush until it is decided
+  // would send its marker ahead of that push's requests, without the sums they carry.
+  void push_started();
+  bool pushing() const;
   // Push `step` is decided: its rows held or sent.
   void pushed(uint64_t step);
   uint64_t pushes_decided() const;
@@ -110,6 +114,7 @@ class HotRowCache {
   // push looks at them, not at every kept row.
   std::vector<int64_t> holding_rows_;
   uint64_t pushes_decided_ = 0;
+  bool pushing_ = false;
   uint64_t flushed_through_ = 0;
   uint64_t flush_wanted_ = 0;
   HotRowCounters counters_;

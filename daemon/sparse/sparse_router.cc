@@ -402,7 +402,10 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     run->set_state(RunState::kSent);
     return settle(run);
   }
-  if (run->cached) take_due_rows(*run);
+  if (run->cached) {
+    run->table->cache->push_started();
+    take_due_rows(*run);
+  }
   // Push: sum each group's rows, then send them; on the pool when heavy, where each
   // request to another node leaves as soon as its sums are ready (the channel takes remote
   // requests from any thread; a hop through the loop cost a millisecond on a busy node).
