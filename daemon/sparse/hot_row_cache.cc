@@ -91,9 +91,9 @@ void HotRowCache::set_aside(int64_t row, std::vector<float>& held) {
 bool HotRowCache::hold(int64_t row, uint64_t step, float* sum, bool* added) {
   std::lock_guard<std::mutex> lock(mu_);
   *added = false;
-  auto evicted = evicted_.end();
-  if (!evicted_.empty()) evicted = evicted_.find(row);
-  if (evicted != evicted_.end()) {  // it leaves now, whatever the copy
+  auto evicted = evicted_.empty() ? evicted_.end() : evicted_.find(row);
+  bool was_evicted = evicted != evicted_.end();
+  if (was_evicted) {  // it leaves now, whatever the copy
     *added = true;
     for (size_t c = 0; c < dim_; ++c) sum[c] += evicted->second[c];
     evicted_.erase(evicted);
@@ -103,7 +103,7 @@ bool HotRowCache::hold(int64_t row, uint64_t step, float* sum, bool* added) {
   auto it = entries_.find(row);
   if (it == entries_.end()) return false;
   Entry& e = it->second;
-  if (evicted == evicted_.end() && serves_locked(e, step + 1)) {
+  if (!was_evicted && serves_locked(e, step + 1)) {
     if (e.held.empty()) {
       e.held.assign(sum, sum + dim_);
       ++holding_;
