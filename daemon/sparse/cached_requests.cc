@@ -240,8 +240,12 @@ void SparseRouter::send_flush(const std::shared_ptr<SparseTable>& table) {
   for (auto& f : to) f = std::make_shared<Flush>();
   std::sort(held.begin(), held.end(),
             [](const HeldRow& a, const HeldRow& b) { return a.row < b.row; });
-  for (const HeldRow& h : held) {
+  for (HeldRow& h : held) {
     Flush& f = *to[static_cast<size_t>(table->map.owner(static_cast<uint64_t>(h.row)))];
+    // Rounded as a push would send it: a row's applied value must not depend on whether a
+    // read came before its push (a flush itself travels in f32).
+    if (table->options.wire != WireDtype::kF32)
+      round_to_wire(table->options.wire, h.sum.data(), h.sum.size());
     f.rows.push_back(h.row);
     f.values.insert(f.values.end(), h.sum.begin(), h.sum.end());
   }
