@@ -136,19 +136,24 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
   WireDtype wire = table.options.wire;
   const float* values = sums;
   int64_t held = 0;  // (this run's groups are summed one at a time: no race on the trace)
+  // Whether row i leaves now (else the cache holds its gradient). A held sum added to it was
+  // summed in f32: a 16-bit wire's values go rounded (packing is exact).
+  auto leaves = [&](size_t i) {
+    float* sum = sums + i * dim;
+    bool added = false;
+    if (table.cache->hold(rows[i], run->step, sum, &added)) {
+      ++held;
+      return false;
+    }
+    if (added && wire != WireDtype::kF32) round_to_wire(wire, sum, dim);
+    return true;
+  };
   if (extra.empty()) {
     // The usual case: the rows that leave are compacted in place, in their order.
     size_t kept = 0;
     for (size_t i = 0; i < count; ++i) {
-      float* sum = sums + i * dim;
-      bool added = false;
-      if (table.cache->hold(rows[i], run->step, sum, &added)) {
-        ++held;
-        continue;
-      }
-      // A held sum was added in f32: a 16-bit wire's values go rounded (packing is exact).
-      if (added && wire != WireDtype::kF32) round_to_wire(wire, sum, dim);
-      if (kept != i) std::memmove(sums + kept * dim, sum, dim * sizeof(float));
+      if (!leaves(i)) continue;
+      if (kept != i) std::memmove(sums + kept * dim, sums + i * dim, dim * sizeof(float));
       part->rows.push_back(rows[i]);
       ++kept;
     }
@@ -166,23 +171,18 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
       part->values.insert(part->values.end(), v, v + dim);
     };
     auto add_extras_before = [&](int64_t key) {
-      while (next_extra < extra.size() && order.key(extra[next_extra].row) < key) {
-        add(extra[next_extra].row, extra[next_extra].sum.data());
-        ++next_extra;
+      for (; next_extra < extra.size() && order.key(extra[next_extra].row) < key; ++next_extra) {
+        HeldRow& h = extra[next_extra];
+        if (wire != WireDtype::kF32) round_to_wire(wire, h.sum.data(), dim);
+        add(h.row, h.sum.data());
       }
     };
     for (size_t i = 0; i < count; ++i) {
-      float* sum = sums + i * dim;
-      bool added = false;
-      if (table.cache->hold(rows[i], run->step, sum, &added)) {
-        ++held;
-        continue;
-      }
+      if (!leaves(i)) continue;
       add_extras_before(order.key(rows[i]));
-      add(rows[i], sum);
+      add(rows[i], sums + i * dim);
     }
     add_extras_before(INT64_MAX);
-    if (wire != WireDtype::kF32) round_to_wire(wire, part->values.data(), part->values.size());
     values = part->values.data();
   }
   run->trace.cache_rows += held;
