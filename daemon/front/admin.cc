@@ -162,6 +162,7 @@ DaemonState collect_daemon_state(Server& server) {
       if (var->device_staging) s.memory.staging += var->device_staging->bytes();
       if (var->sparse) {
         if (var->sparse->owner) s.memory.shards += var->sparse->owner->store_bytes();
+        if (var->sparse->cache) s.memory.caches += var->sparse->cache->bytes();
         v.route = route_label(var->sparse->options);
         SparseCounters sc = sparse_counters(*var->sparse);
         v.pull_steps = sc.pull_steps;
@@ -255,7 +256,7 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
       s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node,
       s.memory.resident, s.memory.shards, s.memory.arenas, s.memory.fabric_buffers, s.memory.rings,
-      s.memory.scratch, s.memory.staging);
+      s.memory.scratch, s.memory.staging, s.memory.caches);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

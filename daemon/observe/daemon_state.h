@@ -68,6 +68,7 @@ struct DaemonMemory {
   uint64_t rings = 0;     // their submission and completion rings (the arenas' heads)
   uint64_t scratch = 0;   // the collectives' receive buffers, in use and kept idle
   uint64_t staging = 0;   // pinned host buffers device steps cross nodes through
+  uint64_t caches = 0;    // hot-row caches: copies and held sums, their maps estimated
   // ofi_rxm's bounce buffers, estimated from their size and count (1,024 a batch, a batch
   // for receives once the fabric is open and one for sends after the first send).
   uint64_t fabric_buffers = 0;

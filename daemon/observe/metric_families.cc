@@ -224,7 +224,7 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
   MetricFamily memory = family("parallax_memory_bytes",
                                "The daemon's memory by part: resident (the kernel's count), "
                                "shards, arenas (heaps mapped), rings, scratch, staging, "
-                               "fabric_buffers (estimated)",
+                               "caches (hot-row), fabric_buffers (estimated)",
                                MetricType::Gauge);
   gauge(memory, static_cast<double>(s.memory.resident), {{"part", "resident"}});
   gauge(memory, static_cast<double>(s.memory.shards), {{"part", "shards"}});
@@ -233,6 +233,7 @@ std::vector<MetricFamily> build_metric_families(const DaemonState& s, const Step
   gauge(memory, static_cast<double>(s.memory.rings), {{"part", "rings"}});
   gauge(memory, static_cast<double>(s.memory.scratch), {{"part", "scratch"}});
   gauge(memory, static_cast<double>(s.memory.staging), {{"part", "staging"}});
+  gauge(memory, static_cast<double>(s.memory.caches), {{"part", "caches"}});
   out.push_back(std::move(memory));
 
   out.push_back(single_gauge("parallax_stalled_operations",

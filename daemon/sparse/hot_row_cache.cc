@@ -215,6 +215,15 @@ void HotRowCache::want_flush(uint64_t steps) {
   flush_wanted_ = std::max(flush_wanted_, steps);
 }
 
+uint64_t HotRowCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A hash node and a list node per kept row, a hash node per remembered ask.
+  constexpr uint64_t kRowOverhead = 96, kAskOverhead = 32;
+  uint64_t values = (entries_.size() + holding_ + evicted_.size()) * dim_ * sizeof(float);
+  return values + entries_.size() * kRowOverhead + evicted_.size() * kRowOverhead +
+         asked_.size() * kAskOverhead + holding_rows_.capacity() * sizeof(int64_t);
+}
+
 HotRowCounters HotRowCache::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   HotRowCounters c = counters_;

@@ -80,6 +80,8 @@ class HotRowCache {
   void want_flush(uint64_t steps);
 
   HotRowCounters counters() const;
+  // What it holds: copies, held sums and its maps (their nodes estimated), in bytes.
+  uint64_t bytes() const;
 
  private:
   struct Entry {

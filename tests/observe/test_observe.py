@@ -134,7 +134,7 @@ def test_pxctl_every_subcommand_on_one_node(daemons, scratch):
     # completions) and a header; no device step stages anything.
     ring_bytes = 1024 * (80 + 256)
     assert 2 * ring_bytes <= memory["rings"] <= 2 * (ring_bytes + 4096), memory
-    assert memory["staging"] == 0, memory
+    assert memory["staging"] == 0 and memory["caches"] == 0, memory
     m = d.metrics()
     assert metric(m, "parallax_memory_bytes", part="shards") == 100 * 4 * 4
     assert metric(m, "parallax_memory_bytes", part="arenas") == memory["arenas"]

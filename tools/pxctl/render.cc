@@ -79,6 +79,7 @@ std::string status_json(const control::AdminStatus& s) {
                              .add("rings", s.memory_rings())
                              .add("scratch", s.memory_scratch())
                              .add("staging", s.memory_staging())
+                             .add("caches", s.memory_caches())
                              .str())
       .str();
 }
@@ -103,7 +104,8 @@ std::string status_text(const control::AdminStatus& s) {
               human_bytes(s.memory_shards()), ", workers' arenas ", human_bytes(s.memory_arenas()),
               " mapped, rings ", human_bytes(s.memory_rings()), ", scratch ",
               human_bytes(s.memory_scratch()), ", staging ", human_bytes(s.memory_staging()),
-              ", fabric buffers ~", human_bytes(s.memory_fabric_buffers())})});
+              ", caches ", human_bytes(s.memory_caches()), ", fabric buffers ~",
+              human_bytes(s.memory_fabric_buffers())})});
   std::string threshold = s.stall_report_ms() > 0
                               ? std::to_string(s.stall_report_ms()) + " ms"
                               : "10000 ms (stall log off: timeouts.stall_report_ms = 0)";
