@@ -78,6 +78,21 @@ int scenario_cache_train(px_client* c, const Flags& f) {
   expect_status(px_register_sparse(c, "bad-sync", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
                 "a cache on a PX_SYNC table");
   expect_contains(px_last_error(), "needs PX_BOUNDED");
+  bad.consistency = PX_BOUNDED;
+  bad.route = PX_ROUTE_ALLGATHERV;
+  expect_status(px_register_sparse(c, "bad-route", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
+                "a cache on a replicated route");
+  expect_contains(px_last_error(), "needs the ps or hybrid route (not allgatherv)");
+  bad.route = PX_ROUTE_PS;
+  bad.prefetch = 1;
+  expect_status(px_register_sparse(c, "bad-prefetch", PX_F32, 10, 4, &bad, &refused),
+                PX_ERR_INVALID, "a cache with prefetch");
+  expect_contains(px_last_error(), "cannot be combined");
+  bad = o;
+  bad.cache_staleness = 2;  // a staleness without rows
+  expect_status(px_register_sparse(c, "bad-rows", PX_F32, 10, 4, &bad, &refused), PX_ERR_INVALID,
+                "cache_staleness without cache_rows");
+  expect_contains(px_last_error(), "only meaningful with cache_rows > 0");
 
   o.cache_rows = 64;
   o.cache_staleness = s_c;
