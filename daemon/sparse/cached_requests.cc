@@ -20,10 +20,6 @@ struct CachedPart {
   std::vector<float> values;  // push: the gradients; pull: the reply, after its headroom
 };
 
-RowOrder order_of(const SparseRun& run) {
-  return run.request_groups ? run.request_groups->row_order() : RowOrder{};
-}
-
 }  // namespace
 
 void SparseRouter::request_cached_pull(const std::shared_ptr<Run>& run, int group) {
@@ -96,7 +92,7 @@ void SparseRouter::request_cached_pull(const std::shared_ptr<Run>& run, int grou
 // this push for rows it has no gradient for, by group.
 void SparseRouter::take_due_rows(Run& run) {
   const SparseTable& table = *run.table;
-  RowOrder order = order_of(run);
+  RowOrder order = run.row_order();
   auto in_push = [&](int64_t row) {
     int g = run.request_groups ? run.request_groups->group_of_row(static_cast<uint64_t>(row))
                                : table.map.owner(static_cast<uint64_t>(row));
@@ -160,7 +156,7 @@ void SparseRouter::request_cached_push(const std::shared_ptr<Run>& run, int grou
   } else {
     // Held sums of rows this push has no gradient for: merged in row order (the owner
     // takes a group's rows partition by partition).
-    RowOrder order = order_of(*run);
+    RowOrder order = run->row_order();
     std::sort(extra.begin(), extra.end(), [&](const HeldRow& a, const HeldRow& b) {
       return order.key(a.row) < order.key(b.row);
     });

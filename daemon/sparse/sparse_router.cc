@@ -55,12 +55,6 @@ std::function<int(int64_t)> group_of_row(const SparseTable& table, const SparseR
     };
   return [&table](int64_t row) { return target_node(table, row); };
 }
-RowOrder row_order(const SparseRun& run) {
-  return run.request_groups ? run.request_groups->row_order() : RowOrder{};
-}
-int group_node(const SparseRun& run, int group) {
-  return run.group_node(group);
-}
 
 // A worker's indices and rows: in its arena, or (device memory) staged in host memory by
 // device_rows_step, which the worker (its wrapper there) keeps alive.
@@ -257,7 +251,7 @@ void SparseRouter::prepare_rows(Run& run) {
   }
   const SparseTable& table = *run.table;
   run.use_plan(std::make_shared<RowPlan>(run.batches, run.dim(), false, group_count(table, run),
-                                         group_of_row(table, run), row_order(run)));
+                                         group_of_row(table, run), run.row_order()));
 }
 
 // push: the workers' gradients sorted by group (summed later, group by group, as they are
@@ -287,7 +281,7 @@ void SparseRouter::prepare_updates(Run& run) {
       run.use_plan(std::move(run.last_pull_plan));
     else
       run.use_plan(std::make_shared<RowPlan>(batches, dim, skip, group_count(table, run),
-                                             group_of_row(table, run), row_order(run)));
+                                             group_of_row(table, run), run.row_order()));
     run.last_pull_plan.reset();
     run.last_pull_groups.reset();
     return;
@@ -372,7 +366,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   std::vector<std::pair<std::pair<int, int>, int>> order;  // ((turn, node distance), group)
   std::vector<int> turn(static_cast<size_t>(nodes), 0);
   for (int g = 0; g < run->groups(); ++g) {
-    int node = group_node(*run, g);
+    int node = run->group_node(g);
     size_t count = run->group_begin(g + 1) - run->group_begin(g);
     bool pushes_here = run->op == SparseOp::kPush && (!table.replicated || node == table.node);
     // With prefetch every partition hears of every pull step too: the rows all nodes pulled
@@ -394,7 +388,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
   }
   if (run->op != SparseOp::kPush) {
     for (int group : run->targets) {
-      if (run->cached && group_node(*run, group) != table.node)
+      if (run->cached && run->group_node(group) != table.node)
         request_cached_pull(run, group);
       else
         request(run, group);
@@ -427,7 +421,7 @@ void SparseRouter::send(const std::shared_ptr<Run>& run) {
     for (size_t i = 0; i < run->targets.size(); ++i) {
       int group = run->targets[i];
       sum_group(*run, group);
-      bool local = group_node(*run, group) == table.node;
+      bool local = run->group_node(group) == table.node;
       if (!local) request(run, group);
       bool last = i + 1 == run->targets.size();
       if (!local && !last) continue;
@@ -459,7 +453,7 @@ void SparseRouter::sum_group(Run& run, int group) {
 // the loop, or on the pool for a push to another node (nothing here changes shared state).
 void SparseRouter::request(const std::shared_ptr<Run>& run, int group) {
   const SparseTable& table = *run->table;
-  int node = group_node(*run, group);
+  int node = run->group_node(group);
   if (run->cached && run->op == SparseOp::kPush && node != table.node)
     return request_cached_push(run, group);
   int rows_of = table.replicated && run->op == SparseOp::kLoad ? table.node : group;

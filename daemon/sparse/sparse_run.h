@@ -97,6 +97,8 @@ struct SparseRun {
   size_t dim() const { return table->shape.dim; }
   // The node group g's request goes to (groups are nodes without request_groups).
   int group_node(int g) const { return request_groups ? request_groups->node(g) : g; }
+  // The order of rows within a group's request (partition by partition where grouped).
+  RowOrder row_order() const { return request_groups ? request_groups->row_order() : RowOrder{}; }
   int groups() const { return static_cast<int>(plan ? plan->group_count() : begin.size() - 1); }
   size_t group_begin(int g) const {
     return plan ? plan->group_begin(g) : begin[static_cast<size_t>(g)];
