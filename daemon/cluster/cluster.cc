@@ -9,7 +9,7 @@ namespace px {
 using cluster_detail::build;
 
 Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric,
-                 Events events)
+                 Events events, std::unique_ptr<EtcdMembership> membership)
     : loop_(loop),
       config_(config),
       fabric_(fabric),
@@ -22,11 +22,16 @@ Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& f
             *why = "this daemon cannot make NCCL ids";
             return false;
           }) {
-  coordinator_ = config_.node_index == 0;
+  membership_ = std::move(membership);
+  coordinator_ = !membership_ && config_.node_index == 0;
   hosts_ = config_.nodes;
   if (hosts_.empty()) {
     hosts_.assign(static_cast<size_t>(config_.node_count), "");
-    hosts_[0] = config_.coordinator;
+    if (membership_) {
+      hosts_[static_cast<size_t>(config_.node_index)] = config_.listen;
+    } else {
+      hosts_[0] = config_.coordinator;
+    }
   }
   node_links_.assign(static_cast<size_t>(config_.node_count), nullptr);
   fabric_addresses_.assign(static_cast<size_t>(config_.node_count), "");
@@ -49,7 +54,18 @@ bool Cluster::start(std::string* error) {
                  static_cast<uint64_t>(config_.startup_timeout_ms), 0);
   uv_timer_init(loop_, &retry_timer_);
   retry_timer_.data = this;
+  uv_timer_init(loop_, &form_timer_);
+  form_timer_.data = this;
   start_heartbeats();
+  if (membership_) {
+    PX_LOG_INFO("cluster '%s': %s of %d, membership on %s; waiting for the coordinator's election",
+                config_.cluster.c_str(), node_label(config_.node_index).c_str(), config_.node_count,
+                membership_->describe().c_str());
+    membership_->start(
+        loop_, [this](const EtcdMembership::Coordinator& c) { coordinator_elected(c); },
+        [this](const std::string& why) { events_.fatal(why); });
+    return true;
+  }
   if (coordinator_) {
     fabric_addresses_[0] = fabric_.address();
     joined_ = 1;
@@ -69,6 +85,9 @@ void Cluster::stop() {
   uv_close(reinterpret_cast<uv_handle_t*>(&startup_timer_), nullptr);
   uv_timer_stop(&retry_timer_);
   uv_close(reinterpret_cast<uv_handle_t*>(&retry_timer_), nullptr);
+  uv_timer_stop(&form_timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&form_timer_), nullptr);
+  if (membership_) membership_->stop();
   uv_timer_stop(&heartbeat_timer_);
   uv_close(reinterpret_cast<uv_handle_t*>(&heartbeat_timer_), nullptr);
   if (listening_) uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
@@ -78,19 +97,90 @@ void Cluster::stop() {
 
 // --- member ----------------------------------------------------------------------------
 
+// --- membership on etcd ------------------------------------------------------------------
+
+void Cluster::coordinator_elected(const EtcdMembership::Coordinator& elected) {
+  if (stopped_ || elected.term <= term_) return;
+  if (elected.node < 0 || elected.node >= config_.node_count) {
+    PX_LOG_WARN("cluster '%s': etcd names node %d coordinator, outside 0..%d; ignored",
+                config_.cluster.c_str(), elected.node, config_.node_count - 1);
+    return;
+  }
+  int previous = coordinator_node_;
+  bool had_one = term_ != 0;
+  bool same = had_one && elected.node == coordinator_node_ &&
+              elected.address == hosts_[static_cast<size_t>(elected.node)];
+  term_ = elected.term;
+  if (same && (coordinator_ || (coordinator_link_ && coordinator_link_->connected))) {
+    // The same coordinator under a new term: its lease expired while etcd was unreachable and
+    // it took its key again. Nothing changes but the term.
+    PX_LOG_INFO("cluster '%s': %s coordinates again, now under term %lld", config_.cluster.c_str(),
+                node_label(elected.node).c_str(), static_cast<long long>(elected.term));
+    return;
+  }
+  if (coordinator_ && elected.node != config_.node_index)
+    // Another node won a newer term while this one could not renew its lease: it may no
+    // longer act for the cluster. Its daemon stops; restarted, it joins as a member.
+    return events_.fatal("node " + std::to_string(elected.node) + " at " + elected.address +
+                         " was elected coordinator (term " + std::to_string(elected.term) +
+                         ") while this one could not renew its lease in etcd");
+  coordinator_node_ = elected.node;
+  hosts_[static_cast<size_t>(elected.node)] = elected.address;
+  if (coordinator_link_) {  // following an earlier coordinator: leave it
+    Connection& old = *coordinator_link_;
+    coordinator_link_ = nullptr;
+    close_connection(old);
+    if (ready_ && !rejoining_) {
+      rejoining_ = true;
+      events_.node_lost(previous, node_label(previous) + " (the coordinator) was replaced by " +
+                                      node_label(elected.node) + " in etcd's election");
+    }
+  }
+  PX_LOG_INFO("cluster '%s': coordinator is %s, term %lld%s", config_.cluster.c_str(),
+              node_label(elected.node).c_str(), static_cast<long long>(elected.term),
+              had_one ? " (a new election)" : "");
+  if (elected.node == config_.node_index) return become_coordinator();
+  uv_timer_stop(&retry_timer_);
+  connect_to_coordinator();
+}
+
+void Cluster::become_coordinator() {
+  coordinator_ = true;
+  node_links_.assign(static_cast<size_t>(config_.node_count), nullptr);
+  fabric_addresses_.assign(static_cast<size_t>(config_.node_count), "");
+  fabric_addresses_[static_cast<size_t>(config_.node_index)] = fabric_.address();
+  joined_ = 1;
+  highest_join_epoch_ = epoch_;
+  std::string error;
+  if (!listening_ && !listen(&error)) return events_.fatal(error);
+  PX_LOG_INFO("coordinator of cluster '%s' (term %lld): waiting for %d nodes on %s",
+              config_.cluster.c_str(), static_cast<long long>(term_), config_.node_count,
+              config_.listen.c_str());
+  if (config_.node_count == 1) form();
+}
+
+void Cluster::on_form_timer(uv_timer_t* timer) {
+  auto* self = static_cast<Cluster*>(timer->data);
+  if (!self->stopped_ && self->coordinator_ && self->joined_ == self->config_.node_count)
+    self->form();
+}
+
+// --- member ----------------------------------------------------------------------------
+
 void Cluster::connect_to_coordinator() {
+  if (membership_ && term_ == 0) return;  // none elected yet: coordinator_elected connects
   sockaddr_storage addr{};
   std::string error;
-  if (!cluster_detail::resolve(hosts_[0], &addr, &error)) return events_.fatal(error);
+  const std::string& host = hosts_[static_cast<size_t>(coordinator_node_)];
+  if (!cluster_detail::resolve(host, &addr, &error)) return events_.fatal(error);
   connections_.push_back(std::make_unique<Connection>(this, config_.cluster));
   Connection& c = *connections_.back();
-  c.node = 0;
+  c.node = coordinator_node_;
   coordinator_link_ = &c;
   uv_tcp_init(loop_, &c.tcp);
   c.tcp.data = &c;
-  connect_request_.data = this;
-  int rc =
-      uv_tcp_connect(&connect_request_, &c.tcp, reinterpret_cast<sockaddr*>(&addr), on_connected);
+  c.connect.data = &c;
+  int rc = uv_tcp_connect(&c.connect, &c.tcp, reinterpret_cast<sockaddr*>(&addr), on_connected);
   if (rc != 0) {
     close_connection(c);
     coordinator_link_ = nullptr;
@@ -100,14 +190,16 @@ void Cluster::connect_to_coordinator() {
 
 void Cluster::on_retry_timer(uv_timer_t* timer) {
   auto* self = static_cast<Cluster*>(timer->data);
-  if (!self->stopped_ && (!self->ready_ || self->rejoining_) && !self->rejected_)
+  if (!self->stopped_ && !self->coordinator_ && !self->coordinator_link_ &&
+      (!self->ready_ || self->rejoining_) && !self->rejected_)
     self->connect_to_coordinator();
 }
 
 void Cluster::on_connected(uv_connect_t* request, int status) {
-  auto* self = static_cast<Cluster*>(request->data);
-  Connection* c = self->coordinator_link_;
-  if (!c || self->stopped_) return;
+  auto* c = static_cast<Connection*>(request->data);
+  Cluster* self = c->cluster;
+  // A connection left for a newer coordinator (coordinator_elected) ends here, cancelled.
+  if (self->stopped_ || c != self->coordinator_link_ || c->closing) return;
   if (status < 0) {
     // The coordinator may not be up yet: retry until the start-up deadline.
     self->close_connection(*c);
@@ -154,7 +246,8 @@ void Cluster::member_handle(Envelope::Reader envelope) {
     if (which == Envelope::Body::CHALLENGE) {
       auto nonce = body.getChallenge().getNonce();
       if (!link->nonce.empty() || nonce.size() != kAuthNonceBytes)
-        return events_.fatal("the coordinator at " + hosts_[0] + " sent a malformed challenge");
+        return events_.fatal("the coordinator at " + coordinator_host() +
+                             " sent a malformed challenge");
       link->peer_nonce.assign(reinterpret_cast<const char*>(nonce.begin()), nonce.size());
       return send_join(*link, link->peer_nonce);
     }
@@ -164,7 +257,7 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       std::string want =
           auth_mac(config_.secret, "coordinator", config_.cluster, link->nonce, link->peer_nonce);
       if (link->nonce.empty() || !auth_equal(got, want))
-        return events_.fatal("the coordinator at " + hosts_[0] + " (" + link->peer +
+        return events_.fatal("the coordinator at " + coordinator_host() + " (" + link->peer +
                              ") failed authentication: it does not hold this cluster's secret");
       link->proven = true;
       PX_LOG_INFO("cluster '%s': the coordinator at %s proved it holds the cluster secret",
@@ -174,7 +267,7 @@ void Cluster::member_handle(Envelope::Reader envelope) {
     // Only a refusal and heartbeats may come before the proof: nothing an impostor says is
     // acted on.
     if (!link->proven && which != Envelope::Body::REJECT && which != Envelope::Body::HEARTBEAT)
-      return events_.fatal("the coordinator at " + hosts_[0] + " (" + link->peer +
+      return events_.fatal("the coordinator at " + coordinator_host() + " (" + link->peer +
                            ") sent a message before proving it holds the cluster secret");
   }
   switch (which) {
@@ -213,6 +306,8 @@ void Cluster::member_handle(Envelope::Reader envelope) {
         return events_.fatal("bad address table from the coordinator: " + error);
       epoch_ = epoch;
       rejoining_ = false;
+      // A member following a formed cluster does not stand for election (set_campaigning).
+      if (membership_ && !coordinator_) membership_->set_campaigning(false);
       if (reform) {
         PX_LOG_INFO("cluster '%s' re-formed under epoch %llu: %d nodes, this is %s; new jobs run",
                     config_.cluster.c_str(), static_cast<unsigned long long>(epoch_),
@@ -311,7 +406,8 @@ void Cluster::report_job_left(const std::string& job, uint32_t barrier_id) {
 
 void Cluster::report(const std::function<void(Envelope::Body::Builder)>& fill) {
   auto message = build(config_.cluster, epoch_, fill);
-  if (coordinator_) return coordinator_handle(0, message->getRoot<Envelope>().asReader());
+  if (coordinator_)
+    return coordinator_handle(coordinator_node_, message->getRoot<Envelope>().asReader());
   send_to_coordinator(frame_envelope(*message));
 }
 
@@ -427,13 +523,15 @@ void Cluster::lost_connection(Connection& c, const std::string& why, bool tell_i
   }
   close_connection(c);
   coordinator_link_ = nullptr;
+  if (membership_) membership_->set_campaigning(true);
   if (ready_ && !rejoining_) {
     // The coordinator (restarted) or, if only this node was cut off, the running one takes
     // this node back: it keeps trying to join, and the cluster re-forms once every node has.
     rejoining_ = true;
     PX_LOG_INFO("cluster '%s': rejoining through the coordinator at %s", config_.cluster.c_str(),
-                hosts_[0].c_str());
-    events_.node_lost(0, node_label(0) + " (the coordinator) lost: its parallaxd " + why);
+                coordinator_host().c_str());
+    events_.node_lost(coordinator_node_, node_label(coordinator_node_) +
+                                             " (the coordinator) lost: its parallaxd " + why);
   }
   if (!rejected_ && !stopped_) uv_timer_start(&retry_timer_, on_retry_timer, 200, 0);
 }
@@ -457,20 +555,24 @@ void Cluster::on_startup_deadline(uv_timer_t* timer) {
   auto* self = static_cast<Cluster*>(timer->data);
   if (self->ready_) return;
   std::string seconds = std::to_string(self->config_.startup_timeout_ms) + " ms";
+  if (self->membership_ && self->term_ == 0)
+    return self->events_.fatal("no coordinator elected within " + seconds + " on " +
+                               self->membership_->describe());
   if (self->coordinator_) {
     std::string missing;
-    for (int node = 1; node < self->config_.node_count; ++node)
-      if (!self->node_links_[static_cast<size_t>(node)])
+    for (int node = 0; node < self->config_.node_count; ++node)
+      if (node != self->coordinator_node_ && !self->node_links_[static_cast<size_t>(node)])
         missing += (missing.empty() ? "" : ", ") + self->node_label(node);
     return self->abort_rendezvous("nodes missing after " + seconds + ": " + missing);
   }
   Connection* link = self->coordinator_link_;
   if (!self->config_.secret.empty() && link && link->connected && link->nonce.empty())
     return self->events_.fatal("no authentication challenge from the coordinator at " +
-                               self->hosts_[0] + " within " + seconds +
+                               self->coordinator_host() + " within " + seconds +
                                " (does node 0 have the cluster secret, secret_file?)");
-  self->events_.fatal("no address table from the coordinator at " + self->hosts_[0] + " within " +
-                      seconds + " (is node 0 running, with the same cluster name?)");
+  self->events_.fatal("no address table from the coordinator at " + self->coordinator_host() +
+                      " within " + seconds + " (is " + self->node_label(self->coordinator_node_) +
+                      " running, with the same cluster name?)");
 }
 
 }  // namespace px

@@ -17,6 +17,7 @@
 #include "daemon/cluster/agreement.h"
 #include "daemon/cluster/cluster_config.h"
 #include "daemon/cluster/device_routes.h"
+#include "daemon/cluster/etcd_membership.h"
 #include "daemon/common/job.h"
 #include "transport/fabric/cluster_wire.h"
 #include "transport/fabric/fabric_endpoint.h"
@@ -55,7 +56,12 @@ class Cluster {
     DeviceRoutes::MakeId nccl_unique_id;
   };
 
-  Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events);
+  // membership: set when the cluster's membership lives on etcd (etcd_membership.h; this
+  // node's index is already the one it assigned): the coordinator is whichever node etcd
+  // elected, not node 0, and a new one is elected when it is lost. Null: the static
+  // configuration (node 0 coordinates).
+  Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric, Events events,
+          std::unique_ptr<EtcdMembership> membership = nullptr);
   ~Cluster();
 
   bool start(std::string* error);
@@ -65,6 +71,8 @@ class Cluster {
   uint64_t epoch() const { return epoch_; }
   int node_index() const { return config_.node_index; }
   int node_count() const { return config_.node_count; }
+  // The coordinating node: 0 in a static cluster; etcd's choice with membership on etcd.
+  int coordinator_node() const { return coordinator_node_; }
   // "node 2 (10.0.0.3:7070)"
   std::string node_label(int node) const;
 
@@ -105,6 +113,12 @@ class Cluster {
   void broadcast(const std::string& frame);
   void abort_rendezvous(const std::string& why);
 
+  // Membership on etcd: a coordinator elected (this node or another), in a newer term.
+  void coordinator_elected(const EtcdMembership::Coordinator& elected);
+  // This node was elected: it listens and waits for every node to join it.
+  void become_coordinator();
+  static void on_form_timer(uv_timer_t* timer);
+
   // Member side.
   void connect_to_coordinator();
   // The Join, authenticated against challenge (the coordinator's nonce) with a secret.
@@ -123,6 +137,9 @@ class Cluster {
   // coordinator, sent to it from a member.
   void report(const std::function<void(Envelope::Body::Builder)>& fill);
   void send_to_coordinator(const std::string& frame);
+  const std::string& coordinator_host() const {
+    return hosts_[static_cast<size_t>(coordinator_node_)];
+  }
   // close_after: close the connection once the frame is handed to the kernel.
   void write(Connection& c, const std::string& frame, bool close_after = false);
   // Stops reading c and closes it after this last frame (bounded by peer_silence_ms).
@@ -148,6 +165,10 @@ class Cluster {
   FabricEndpoint& fabric_;
   Events events_;
   bool coordinator_ = false;
+  int coordinator_node_ = 0;
+  std::unique_ptr<EtcdMembership> membership_;
+  int64_t term_ = 0;         // membership on etcd: the coordinator's term this node follows
+  uv_timer_t form_timer_{};  // coordinator on etcd: forming waits for etcd to confirm its term
   bool ready_ = false;
   bool stopped_ = false;
   bool rejected_ = false;   // member: the coordinator refused us; no more attempts
@@ -163,10 +184,9 @@ class Cluster {
   uint64_t last_tick_ms_ = 0;  // loop time of the previous heartbeat tick
   std::vector<std::unique_ptr<Connection>> connections_;
   Connection* coordinator_link_ = nullptr;  // member side
-  uv_connect_t connect_request_{};
 
   // Coordinator state.
-  std::vector<Connection*> node_links_;        // by node index; [0] is ourselves (null)
+  std::vector<Connection*> node_links_;        // by node index; the coordinator's own is null
   std::vector<std::string> fabric_addresses_;  // by node index
   int joined_ = 0;
   uint64_t highest_join_epoch_ = 0;  // of the members that joined (a restarted coordinator)

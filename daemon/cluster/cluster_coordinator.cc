@@ -106,13 +106,17 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   } else if (join.getAuth().size() != 0) {
     return refuse(from, claim, "it authenticates with a cluster secret; " + name + " has none");
   }
-  // No daemon's configuration yields these (index 0 is the coordinator, which does not
-  // join, and a daemon checks its index against its own count and kMaxNodeIndex): a garbled
-  // or forged Join. The joiner alone is at fault, whenever it comes.
-  if (index == 0 || index >= count || index > static_cast<uint32_t>(kMaxNodeIndex))
+  // No daemon's configuration yields these (the coordinator's index, 0 in a static
+  // cluster, does not join, and a daemon checks its index against its own count and
+  // kMaxNodeIndex): a garbled or forged Join. The joiner alone is at fault, whenever it comes.
+  if (index == static_cast<uint32_t>(coordinator_node_))
     return refuse(
         from, claim,
-        "node index " + std::to_string(index) + " is outside 1.." +
+        "node index " + std::to_string(index) + " is the coordinator's (a malformed Join)");
+  if (index >= count || index > static_cast<uint32_t>(kMaxNodeIndex))
+    return refuse(
+        from, claim,
+        "node index " + std::to_string(index) + " is outside " + (membership_ ? "0" : "1") + ".." +
             std::to_string(std::min<int64_t>(static_cast<int64_t>(count) - 1, kMaxNodeIndex)) +
             " (a malformed Join)");
   int node = static_cast<int>(index);
@@ -172,6 +176,16 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
 }
 
 void Cluster::form() {
+  if (membership_ && !membership_->holds(term_)) {
+    // Only a coordinator etcd just confirmed starts an epoch: one that lost etcd may have been
+    // replaced by now. Checked again until it is confirmed (or replaced: coordinator_elected).
+    PX_LOG_WARN(
+        "cluster '%s': every node joined; forming once etcd confirms term %lld is still "
+        "this node's",
+        config_.cluster.c_str(), static_cast<long long>(term_));
+    uv_timer_start(&form_timer_, on_form_timer, 100, 0);
+    return;
+  }
   // A new epoch: past every epoch a member was in (a restarted coordinator starts at 0), and
   // past this one when a lost node came back. The earlier epoch's jobs all failed with it.
   // The coordinator takes it up as a member does (member_handle), which moves epoch_.
@@ -182,6 +196,10 @@ void Cluster::form() {
   // hands out none of the ids the members knew in an earlier epoch (unless one epoch
   // registered more than 65,536 runs and variables).
   agreement_.skip_ids_below(static_cast<uint32_t>(epoch << 16));
+  if (membership_)  // the fencing record: one coordinator per epoch, by its term
+    PX_LOG_INFO("cluster '%s': %s forms epoch %llu as coordinator of term %lld",
+                config_.cluster.c_str(), node_label(config_.node_index).c_str(),
+                static_cast<unsigned long long>(epoch), static_cast<long long>(term_));
   auto message = build(config_.cluster, epoch, [&](Envelope::Body::Builder body) {
     auto table = body.initAddressTable();
     auto addresses = table.initFabricAddresses(static_cast<unsigned>(config_.node_count));
@@ -236,9 +254,9 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
       capnp::MallocMessageBuilder copy;
       copy.setRoot(envelope);
       std::string frame = frame_envelope(copy);
-      for (int other = 1; other < config_.node_count; ++other)
-        if (other != node) send_to_node(other, frame);
-      if (node != 0) member_handle(envelope);
+      for (int other = 0; other < config_.node_count; ++other)
+        if (other != node && other != coordinator_node_) send_to_node(other, frame);
+      if (node != coordinator_node_) member_handle(envelope);
       return;
     }
     case Envelope::Body::DEVICE_ROUTE_REPORT:
@@ -288,9 +306,9 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
       }
     }
   });
-  // The coordinator is node 0 too: it acts on the verdict as a member would.
+  // The coordinator is a node too: it acts on the verdict as a member would.
   if (verdict.to == Agreement::Verdict::kEveryNode) broadcast(frame_envelope(*message));
-  if (verdict.to == Agreement::Verdict::kEveryNode || verdict.to == 0) {
+  if (verdict.to == Agreement::Verdict::kEveryNode || verdict.to == coordinator_node_) {
     member_handle(message->getRoot<Envelope>().asReader());
   } else {
     send_to_node(verdict.to, frame_envelope(*message));
@@ -303,7 +321,8 @@ void Cluster::send_to_node(int node, const std::string& frame) {
 }
 
 void Cluster::broadcast(const std::string& frame) {
-  for (int node = 1; node < config_.node_count; ++node) send_to_node(node, frame);
+  for (int node = 0; node < config_.node_count; ++node)
+    if (node != coordinator_node_) send_to_node(node, frame);
 }
 
 void Cluster::abort_rendezvous(const std::string& why) {

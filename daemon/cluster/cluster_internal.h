@@ -18,8 +18,9 @@ struct Cluster::Connection {
       : cluster(owner), reader(cluster_name, owner->config_.node_count) {}
   Cluster* cluster;
   uv_tcp_t tcp{};
+  uv_connect_t connect{};  // member side: its connection to the coordinator
   EnvelopeReader reader;
-  int node = -1;            // set once its Join is accepted (coordinator side) / 0 (member side)
+  int node = -1;            // set once its Join is accepted (coordinator side) / the coordinator's
   uint64_t join_epoch = 0;  // coordinator: the epoch its Join's envelope carried
   std::string peer;         // the far end's address ("10.0.0.2:41234"), for messages
   bool connected = false;   // accepted, or our connect completed: frames may be written

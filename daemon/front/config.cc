@@ -10,6 +10,7 @@
 #include <set>
 
 #include "daemon/cluster/cluster_auth.h"
+#include "daemon/cluster/membership_url.h"
 #include "parallax_c.h"
 
 #ifndef PX_VERSION
@@ -58,7 +59,11 @@ const char kUsage[] =
     "  --nodes H:P,H:P,...    every node's control address, by index\n"
     "  --coordinator H:P      instead of --nodes: node 0's control address ...\n"
     "  --node-count N         ... and the number of nodes\n"
-    "  --listen H:P           address the coordinator binds (default its --nodes entry)\n"
+    "  --listen H:P           address the coordinator binds (default its --nodes entry);\n"
+    "                         with --membership, this node's control address\n"
+    "  --membership etcd://H:P[,H:P...]/PREFIX  membership on etcd: the node index is\n"
+    "                         assigned and the coordinator elected (docs/elastic.md)\n"
+    "  --membership-lease-s N its lease: a node silent to etcd this long is gone (default 5)\n"
     "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
     "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
@@ -195,6 +200,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   else if (key == "node_index") {
     if (!number(0, kMaxNodeIndex)) return false;
     c->node_index = static_cast<int>(n);
+    c->node_index_given = true;
   } else if (key == "node_count") {
     if (!number(1, 128)) return false;
     c->node_count = static_cast<int>(n);
@@ -204,7 +210,12 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     c->coordinator = value;
   else if (key == "listen")
     c->listen = value;
-  else if (key == "fabric.provider")
+  else if (key == "membership")
+    c->membership = value;
+  else if (key == "membership_lease_s") {
+    if (!number(2, 3600)) return false;
+    c->membership_lease_s = static_cast<int64_t>(n);
+  } else if (key == "fabric.provider")
     c->fabric_provider = value;
   else if (key == "fabric.address")
     c->fabric_address = value;
@@ -427,6 +438,8 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--nodes", "nodes"},
       {"--coordinator", "coordinator"},
       {"--listen", "listen"},
+      {"--membership", "membership"},
+      {"--membership-lease-s", "membership_lease_s"},
       {"--fabric-provider", "fabric.provider"},
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
@@ -494,7 +507,29 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     *error = "arena_bytes is larger than max_arena_bytes";
     return false;
   }
-  if (!c->nodes.empty()) {
+  if (!c->membership.empty()) {
+    MembershipUrl url;
+    if (!parse_membership_url(c->membership, &url, error)) {
+      *error = "membership: " + *error;
+      return false;
+    }
+    if (!c->nodes.empty() || !c->coordinator.empty() || c->node_index_given) {
+      *error =
+          "membership: with membership on etcd the node index is assigned and the "
+          "coordinator elected; drop nodes, coordinator and node_index";
+      return false;
+    }
+    if (c->node_count < 2) {
+      *error = "membership: node_count must be 2 or more (the nodes a cluster forms with)";
+      return false;
+    }
+    if (c->listen.empty()) {
+      *error =
+          "membership: needs listen, this node's control address (HOST:PORT) that the "
+          "other nodes reach it on";
+      return false;
+    }
+  } else if (!c->nodes.empty()) {
     // The node_count key's range holds for a node list too (found by
     // tests/fuzz/config_fuzz.cc; regressions/config).
     if (c->nodes.size() > 128) {
@@ -521,8 +556,9 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     return false;
   }
   if (c->fabric_address.empty()) {
-    std::string self = !c->nodes.empty() ? c->nodes[static_cast<size_t>(c->node_index)]
-                                         : (c->node_index == 0 ? c->coordinator : "");
+    std::string self = !c->membership.empty() ? c->listen
+                       : !c->nodes.empty()    ? c->nodes[static_cast<size_t>(c->node_index)]
+                                              : (c->node_index == 0 ? c->coordinator : "");
     size_t colon = self.rfind(':');
     c->fabric_address = colon == std::string::npos ? "127.0.0.1" : self.substr(0, colon);
     if (c->fabric_address.empty() || c->fabric_address == "0.0.0.0")

@@ -39,7 +39,12 @@ struct DaemonConfig {
   std::string secret_file;
   std::string cluster_secret;
   int node_index = 0;
+  bool node_index_given = false;  // set by the key: refused with membership (assigned there)
   int node_count = 1;
+  // "etcd://HOST:PORT[,...]/PREFIX": membership on etcd (daemon/cluster/etcd_membership.h;
+  // docs/elastic.md): node_index is assigned there, listen is this node's control address.
+  std::string membership;
+  int64_t membership_lease_s = 5;
   std::vector<std::string> nodes;
   std::string coordinator;
   std::string listen;  // what the coordinator binds (default: its entry in nodes)

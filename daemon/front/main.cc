@@ -8,8 +8,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
+#include "daemon/cluster/etcd_membership.h"
 #include "daemon/common/log.h"
 #include "daemon/front/config.h"
 #include "daemon/front/server.h"
@@ -82,6 +84,24 @@ int main(int argc, char** argv) {
     PX_LOG_WARN("mallopt refused the heap settings; sparse steps will be slower");
   int ready_fd = -1;
   if (!config.foreground) detach(&ready_fd);
+  // Membership on etcd: this node's index comes from there, before anything uses it. After
+  // detach(): the lease's keep-alive thread must be the daemon's, not the parent's.
+  std::unique_ptr<px::EtcdMembership> membership;
+  if (!config.membership.empty()) {
+    px::EtcdMembership::Settings settings;
+    settings.url = config.membership;
+    settings.address = config.listen;
+    settings.node_count = config.node_count;
+    settings.lease_s = config.membership_lease_s;
+    settings.startup_timeout_ms = config.startup_timeout_ms;
+    std::string error;
+    membership = px::EtcdMembership::register_node(settings, &config.node_index, &error);
+    if (!membership) {
+      PX_LOG_ERROR("%s", error.c_str());
+      return 1;
+    }
+    px::set_log_node(config.node_index);
+  }
   // Libraries that libfabric's providers load as fi_getinfo initializes them (PSM's
   // libinfinipath) install SIGINT/SIGTERM handlers that call exit(), which then waits
   // forever for the libfabric lock that very fi_getinfo holds: a daemon stopped during its
@@ -91,7 +111,7 @@ int main(int argc, char** argv) {
   // Server::run() has installed its own handlers; a signal sent meanwhile is delivered then.
   sigset_t handled = px::Server::handled_signals();
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
-  px::Server server(config);
+  px::Server server(config, std::move(membership));
   std::string error;
   if (!server.listen(&error)) {
     PX_LOG_ERROR("%s", error.c_str());

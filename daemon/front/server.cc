@@ -32,10 +32,11 @@ unsigned default_threads() {
 
 }  // namespace
 
-Server::Server(DaemonConfig config)
+Server::Server(DaemonConfig config, std::unique_ptr<EtcdMembership> membership)
     : config_(std::move(config)),
       pool_(config_.threads ? config_.threads : default_threads()),
       scheduler_(pool_, [this](std::function<void()> fn) { post(std::move(fn)); }) {
+  membership_ = std::move(membership);
   uv_loop_init(&loop_);
   uv_async_init(&loop_, &async_, on_async);
   async_.data = this;
@@ -234,8 +235,8 @@ bool Server::start_cluster(std::string* error) {
     release_idle_memory();
   };
   wire_device_routes(events);
-  cluster_ =
-      std::make_unique<Cluster>(&loop_, cluster_config(config_), *fabric_, std::move(events));
+  cluster_ = std::make_unique<Cluster>(&loop_, cluster_config(config_), *fabric_, std::move(events),
+                                       std::move(membership_));
   return cluster_->start(error);
 }
 

@@ -29,7 +29,9 @@ class Session;
 
 class Server {
  public:
-  explicit Server(DaemonConfig config);
+  // membership: the node's registration on etcd (main made it; config.node_index is the
+  // index it assigned), handed to the cluster; null for a static cluster or a single node.
+  explicit Server(DaemonConfig config, std::unique_ptr<EtcdMembership> membership = nullptr);
   ~Server();
 
   // Loads the GPU backend (gpu.mode), binds the socket and, on a cluster, opens the fabric endpoint
@@ -149,6 +151,7 @@ class Server {
   ThreadPool pool_;
   Scheduler scheduler_;
   std::unique_ptr<FabricEndpoint> fabric_;
+  std::unique_ptr<EtcdMembership> membership_;  // until start_cluster hands it on
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<RouteChannel> route_channel_;  // a ClusterRoutes
   std::vector<std::string> jobs_waiting_for_cluster_;

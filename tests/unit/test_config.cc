@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/membership_url.h"
 #include "daemon/front/config.h"
 #include "tests/integration/text_util.h"
 #include "tests/unit/temp_dir.h"
@@ -687,6 +688,40 @@ TEST_CASE("config: cross-field checks of finalize_config") {
     set.fabric_address = "192.168.1.9";
     REQUIRE(finalize_config(&set, &error));
     CHECK(set.fabric_address == "192.168.1.9");  // an explicit one is kept
+  }
+  SUBCASE("membership on etcd: its URL, listen, and no configured index or node list") {
+    DaemonConfig c =
+        parse({"--membership", "etcd://10.0.0.5:2379,10.0.0.6:2379/px/prod/", "--node-count", "4",
+               "--listen", "10.0.0.2:7070", "--membership-lease-s", "7"});
+    CHECK(c.membership == "etcd://10.0.0.5:2379,10.0.0.6:2379/px/prod/");
+    CHECK(c.membership_lease_s == 7);
+    CHECK(c.fabric_address == "10.0.0.2");  // its own control address's host
+    MembershipUrl url;
+    REQUIRE(parse_membership_url(c.membership, &url, &error));
+    CHECK(url.endpoints == std::vector<std::string>{"10.0.0.5:2379", "10.0.0.6:2379"});
+    CHECK(url.prefix == "/px/prod");
+    DaemonConfig indexed;
+    indexed.membership = "etcd://h:2379/p";
+    indexed.node_count = 2;
+    indexed.listen = "h:1";
+    indexed.node_index_given = true;
+    CHECK_FALSE(finalize_config(&indexed, &error));
+    CHECK(contains(error, "the node index is assigned"));
+    DaemonConfig no_listen;
+    no_listen.membership = "etcd://h:2379/p";
+    no_listen.node_count = 2;
+    CHECK_FALSE(finalize_config(&no_listen, &error));
+    CHECK(contains(error, "needs listen"));
+    for (const char* bad : {"http://h:2379/p", "etcd://h:2379", "etcd://h/p", "etcd://:1/p",
+                            "etcd://h:2379,/p", "etcd://h:x/p"}) {
+      CAPTURE(bad);
+      DaemonConfig b;
+      b.membership = bad;
+      b.node_count = 2;
+      b.listen = "h:1";
+      CHECK_FALSE(finalize_config(&b, &error));
+      CHECK(contains(error, "membership: "));
+    }
   }
   SUBCASE("flags reach finalize_config too") {
     SocketEnv env;
