@@ -357,19 +357,25 @@ std::vector<std::string> ClusterProcesses::node_args(const std::string& cluster,
 
 ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes,
                                    const std::vector<std::string>& extra_args)
-    : tag_(tag), extra_args_(extra_args), endpoints_(free_endpoints(nodes)) {
-  for (int i = 0; i < nodes; ++i) {
-    auto args = node_args(tag, endpoints_, i);
+    : tag_(tag), endpoints_(free_endpoints(nodes)) {
+  args_of_ = [tag, endpoints = endpoints_, extra_args](int i) {
+    auto args = node_args(tag, endpoints, i);
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args));
-  }
+    return args;
+  };
+  for (int i = 0; i < nodes; ++i)
+    nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args_of_(i)));
+}
+
+ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes, ArgsOf args_of)
+    : tag_(tag), args_of_(std::move(args_of)), endpoints_(free_endpoints(nodes)) {
+  for (int i = 0; i < nodes; ++i)
+    nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args_of_(i)));
 }
 
 void ClusterProcesses::restart(int i) {
-  auto args = node_args(tag_, endpoints_, i);
-  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   nodes_[static_cast<size_t>(i)] = std::make_unique<DaemonProcess>(
-      tag_ + "-n" + std::to_string(i) + "r" + std::to_string(++restarts_), args);
+      tag_ + "-n" + std::to_string(i) + "r" + std::to_string(++restarts_), args_of_(i));
 }
 
 std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const std::string& job,

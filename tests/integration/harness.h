@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,6 +62,9 @@ class ClusterProcesses {
  public:
   ClusterProcesses(const std::string& tag, int nodes,
                    const std::vector<std::string>& extra_args = {});
+  // Daemons started with args_of(i) each (membership on etcd: no node list, no index).
+  using ArgsOf = std::function<std::vector<std::string>(int)>;
+  ClusterProcesses(const std::string& tag, int nodes, ArgsOf args_of);
   DaemonProcess& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   int size() const { return static_cast<int>(nodes_.size()); }
   // The nodes' control endpoints, by index ("127.0.0.1:PORT"; node 0's is the coordinator's).
@@ -75,7 +79,7 @@ class ClusterProcesses {
 
  private:
   std::string tag_;
-  std::vector<std::string> extra_args_;
+  ArgsOf args_of_;
   int restarts_ = 0;
   std::vector<std::unique_ptr<DaemonProcess>> nodes_;
   std::vector<std::string> endpoints_;

@@ -1,0 +1,36 @@
+// A real etcd cluster on loopback for the membership tests: `members` etcd processes (Debian's
+// etcd-server) with their own client and peer ports and data under a scratch directory,
+// started healthy, killed with the test.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace pxt {
+
+class EtcdCluster {
+ public:
+  EtcdCluster(const std::string& tag, int members);
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  // "127.0.0.1:C0,127.0.0.1:C1,...": every member's client endpoint.
+  std::string endpoints() const;
+  // SIGKILLs member i and reaps it.
+  void kill(int i);
+  // Starts member i again on its data (after kill): it rejoins its cluster.
+  void restart(int i);
+
+ private:
+  ScratchDir dir_;
+  std::vector<pid_t> pids_;
+  std::vector<std::vector<std::string>> argvs_;
+  std::vector<std::string> clients_;
+};
+
+}  // namespace pxt

@@ -1,0 +1,173 @@
+// Membership on etcd (docs/elastic.md): a 3-member etcd cluster on loopback and 3 parallaxd
+// with --membership, no node list and no index. Indices are assigned, one coordinator is
+// elected, jobs run; an etcd member killed changes nothing; the coordinator daemon killed,
+// another is elected, a daemon started in its place takes the freed index and the cluster
+// re-forms under a new epoch where a job runs; etcd lost entirely (no quorum) for more than
+// a lease changes nothing for running jobs, and once it is back the same coordinator goes on;
+// no epoch was ever formed by two coordinators (from the logs). An etcd that cannot be reached at
+// start is a clear error.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/etcd_cluster.h"
+#include "tests/integration/harness.h"
+
+using namespace pxt;
+
+namespace {
+
+const std::vector<std::string> kSweep = {"sweep", "--counts", "1,1000"};
+const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
+
+bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    if (contains(daemon.log(), what)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Every match of pattern's first group in text.
+std::vector<std::string> matches(const std::string& text, const std::string& pattern) {
+  std::vector<std::string> found;
+  std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
+    found.push_back((*it)[1].str());
+  return found;
+}
+
+int assigned_index(const DaemonProcess& daemon) {
+  auto found = matches(daemon.log(), "node index ([0-9]+) assigned by etcd");
+  return found.size() == 1 ? std::stoi(found[0]) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("membership/etcd: assigned indices, an elected coordinator, its loss and a new one") {
+  const std::string tag = "pxt-etcd-" + std::to_string(getpid());
+  EtcdCluster etcd(tag, 3);
+  const std::string url = "etcd://" + etcd.endpoints() + "/parallax-tests/" + tag;
+  const auto listens = ClusterProcesses::free_endpoints(3);
+  ClusterProcesses cluster(tag, 3, [&](int slot) {
+    return std::vector<std::string>{"--cluster",
+                                    tag,
+                                    "--membership",
+                                    url,
+                                    "--node-count",
+                                    "3",
+                                    "--listen",
+                                    listens[static_cast<size_t>(slot)],
+                                    "--membership-lease-s",
+                                    "2",
+                                    "--peer-silence-ms",
+                                    "6000"};
+  });
+  std::set<int> indices;
+  int coordinator = -1;  // the slot whose daemon coordinates
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
+                    cluster.node(slot).log());
+    indices.insert(assigned_index(cluster.node(slot)));
+    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) {
+      CHECK_MESSAGE(coordinator < 0, "two coordinators");
+      coordinator = slot;
+    }
+  }
+  CHECK(indices == std::set<int>{0, 1, 2});
+  REQUIRE(coordinator >= 0);
+  CHECK(all_ok(run_cluster_workers(cluster, "before", 1, kSweep, 120000, kExact)));
+
+  // An etcd member lost: the daemons renew their leases through the others; nothing changes.
+  etcd.kill(0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past a lease
+  CHECK(all_ok(run_cluster_workers(cluster, "etcd-member-lost", 1, kSweep, 120000, kExact)));
+  for (int slot = 0; slot < 3; ++slot) {
+    CHECK(cluster.node(slot).alive());
+    CHECK_FALSE(contains(cluster.node(slot).log(), "a new election"));
+  }
+
+  // The coordinator daemon killed mid-job: its workers' peers fail naming it, another node
+  // is elected, and a daemon started in its slot takes the freed index; the cluster re-forms.
+  int lost_index = assigned_index(cluster.node(coordinator));
+  KilledNodeRun run =
+      run_cluster_workers_killing_node(cluster, "steady", 1, {"until-lost"}, coordinator);
+  CHECK(run.ready_nodes == 3);
+  std::string logs = cluster.node(coordinator).log();
+  for (int slot = 0; slot < 3; ++slot) {
+    if (slot == coordinator) continue;
+    const WorkerResult& r = run.results[static_cast<size_t>(slot)];
+    CHECK_MESSAGE(contains(r.output, "LOST at step"), r.output);
+    CHECK_MESSAGE(contains(r.output, "node " + std::to_string(lost_index)), r.output);
+  }
+  int elected = -1;
+  for (int waited = 0; waited < 20000 && elected < 0; waited += 50) {
+    for (int slot = 0; slot < 3; ++slot)
+      if (slot != coordinator && contains(cluster.node(slot).log(), "waiting for 3 nodes"))
+        elected = slot;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE_MESSAGE(elected >= 0, "no survivor became coordinator");
+  cluster.restart(coordinator);
+  CHECK(assigned_index(cluster.node(coordinator)) == lost_index);
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    std::string says = slot == coordinator ? "ready: 3 nodes" : "re-formed under epoch";
+    CHECK_MESSAGE(log_says(cluster.node(slot), says, 30000), cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "after", 1, kSweep, 120000, kExact)));
+
+  // etcd lost (two of three members: no quorum) for more than a lease: the formed cluster
+  // and its jobs do not need it. When it returns the coordinator is the same: a new etcd
+  // leader extends every lease, so none expired.
+  etcd.kill(1);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK(all_ok(run_cluster_workers(cluster, "etcd-lost", 1, kSweep, 120000, kExact)));
+  etcd.restart(0);
+  etcd.restart(1);
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_says(cluster.node(slot), "membership: etcd answers again", 30000),
+                  cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "etcd-back", 1, kSweep, 120000, kExact)));
+  for (int slot = 0; slot < 3; ++slot) {
+    CHECK(cluster.node(slot).alive());
+    CHECK(matches(cluster.node(slot).log(), "(coordinator is node)").size() ==
+          (slot == coordinator ? 1u : 2u));
+  }
+
+  // Fencing: every epoch was formed by one coordinator, of one term, and the new
+  // coordinator's term is higher.
+  for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
+  std::map<std::string, std::set<std::string>> formers;  // epoch -> "node N term T"
+  std::regex formed("(node [0-9]+)[^\n]* forms epoch ([0-9]+) as coordinator of term ([0-9]+)");
+  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), formed);
+       it != std::sregex_iterator(); ++it)
+    formers[(*it)[2].str()].insert((*it)[1].str() + " term " + (*it)[3].str());
+  CHECK(formers.size() == 2);
+  for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
+  auto terms = matches(logs, "forms epoch [0-9]+ as coordinator of term ([0-9]+)");
+  REQUIRE(terms.size() == 2);
+  CHECK(std::stoll(terms[0]) != std::stoll(terms[1]));
+}
+
+TEST_CASE("membership/etcd: an etcd that cannot be reached at start is a clear error") {
+  auto ports = ClusterProcesses::free_endpoints(2);  // nothing listens on ports[0]
+  DaemonProcess daemon("pxt-etcd-unreachable",
+                       {"--membership", "etcd://" + ports[0] + "/parallax-tests/none",
+                        "--node-count", "2", "--listen", ports[1]},
+                       false);
+  CHECK(daemon.wait_exit(15000) == 1);
+  CHECK_MESSAGE(contains(daemon.log(), "membership: cannot reach etcd at etcd://" + ports[0]),
+                daemon.log());
+}
