@@ -6,7 +6,13 @@
 // of the surviving nodes were told PX_ERR_PEER_LOST naming the right node or worker, no
 // surviving daemon has died, and once the victim is back the cluster has re-formed and a
 // job runs on every node. Prints one JSON object; exits 0 when every fault ended so.
-//   px_fault_suite [--faults N] [--seed S]
+// With --membership the daemons' membership is on a 3-member etcd cluster started here
+// (docs/elastic.md): indices are assigned and the coordinator elected, so the victims are
+// found by what each daemon's log says it is, a stopped daemon is left out (its lease would
+// expire: a stopped coordinator is replaced and exits when it runs again, by design), and
+// one more fault kills an etcd member while the job runs (it must not notice; the member
+// is started again after).
+//   px_fault_suite [--faults N] [--seed S] [--membership]
 // The test suite runs a short count (tests/integration/CMakeLists.txt), `px-bench faults`
 // the full one.
 #include <signal.h>
@@ -22,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/etcd_cluster.h"
 #include "tests/integration/harness.h"
 
 using namespace pxt;
@@ -31,9 +38,41 @@ namespace {
 constexpr int kNodes = 3;
 constexpr int kSilenceMs = 1500;
 
-enum Kind { kKillWorker, kKillMember, kKillCoordinator, kStopDaemon, kRestartAtOnce, kStray };
-const char* kKindNames[] = {"kill_worker", "kill_member",     "kill_coordinator",
-                            "stop_daemon", "restart_at_once", "stray_daemon"};
+enum Kind {
+  kKillWorker,
+  kKillMember,
+  kKillCoordinator,
+  kStopDaemon,
+  kRestartAtOnce,
+  kStray,
+  kKillEtcdMember
+};
+const char* kKindNames[] = {"kill_worker",     "kill_member",  "kill_coordinator", "stop_daemon",
+                            "restart_at_once", "stray_daemon", "kill_etcd_member"};
+
+// The node index the daemon's log last says etcd assigned it; the slot itself in a static
+// cluster.
+int index_of(ClusterProcesses& cluster, int slot, bool membership) {
+  if (!membership) return slot;
+  std::string log = cluster.node(slot).log();
+  const std::string mark = "node index ";
+  size_t at = log.rfind(mark);
+  return at == std::string::npos ? -1 : atoi(log.c_str() + at + mark.size());
+}
+
+// The slot of the coordinating daemon: 0 in a static cluster; with membership, the one that
+// last said it waits for the nodes as coordinator (the others say "coordinator is" too).
+int coordinator_slot(ClusterProcesses& cluster, bool membership) {
+  if (!membership) return 0;
+  int slot = -1;
+  size_t latest = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    std::string log = cluster.node(i).log();
+    size_t at = log.rfind("coordinator of cluster");
+    if (at != std::string::npos && (slot < 0 || at >= latest)) slot = i, latest = at;
+  }
+  return slot < 0 ? 0 : slot;
+}
 
 struct Tally {
   int faults = 0, ok = 0, hangs = 0, crashes = 0, misnamed = 0, failed_heals = 0;
@@ -87,49 +126,93 @@ bool healthy(ClusterProcesses& cluster, const std::string& job) {
 int main(int argc, char** argv) {
   int faults = 6;
   unsigned seed = 20261123;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool membership = false;
+  for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--faults")
-      faults = atoi(argv[i + 1]);
-    else if (flag == "--seed")
-      seed = static_cast<unsigned>(strtoul(argv[i + 1], nullptr, 10));
+    if (flag == "--membership")
+      membership = true;
+    else if (flag == "--faults" && i + 1 < argc)
+      faults = atoi(argv[++i]);
+    else if (flag == "--seed" && i + 1 < argc)
+      seed = static_cast<unsigned>(strtoul(argv[++i], nullptr, 10));
   }
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   auto start = std::chrono::steady_clock::now();
-  ClusterProcesses cluster("faults", kNodes, {"--peer-silence-ms", std::to_string(kSilenceMs)});
+  std::unique_ptr<EtcdCluster> etcd;
+  const auto listens = ClusterProcesses::free_endpoints(kNodes);
+  std::string url;
+  if (membership) {
+    etcd = std::make_unique<EtcdCluster>("faults-" + std::to_string(getpid()), 3);
+    url = "etcd://" + etcd->endpoints() + "/parallax-faults/" + std::to_string(getpid());
+  }
+  ClusterProcesses cluster = [&] {
+    if (!membership)
+      return ClusterProcesses("faults", kNodes, {"--peer-silence-ms", std::to_string(kSilenceMs)});
+    return ClusterProcesses("faults", kNodes, [&](int slot) {
+      return std::vector<std::string>{"--cluster",
+                                      "faults",
+                                      "--membership",
+                                      url,
+                                      "--node-count",
+                                      "3",
+                                      "--listen",
+                                      listens[static_cast<size_t>(slot)],
+                                      "--membership-lease-s",
+                                      "2",
+                                      "--peer-silence-ms",
+                                      std::to_string(kSilenceMs)};
+    });
+  }();
+  // The kinds this run draws from, in the order the first faults cover them once.
+  std::vector<Kind> kinds = {kKillWorker, kKillMember,    kKillCoordinator,
+                             kStopDaemon, kRestartAtOnce, kStray};
+  if (membership)
+    kinds = {kKillWorker, kKillMember, kKillCoordinator, kKillEtcdMember, kRestartAtOnce, kStray};
+  const int kinds_count = static_cast<int>(kinds.size());
   Tally tally;
   for (int i = 0; i < faults; ++i) {
-    // The first six cover every kind once; then at random.
-    Kind kind = static_cast<Kind>(i < 6 ? i : pick(6));
+    // The first faults cover every kind once; then at random.
+    Kind kind = kinds[static_cast<size_t>(i < kinds_count ? i : pick(kinds_count))];
     bool sparse = pick(2) == 1;
-    int victim = kind == kKillCoordinator ? 0
-                 : kind == kKillMember    ? 1 + pick(kNodes - 1)
+    int coordinator = coordinator_slot(cluster, membership);
+    int victim = kind == kKillCoordinator ? coordinator
+                 : kind == kKillMember    ? (coordinator + 1 + pick(kNodes - 1)) % kNodes
                                           : pick(kNodes);
+    int victim_index = index_of(cluster, victim, membership);
     std::string job("f");  // appended: "f" + string trips a GCC 12 -Wrestrict false positive
     job += std::to_string(i);
-    std::string what = std::string(kKindNames[kind]) + " node " + std::to_string(victim) +
-                       (sparse ? " (sparse)" : " (dense)") + ", fault " + std::to_string(i);
+    int etcd_victim = membership ? pick(3) : 0;
+    std::string what =
+        std::string(kKindNames[kind]) + " node " + std::to_string(victim_index) +
+        (kind == kKillEtcdMember ? " and etcd member " + std::to_string(etcd_victim) : "") +
+        (sparse ? " (sparse)" : " (dense)") + ", fault " + std::to_string(i);
     ScratchDir ready("faults-ready-" + std::to_string(i));
     std::map<std::string, std::string> env;
     int delay_ms = pick(800);
     bool daemon_down = kind == kKillMember || kind == kKillCoordinator || kind == kRestartAtOnce;
     int stray_exit = 0;
-    if (kind == kKillWorker || kind == kStray) {
-      // The worker of global rank `victim` (node `victim`) kills itself a few steps in; a
-      // stray daemon comes first, and the job must not notice it.
-      env["PX_TEST_KILL_RANK"] = std::to_string(victim);
-      env["PX_TEST_KILL_STEP"] = std::to_string(kind == kStray ? 40 + pick(20) : 2 + pick(20));
+    if (kind == kKillWorker || kind == kStray || kind == kKillEtcdMember) {
+      // The worker of global rank `victim_index` (one worker a node, so on that node) kills
+      // itself a few steps in; a stray daemon or an etcd member's death comes first, and the
+      // job must not notice it.
+      env["PX_TEST_KILL_RANK"] = std::to_string(victim_index);
+      env["PX_TEST_KILL_STEP"] = std::to_string(kind == kKillWorker ? 2 + pick(20) : 40 + pick(20));
     }
     auto inject = [&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       switch (kind) {
         case kKillWorker:
           break;  // the worker does it
+        case kKillEtcdMember:
+          etcd->kill(etcd_victim);
+          break;
         case kStray: {
           // A daemon of a 2-node cluster of the same name: refused alone.
-          auto args = ClusterProcesses::node_args(
-              "faults", {cluster.endpoints()[0], cluster.endpoints()[1]}, 1);
+          std::string coordinator_at =
+              membership ? listens[static_cast<size_t>(coordinator)] : cluster.endpoints()[0];
+          auto args =
+              ClusterProcesses::node_args("faults", {coordinator_at, cluster.endpoints()[1]}, 1);
           DaemonProcess stray("faults-stray" + std::to_string(i), args, false);
           stray_exit = stray.wait_exit(20000);
           break;
@@ -143,11 +226,11 @@ int main(int argc, char** argv) {
         default: {
           // A restart at once (as systemd's Restart= does, 100 ms later) once the coordinator
           // has seen the connection close: before that the index is still taken.
-          size_t losses = count(cluster.node(0).log(), " lost: ");
+          size_t losses = count(cluster.node(coordinator).log(), " lost: ");
           cluster.node(victim).kill_and_reap(SIGKILL);
           if (kind != kRestartAtOnce) break;
-          for (int waited = 0;
-               victim != 0 && waited < 10000 && count(cluster.node(0).log(), " lost: ") == losses;
+          for (int waited = 0; victim != coordinator && waited < 10000 &&
+                               count(cluster.node(coordinator).log(), " lost: ") == losses;
                waited += 20)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
           cluster.restart(victim);
@@ -159,6 +242,7 @@ int main(int argc, char** argv) {
       reformed_before.push_back(count(cluster.node(node).log(), "re-formed under"));
     auto results = run_until_fault(cluster, job, sparse, ready.path(), env, inject);
     if (kind == kKillMember || kind == kKillCoordinator) cluster.restart(victim);
+    if (kind == kKillEtcdMember) etcd->restart(etcd_victim);
     if (daemon_down || kind == kStopDaemon) {
       // A node was lost: wait until every daemon has re-formed (a restarted one formed).
       for (int node = 0; node < kNodes; ++node) {
@@ -175,7 +259,7 @@ int main(int argc, char** argv) {
     ++tally.faults;
     ++tally.by_kind[kKindNames[kind]];
     int bad = 0;
-    std::string named = "node " + std::to_string(victim);
+    std::string named = "node " + std::to_string(victim_index);
     for (int node = 0; node < kNodes; ++node) {
       const WorkerResult& r = results[static_cast<size_t>(node)];
       if (r.exit_code == -1) {
@@ -217,11 +301,12 @@ int main(int argc, char** argv) {
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   printf(
-      "{\"scenario\": \"faults\", \"nodes\": %d, \"faults\": %d, \"ok\": %d, \"hangs\": %d, "
+      "{\"scenario\": \"faults\", \"membership\": \"%s\", \"nodes\": %d, \"faults\": %d, "
+      "\"ok\": %d, \"hangs\": %d, "
       "\"daemon_crashes\": %d, \"misnamed\": %d, \"failed_heals\": %d, \"seed\": %u, "
       "\"seconds\": %.1f, \"by_kind\": {",
-      kNodes, tally.faults, tally.ok, tally.hangs, tally.crashes, tally.misnamed,
-      tally.failed_heals, seed, seconds);
+      membership ? "etcd" : "static", kNodes, tally.faults, tally.ok, tally.hangs, tally.crashes,
+      tally.misnamed, tally.failed_heals, seed, seconds);
   bool first = true;
   for (auto& [name, n] : tally.by_kind) {
     printf("%s\"%s\": %d", first ? "" : ", ", name.c_str(), n);
