@@ -73,6 +73,8 @@ class Cluster {
   int node_count() const { return config_.node_count; }
   // The coordinating node: 0 in a static cluster; etcd's choice with membership on etcd.
   int coordinator_node() const { return coordinator_node_; }
+  // Its term in etcd (the coordinator key's create revision); 0 in a static cluster.
+  int64_t coordinator_term() const { return term_; }
   // "node 2 (10.0.0.3:7070)"
   std::string node_label(int node) const;
 

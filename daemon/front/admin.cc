@@ -87,6 +87,11 @@ DaemonState collect_daemon_state(Server& server) {
                                                : "host ring (built without NCCL)";
   const Cluster* cluster = server.cluster();
   bool ready = cluster && cluster->ready();
+  s.membership = c.membership;
+  if (cluster) {
+    s.coordinator_node = cluster->coordinator_node();
+    s.coordinator_term = cluster->coordinator_term();
+  }
   if (c.node_count == 1)
     s.cluster_state = "single";
   else if (!server.cluster_broken().empty())
@@ -248,7 +253,8 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
        cluster = text(b, s.cluster), state = text(b, s.cluster_state),
        label = text(b, s.node_label), url = text(b, s.metrics_url),
        timeline = text(b, s.timeline_path), gpu_mode = text(b, s.gpu_mode), gpu = text(b, s.gpu),
-       nccl = text(b, s.nccl), cross_node = text(b, s.gpu_cross_node);
+       nccl = text(b, s.nccl), cross_node = text(b, s.gpu_cross_node),
+       membership = text(b, s.membership);
   uint32_t variables = static_cast<uint32_t>(s.variables.size());
   return control::CreateAdminStatus(
       b, version, abi, s.pid, s.uptime_ms, socket, cluster, state, s.node_index, s.node_count,
@@ -256,7 +262,8 @@ fb::Offset<control::AdminStatus> status_table(fb::FlatBufferBuilder& b, const Da
       static_cast<uint32_t>(s.stalls.size()), url, timeline, s.timeline_events, s.timeline_dropped,
       s.step_stall_ms, s.stall_report_ms, gpu_mode, s.gpu_devices, gpu, nccl, cross_node,
       s.memory.resident, s.memory.shards, s.memory.arenas, s.memory.fabric_buffers, s.memory.rings,
-      s.memory.scratch, s.memory.staging, s.memory.caches);
+      s.memory.scratch, s.memory.staging, s.memory.caches, membership, s.coordinator_node,
+      s.coordinator_term);
 }
 
 fb::Offset<control::AdminJob> job_table(fb::FlatBufferBuilder& b, const JobState& j) {

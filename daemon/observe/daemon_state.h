@@ -102,6 +102,9 @@ struct DaemonState {
   std::string nccl;            // NCCL's version, "" without it
   std::string gpu_cross_node;  // "nccl" (this daemon offers it) or "host ring (why)"
   DaemonMemory memory;
+  std::string membership;    // etcd://...; empty: a static cluster
+  int coordinator_node = 0;  // the node that coordinates (etcd's choice with membership)
+  int64_t coordinator_term = 0;
   std::vector<JobState> jobs;
   std::vector<VariableState> variables;
   std::vector<PeerState> peers;

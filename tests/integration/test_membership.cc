@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <set>
@@ -43,6 +44,20 @@ std::vector<std::string> matches(const std::string& text, const std::string& pat
        ++it)
     found.push_back((*it)[1].str());
   return found;
+}
+
+// `pxctl status --json` of the daemon.
+std::string pxctl_status(const DaemonProcess& daemon) {
+  std::string command =
+      std::string(PX_PXCTL_PATH) + " --socket " + daemon.socket() + " --json status 2>&1";
+  std::string out;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
 }
 
 int assigned_index(const DaemonProcess& daemon) {
@@ -85,6 +100,14 @@ TEST_CASE("membership/etcd: assigned indices, an elected coordinator, its loss a
   }
   CHECK(indices == std::set<int>{0, 1, 2});
   REQUIRE(coordinator >= 0);
+  // pxctl status names the membership and the coordinator every node follows.
+  std::string coordinator_node =
+      "\"coordinator_node\":" + std::to_string(assigned_index(cluster.node(coordinator)));
+  for (int slot = 0; slot < 3; ++slot) {
+    std::string status = pxctl_status(cluster.node(slot));
+    CHECK_MESSAGE(contains(status, "\"membership\":\"" + url + "\""), status);
+    CHECK_MESSAGE(contains(status, coordinator_node), status);
+  }
   CHECK(all_ok(run_cluster_workers(cluster, "before", 1, kSweep, 120000, kExact)));
 
   // An etcd member lost: the daemons renew their leases through the others; nothing changes.

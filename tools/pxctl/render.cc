@@ -71,6 +71,9 @@ std::string status_json(const control::AdminStatus& s) {
       .add("gpu", str(s.gpu()))
       .add("nccl", str(s.nccl()))
       .add("gpu_cross_node", str(s.gpu_cross_node()))
+      .add("membership", str(s.membership()))
+      .add("coordinator_node", s.coordinator_node())
+      .add("coordinator_term", s.coordinator_term())
       .add_raw("memory", JsonObject()
                              .add("resident", s.memory_resident())
                              .add("shards", s.memory_shards())
@@ -96,6 +99,10 @@ std::string status_text(const control::AdminStatus& s) {
                                    ", ", std::to_string(s.nodes_up()), " of ",
                                    std::to_string(s.node_count()), " nodes up"});
   t.row({"cluster", cluster});
+  if (!str(s.membership()).empty())
+    t.row({"membership",
+           cat({str(s.membership()), "; coordinator node ", std::to_string(s.coordinator_node()),
+                ", term ", std::to_string(s.coordinator_term())})});
   t.row({"workers", std::to_string(s.workers()) + " connected"});
   t.row({"jobs",
          cat({std::to_string(s.jobs()), " (", std::to_string(s.variables()), " variables)"})});
