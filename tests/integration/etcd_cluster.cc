@@ -32,6 +32,23 @@ std::string etcd_path() {
 
 }  // namespace
 
+std::vector<std::string> membership_args(const std::string& cluster, const std::string& url,
+                                         int nodes, const std::string& listen,
+                                         int peer_silence_ms) {
+  return {"--cluster",
+          cluster,
+          "--membership",
+          url,
+          "--node-count",
+          std::to_string(nodes),
+          "--listen",
+          listen,
+          "--membership-lease-s",
+          "2",
+          "--peer-silence-ms",
+          std::to_string(peer_silence_ms)};
+}
+
 EtcdCluster::EtcdCluster(const std::string& tag, int members) : dir_("etcd-" + tag) {
   auto ports = ClusterProcesses::free_endpoints(2 * members);
   std::string initial;

@@ -12,6 +12,12 @@
 
 namespace pxt {
 
+// The flags of a daemon whose membership is at url (etcd://.../PREFIX): one of `nodes`
+// nodes of cluster `cluster`, on control address listen, with a lease of 2 s (a quick
+// take-over) and the given peer silence.
+std::vector<std::string> membership_args(const std::string& cluster, const std::string& url,
+                                         int nodes, const std::string& listen, int peer_silence_ms);
+
 class EtcdCluster {
  public:
   EtcdCluster(const std::string& tag, int members);

@@ -150,18 +150,7 @@ int main(int argc, char** argv) {
     if (!membership)
       return ClusterProcesses("faults", kNodes, {"--peer-silence-ms", std::to_string(kSilenceMs)});
     return ClusterProcesses("faults", kNodes, [&](int slot) {
-      return std::vector<std::string>{"--cluster",
-                                      "faults",
-                                      "--membership",
-                                      url,
-                                      "--node-count",
-                                      "3",
-                                      "--listen",
-                                      listens[static_cast<size_t>(slot)],
-                                      "--membership-lease-s",
-                                      "2",
-                                      "--peer-silence-ms",
-                                      std::to_string(kSilenceMs)};
+      return membership_args("faults", url, kNodes, listens[static_cast<size_t>(slot)], kSilenceMs);
     });
   }();
   // The kinds this run draws from, in the order the first faults cover them once.

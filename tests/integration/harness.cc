@@ -298,6 +298,14 @@ bool same_field(const std::vector<WorkerResult>& results, const std::string& key
   return same;
 }
 
+bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    if (contains(daemon.log(), what)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 bool all_ok(const std::vector<WorkerResult>& results) {
   bool ok = true;
   for (size_t i = 0; i < results.size(); ++i) {

@@ -119,6 +119,9 @@ class ScratchDir {
 // Waits (up to timeout_ms) until files dir/0 .. dir/(n-1) exist; returns how many do.
 int wait_for_ready_files(const std::string& dir, int n, int timeout_ms);
 
+// Waits (up to timeout_ms) until the daemon's log contains what.
+bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms);
+
 // Every worker exited 0 (prints the outputs otherwise, for the test log).
 bool all_ok(const std::vector<WorkerResult>& results);
 

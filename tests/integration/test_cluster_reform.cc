@@ -21,14 +21,6 @@ namespace {
 const std::vector<std::string> kSweep = {"sweep", "--counts", "1,1000"};
 const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
 
-bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 50) {
-    if (contains(daemon.log(), what)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // Node `victim` dies mid-job (SIGKILL), the others' workers fail naming it, it is started
 // again, and the cluster re-forms under epoch 2: a new job runs on all three nodes.
 // SIGKILL closes the victim's connections, so the loss is seen at once whatever the peer

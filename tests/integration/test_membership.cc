@@ -28,14 +28,6 @@ namespace {
 const std::vector<std::string> kSweep = {"sweep", "--counts", "1,1000"};
 const std::map<std::string, std::string> kExact = {{"PX_TEST_EXACT", "1"}};
 
-bool log_says(const DaemonProcess& daemon, const std::string& what, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 50) {
-    if (contains(daemon.log(), what)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // Every match of pattern's first group in text.
 std::vector<std::string> matches(const std::string& text, const std::string& pattern) {
   std::vector<std::string> found;
@@ -73,18 +65,7 @@ TEST_CASE("membership/etcd: assigned indices, an elected coordinator, its loss a
   const std::string url = "etcd://" + etcd.endpoints() + "/parallax-tests/" + tag;
   const auto listens = ClusterProcesses::free_endpoints(3);
   ClusterProcesses cluster(tag, 3, [&](int slot) {
-    return std::vector<std::string>{"--cluster",
-                                    tag,
-                                    "--membership",
-                                    url,
-                                    "--node-count",
-                                    "3",
-                                    "--listen",
-                                    listens[static_cast<size_t>(slot)],
-                                    "--membership-lease-s",
-                                    "2",
-                                    "--peer-silence-ms",
-                                    "6000"};
+    return membership_args(tag, url, 3, listens[static_cast<size_t>(slot)], 6000);
   });
   std::set<int> indices;
   int coordinator = -1;  // the slot whose daemon coordinates
