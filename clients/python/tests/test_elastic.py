@@ -1,0 +1,148 @@
+"""parallax.elastic with real daemons whose membership is on a real etcd (Debian's
+etcd-server, started here): a node lost mid-training (its daemon and its worker killed),
+a daemon and a worker started in its place, and the job goes on from its last commit to
+the very parameters an undisturbed run reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import HERE, PYTHON, Daemon
+
+WORKER = os.path.join(HERE, "elasticworker.py")
+STEPS = 60
+
+
+def free_ports(n: int) -> list:
+    """Free ports below the ephemeral range (as the C++ harness picks them)."""
+    ports = []
+    while len(ports) < n:
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+class Etcd:
+    """One etcd member on loopback with its data in a scratch directory."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="pxpy-etcd-")
+        client, peer = free_ports(2)
+        self.endpoint = f"127.0.0.1:{client}"
+        self.log = open(os.path.join(self.dir, "etcd.log"), "w")
+        self.proc = subprocess.Popen(
+            [shutil.which("etcd") or "/usr/bin/etcd", "--data-dir", os.path.join(self.dir, "d"),
+             "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls",
+             f"http://{self.endpoint}", "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}", "--initial-cluster",
+             f"default=http://127.0.0.1:{peer}", "--log-level", "warn"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as r:
+                    if json.loads(r.read()).get("health") == "true":
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("etcd did not start")
+            time.sleep(0.1)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def etcd():
+    e = Etcd()
+    yield e
+    e.stop()
+
+
+def start_worker(daemon: Daemon, job: str, progress: str) -> subprocess.Popen:
+    env = daemon.env(job)
+    env.update(PARALLAX_LOCAL_RANK="0", PARALLAX_LOCAL_SIZE="1")
+    return subprocess.Popen([PYTHON, WORKER, str(STEPS), progress], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def progress(path: str) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
+    name = f"elastic-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
+    listens = [f"127.0.0.1:{p}" for p in free_ports(2)]
+
+    def start_daemon(slot: int) -> Daemon:
+        return Daemon("--cluster", name, "--membership", url, "--node-count", "2", "--listen",
+                      listens[slot], "--membership-lease-s", "2", "--peer-silence-ms", "6000")
+
+    daemons = [start_daemon(0), start_daemon(1)]
+    files = [str(tmp_path / f"progress{i}") for i in range(3)]
+    workers = [start_worker(daemons[0], name, files[0]), start_worker(daemons[1], name, files[1])]
+    try:
+        deadline = time.monotonic() + 60
+        while progress(files[1]) < 10:
+            assert time.monotonic() < deadline, workers[1].stderr.read() if workers[1].poll() \
+                is not None else "no progress"
+            time.sleep(0.05)
+        # The node is lost: its daemon and its worker die together.
+        workers[1].send_signal(signal.SIGKILL)
+        daemons[1].proc.send_signal(signal.SIGKILL)
+        workers[1].wait(10)
+        lost_at = progress(files[0])
+        # Its replacement: a daemon on the same address (it takes the freed index once the
+        # lost one's lease expires) and a worker that starts from the synced state.
+        daemons.append(start_daemon(1))
+        workers.append(start_worker(daemons[2], name, files[2]))
+        results = []
+        for w in (workers[0], workers[2]):
+            out, err = w.communicate(timeout=150)
+            assert w.returncode == 0, err
+            results.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        for d in daemons:
+            d.stop()
+
+    expected = -0.001 * 3 * sum(range(1, STEPS + 1))  # ranks 0 and 1: (1 + 2) x each step
+    survivor, replacement = results
+    assert lost_at < STEPS, "the job ended before the loss: make it longer"
+    for r in results:
+        assert r["step"] == STEPS, r
+        assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
+    assert survivor["resets"] == 1, survivor["stderr"]
+    assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in survivor["stderr"]
+    assert survivor["worlds"] == [2, 2], survivor
+    assert replacement["resets"] == 0 and replacement["worlds"] == [2], replacement
