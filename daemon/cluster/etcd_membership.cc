@@ -53,8 +53,8 @@ std::unique_ptr<EtcdMembership> EtcdMembership::register_node(const Settings& se
     if (!error->empty()) return nullptr;
     if (!waited)
       PX_LOG_WARN(
-          "membership: all %d node indices under %s are held; waiting for one to free "
-          "(a lost daemon's frees a lease after it stopped)",
+          "membership: all %d node indices under %s are held; waiting for one to be freed "
+          "(a lost daemon's index frees when its lease expires)",
           settings.node_count, url.prefix.c_str());
     waited = true;
     if (steady_ms() > deadline) {
