@@ -1,4 +1,4 @@
-"""Elastic training in Horovod's shape: a training function that survives a lost node.
+"""Elastic training in Horovod's shape: a training function that survives a lost node::
 
     import numpy as np
     import parallax.elastic as elastic
@@ -144,7 +144,7 @@ def _connect(deadline: float, client_options: dict) -> Client:
 
 def run(func: Optional[Callable] = None, *, reset_timeout: float = 120.0,
         max_resets: Optional[int] = None, **client_options: Any) -> Callable:
-    """Decorates func(client, state, *args, **kwargs) so that calling it with a State runs
+    """Decorates ``func(client, state, *args, **kwargs)`` so that calling it with a State runs
     it elastically (the module's docstring). reset_timeout: how long a reset may take
     (connect and sync, waiting for the cluster to re-form); max_resets: give up (re-raise)
     after that many (None: never). client_options go to Client()."""
