@@ -6,7 +6,11 @@ step a STEP_SECONDS, and prints one JSON line of results.
 Each step's gradient is (step + 1) x (rank + 1) in every element, summed over the workers:
 the parameters after STEPS steps do not depend on when a reset happened, only on every
 step being applied once. PROGRESS_FILE gets the last committed step (for the test to pick
-its moment).
+its moment). Each step also pushes the same gradient into row `step % ROWS` of a sparse
+table (SGD, lr 1) the daemons hold and checkpoint: after a reset the table comes back
+from the newest checkpoint, so the steps since it are lost there. Each run records the
+step it starts from and the push steps the table was restored at; the rows are printed at
+the end for the test to check against exactly those steps.
 """
 
 import json
@@ -21,19 +25,27 @@ import parallax.elastic as elastic
 STEPS = int(sys.argv[1])
 PROGRESS = sys.argv[2]
 N = 64
+ROWS = 8
 STEP_SECONDS = 0.05
 
 state = elastic.State(params=np.zeros(N), step=0)
 seen_worlds = []
+runs = []  # [the step a run starts from, the table's restored push steps]
+table_rows = []
 
 
 @elastic.run(reset_timeout=90.0)
 def train(client, state):
     seen_worlds.append(client.world_size)
     grad = client.dense("grad", N, "float64")
+    table = client.sparse("table", ROWS, 4, optimizer="sgd", lr=1.0)
+    runs.append([state.step, table.stats().restored_steps])
     g = np.empty(N)
+    rows = np.empty((1, 4), dtype=np.float32)
     while state.step < STEPS:
         g.fill(float((state.step + 1) * (client.rank + 1)))
+        rows.fill(float((state.step + 1) * (client.rank + 1)))
+        table.push(np.array([state.step % ROWS]), rows).wait()
         grad.allreduce(g).wait()
         state.params -= 0.001 * g
         state.step += 1
@@ -42,9 +54,11 @@ def train(client, state):
             f.write(str(state.step))
         os.replace(PROGRESS + ".tmp", PROGRESS)
         time.sleep(STEP_SECONDS)
+    table_rows.extend(table.read(np.arange(ROWS)).wait().tolist())
     return client.rank
 
 
 rank = train(state)
 print(json.dumps({"rank": rank, "step": state.step, "params": state.params.tolist(),
-                  "resets": state.resets, "worlds": seen_worlds}), flush=True)
+                  "resets": state.resets, "worlds": seen_worlds, "runs": runs,
+                  "table": table_rows}), flush=True)

@@ -1,7 +1,8 @@
 """parallax.elastic with real daemons whose membership is on a real etcd (Debian's
 etcd-server, started here): a node lost mid-training (its daemon and its worker killed),
 a daemon and a worker started in its place, and the job goes on from its last commit to
-the very parameters an undisturbed run reaches."""
+the very parameters an undisturbed run reaches; its sparse table comes back from the
+newest periodic checkpoint, missing exactly the push steps since that checkpoint."""
 
 from __future__ import annotations
 
@@ -102,16 +103,22 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
     listens = [f"127.0.0.1:{p}" for p in free_ports(2)]
 
+    checkpoints = str(tmp_path / "checkpoints")
+    os.makedirs(checkpoints)
+
     def start_daemon(slot: int) -> Daemon:
         return Daemon("--cluster", name, "--membership", url, "--node-count", "2", "--listen",
-                      listens[slot], "--membership-lease-s", "2", "--peer-silence-ms", "6000")
+                      listens[slot], "--membership-lease-s", "2", "--peer-silence-ms", "6000",
+                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
 
     daemons = [start_daemon(0), start_daemon(1)]
     files = [str(tmp_path / f"progress{i}") for i in range(3)]
     workers = [start_worker(daemons[0], name, files[0]), start_worker(daemons[1], name, files[1])]
     try:
         deadline = time.monotonic() + 60
-        while progress(files[1]) < 10:
+        # Step 10 at least, and a periodic checkpoint of the table to come back from.
+        while progress(files[1]) < 10 or not any(
+                f.endswith(".manifest") for _, _, fs in os.walk(checkpoints) for f in fs):
             assert time.monotonic() < deadline, workers[1].stderr.read() if workers[1].poll() \
                 is not None else "no progress"
             time.sleep(0.05)
@@ -146,3 +153,18 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in survivor["stderr"]
     assert survivor["worlds"] == [2, 2], survivor
     assert replacement["resets"] == 0 and replacement["worlds"] == [2], replacement
+
+    # The table: the first run's push steps up to the newest checkpoint, then every step from
+    # where the reset resumed. Both workers saw the same (resume step, restored steps).
+    first, after = survivor["runs"]
+    assert first == [0, 0], survivor["runs"]
+    assert replacement["runs"] == [after], (survivor["runs"], replacement["runs"])
+    resumed, restored = after
+    print(f"lost at step {lost_at}; resumed from step {resumed}; table restored at {restored}")
+    assert 0 < restored and resumed <= STEPS, after
+    applied = list(range(1, restored + 1)) + list(range(resumed + 1, STEPS + 1))
+    expected_rows = np.zeros((8, 4))
+    for s in applied:  # step s pushed 3 s (ranks 0 and 1) into row (s - 1) % 8, lr 1
+        expected_rows[(s - 1) % 8] -= 3 * s
+    for r in results:
+        assert np.allclose(r["table"], expected_rows, rtol=0, atol=1e-3), (r["table"], after)
