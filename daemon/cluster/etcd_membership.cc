@@ -1,5 +1,7 @@
 #include "daemon/cluster/etcd_membership.h"
 
+#include <signal.h>
+
 #include <chrono>
 
 #include "daemon/common/log.h"
@@ -57,6 +59,14 @@ std::unique_ptr<EtcdMembership> EtcdMembership::register_node(const Settings& se
           "(a lost daemon's index frees when its lease expires)",
           settings.node_count, url.prefix.c_str());
     waited = true;
+    // The handled signals are blocked until the daemon runs (main.cc): a stop asked for
+    // while waiting here ends the wait.
+    sigset_t pending;
+    if (sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT))) {
+      *error = "membership: stopped while waiting for a free node index";
+      return nullptr;
+    }
     if (steady_ms() > deadline) {
       *error = "membership: all " + std::to_string(settings.node_count) + " node indices under " +
                url.prefix + " in etcd stayed held for " +

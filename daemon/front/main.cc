@@ -84,8 +84,18 @@ int main(int argc, char** argv) {
     PX_LOG_WARN("mallopt refused the heap settings; sparse steps will be slower");
   int ready_fd = -1;
   if (!config.foreground) detach(&ready_fd);
+  // Libraries that libfabric's providers load as fi_getinfo initializes them (PSM's
+  // libinfinipath) install SIGINT/SIGTERM handlers that call exit(), which then waits
+  // forever for the libfabric lock that very fi_getinfo holds: a daemon stopped during its
+  // start hung (seen when a test stopped a forming cluster). SIGHUP's default action ends
+  // the process: a daemon sent it while starting (logrotate) died. The signals the daemon
+  // handles stay blocked, in this thread and every thread started from it, until
+  // Server::run() has installed its own handlers; a signal sent meanwhile is delivered then.
+  sigset_t handled = px::Server::handled_signals();
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   // Membership on etcd: this node's index comes from there, before anything uses it. After
-  // detach(): the lease's keep-alive thread must be the daemon's, not the parent's.
+  // detach() (the lease's keep-alive thread must be the daemon's, not the parent's) and
+  // after the handled signals are blocked (that thread must not take them either).
   std::unique_ptr<px::EtcdMembership> membership;
   if (!config.membership.empty()) {
     px::EtcdMembership::Settings settings;
@@ -102,15 +112,6 @@ int main(int argc, char** argv) {
     }
     px::set_log_node(config.node_index);
   }
-  // Libraries that libfabric's providers load as fi_getinfo initializes them (PSM's
-  // libinfinipath) install SIGINT/SIGTERM handlers that call exit(), which then waits
-  // forever for the libfabric lock that very fi_getinfo holds: a daemon stopped during its
-  // start hung (seen when a test stopped a forming cluster). SIGHUP's default action ends
-  // the process: a daemon sent it while starting (logrotate) died. The signals the daemon
-  // handles stay blocked, in this thread and every thread started from it, until
-  // Server::run() has installed its own handlers; a signal sent meanwhile is delivered then.
-  sigset_t handled = px::Server::handled_signals();
-  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   px::Server server(config, std::move(membership));
   std::string error;
   if (!server.listen(&error)) {
