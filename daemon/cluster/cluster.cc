@@ -118,6 +118,12 @@ void Cluster::coordinator_elected(const EtcdMembership::Coordinator& elected) {
                 node_label(elected.node).c_str(), static_cast<long long>(elected.term));
     return;
   }
+  if (elected.node == config_.node_index && !elected.mine)
+    // etcd names this node's index, under another daemon's lease: two daemons hold the index.
+    return events_.fatal("etcd names node " + std::to_string(elected.node) + " at " +
+                         elected.address +
+                         " coordinator under another daemon's lease: two daemons hold index " +
+                         std::to_string(elected.node));
   if (coordinator_ && elected.node != config_.node_index)
     // Another node won a newer term while this one could not renew its lease: it may no
     // longer act for the cluster. Its daemon stops; restarted, it joins as a member.

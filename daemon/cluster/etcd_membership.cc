@@ -97,6 +97,7 @@ bool EtcdMembership::claim_index(std::string* error) {
     if (created) {
       node_ = i;
       node_revision_ = holder.create_revision;
+      node_key_confirmed_ = true;
       return true;
     }
   }
@@ -192,15 +193,33 @@ void EtcdMembership::keep_lease(int64_t now_ms) {
     held_term_ = 0;
   }
   if (!client_.grant_lease(settings_.lease_s, &lease_, &error)) return;
+  node_key_confirmed_ = false;  // ensure_node_key creates it again under the new lease
+}
+
+void EtcdMembership::ensure_node_key() {
+  if (node_key_confirmed_) return;
   bool created = false;
   EtcdClient::KeyValue holder;
+  std::string error;
   std::string key = url_.prefix + "/nodes/" + std::to_string(node_);
+  // Not answered: tried again next tick (a node key missing in etcd would let another
+  // daemon take this index).
   if (!client_.create(key, settings_.address, lease_, &created, &holder, &error)) return;
-  if (created || holder.value == settings_.address) return;
+  if (created || holder.lease == lease_) {
+    node_key_confirmed_ = true;
+    node_revision_ = holder.create_revision;
+    return;
+  }
+  if (holder.create_revision == 0) return;  // gone between compare and read: again
+  fail("membership: node index " + std::to_string(node_) + " went to the daemon at " +
+       holder.value + " while this one could not reach etcd");
+}
+
+void EtcdMembership::fail(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fatal_ = "membership: node index " + std::to_string(node_) + " went to the daemon at " +
-             holder.value + " while this one could not reach etcd";
+    if (!fatal_.empty()) return;
+    fatal_ = why;
   }
   if (async_open_) uv_async_send(&async_);
 }
@@ -212,6 +231,10 @@ void EtcdMembership::follow_coordinator(int64_t now_ms) {
   std::string error;
   if (!client_.get(key, &found, &kv, &error)) return;  // keep_lease logs the outage
   if (!found) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_term_ = 0;  // whatever term this node held is over
+    }
     if (!may_campaign_) return;
     bool created = false;
     std::string value = std::to_string(node_) + " " + settings_.address;
@@ -227,12 +250,17 @@ void EtcdMembership::follow_coordinator(int64_t now_ms) {
                 kv.value.c_str());
     return;
   }
-  if (c.node == node_ && kv.lease == lease_) {
+  c.mine = c.node == node_ && kv.lease == lease_;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    held_term_ = c.term;
-    // The lease lives at least a lease past the last renewal etcd accepted (its send time):
-    // holds() trusts half of that.
-    held_confirmed_ms_ = std::min(now_ms, last_keepalive_ms_);
+    if (c.mine) {
+      held_term_ = c.term;
+      // The lease lives at least a lease past the last renewal etcd accepted (its send
+      // time): holds() trusts half of that.
+      held_confirmed_ms_ = std::min(now_ms, last_keepalive_ms_);
+    } else {
+      held_term_ = 0;
+    }
   }
   if (c.term != seen_.term) {
     seen_ = c;
@@ -247,6 +275,7 @@ void EtcdMembership::run() {
   while (!stopping_) {
     int64_t now = steady_ms();
     keep_lease(now);
+    if (!etcd_down_) ensure_node_key();
     bool campaigning;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -40,7 +40,8 @@ class EtcdMembership {
   struct Coordinator {
     int node = -1;
     std::string address;
-    int64_t term = 0;  // the coordinator key's create revision
+    int64_t term = 0;   // the coordinator key's create revision
+    bool mine = false;  // the key is this node's, under this daemon's lease
   };
 
   // Blocking, at start-up: a lease, then the lowest free node index (waiting up to the
@@ -72,6 +73,11 @@ class EtcdMembership {
   bool claim_index(std::string* error);  // lowest free index, once; error if none or etcd fails
   void run();                            // the thread
   void keep_lease(int64_t now_ms);
+  // Creates PREFIX/nodes/<node_> under the lease until etcd confirms it (after a lease was
+  // renewed); fatal if another daemon took the index meanwhile.
+  void ensure_node_key();
+  void fail(const std::string& why);  // on_fatal, on the loop
+  void halt_thread();
   void follow_coordinator(int64_t now_ms);
   void post(const Coordinator& c);
 
@@ -80,7 +86,9 @@ class EtcdMembership {
   EtcdClient client_;
   int64_t lease_ = 0;
   int node_ = -1;
-  int64_t node_revision_ = 0;  // create revision of PREFIX/nodes/<node_>
+  int64_t node_revision_ = 0;        // create revision of PREFIX/nodes/<node_>
+  bool node_key_confirmed_ = false;  // thread: PREFIX/nodes/<node_> is ours under lease_
+  std::string description_;
   int64_t last_keepalive_ms_ = 0;
   bool etcd_down_ = false;  // logged once per outage
 
