@@ -136,6 +136,7 @@ void Cluster::coordinator_elected(const EtcdMembership::Coordinator& elected) {
     Connection& old = *coordinator_link_;
     coordinator_link_ = nullptr;
     close_connection(old);
+    membership_->set_campaigning(true);  // until the new one's address table arrives
     if (ready_ && !rejoining_) {
       rejoining_ = true;
       events_.node_lost(previous, node_label(previous) + " (the coordinator) was replaced by " +
@@ -207,9 +208,11 @@ void Cluster::on_connected(uv_connect_t* request, int status) {
   // A connection left for a newer coordinator (coordinator_elected) ends here, cancelled.
   if (self->stopped_ || c != self->coordinator_link_ || c->closing) return;
   if (status < 0) {
-    // The coordinator may not be up yet: retry until the start-up deadline.
+    // The coordinator may not be up yet: retry until the start-up deadline (with membership
+    // on etcd, this node may stand for election meanwhile: it has no coordinator).
     self->close_connection(*c);
     self->coordinator_link_ = nullptr;
+    if (self->membership_) self->membership_->set_campaigning(true);
     uv_timer_start(&self->retry_timer_, on_retry_timer, 200, 0);
     return;
   }
