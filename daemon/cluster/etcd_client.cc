@@ -39,7 +39,13 @@ std::string unbase64(const std::string& in) {
 int64_t number(const json& j, const char* field) {
   auto it = j.find(field);
   if (it == j.end()) return 0;
-  if (it->is_string()) return std::stoll(it->get<std::string>());
+  if (it->is_string()) {
+    try {
+      return std::stoll(it->get<std::string>());
+    } catch (const std::exception&) {
+      return 0;  // a malformed answer reads as absent: callers treat 0 as "none"
+    }
+  }
   if (it->is_number_integer()) return it->get<int64_t>();
   return 0;
 }

@@ -37,7 +37,11 @@ EtcdMembership::EtcdMembership(const Settings& settings, MembershipUrl url)
       url_(std::move(url)),
       // One HTTP call may take a third of a lease: a keep-alive that waited that long still
       // renews in time.
-      client_(url_.endpoints, std::max<int64_t>(200, settings.lease_s * 1000 / 3)) {}
+      client_(url_.endpoints, std::max<int64_t>(200, settings.lease_s * 1000 / 3)) {
+  std::string endpoints;
+  for (const auto& e : url_.endpoints) endpoints += (endpoints.empty() ? "" : ",") + e;
+  description_ = "etcd " + endpoints + " (prefix " + url_.prefix + ")";
+}
 
 std::unique_ptr<EtcdMembership> EtcdMembership::register_node(const Settings& settings,
                                                               int* node_index, std::string* error) {
@@ -105,13 +109,23 @@ bool EtcdMembership::claim_index(std::string* error) {
 }
 
 EtcdMembership::~EtcdMembership() {
-  stopping_ = true;
+  halt_thread();
+  // A daemon that stops before its cluster started (a refused start) frees its index too.
+  std::string error;
+  if (lease_ != 0) client_.revoke_lease(lease_, &error);
+}
+
+void EtcdMembership::halt_thread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // the thread checks under mu_: no lost wake-up
+    stopping_ = true;
+  }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 std::string EtcdMembership::describe() const {
-  return "etcd " + client_.endpoint() + " (prefix " + url_.prefix + ")";
+  return description_;
 }
 
 void EtcdMembership::start(uv_loop_t* loop, std::function<void(const Coordinator&)> on_coordinator,
@@ -149,9 +163,7 @@ bool EtcdMembership::holds(int64_t term) const {
 }
 
 void EtcdMembership::stop() {
-  stopping_ = true;
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  halt_thread();
   if (async_open_) uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   async_open_ = false;
   std::string error;
