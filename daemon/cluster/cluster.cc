@@ -234,8 +234,9 @@ void Cluster::send_join(Connection& c, const std::string& challenge) {
     const std::string& a = fabric_.address();
     join.setFabricAddress(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
     join.setFabricProvider(fabric_.provider_name());
-    join.setHost(config_.nodes.empty() ? ""
-                                       : config_.nodes[static_cast<size_t>(config_.node_index)]);
+    join.setHost(membership_             ? config_.listen
+                 : config_.nodes.empty() ? ""
+                                         : config_.nodes[static_cast<size_t>(config_.node_index)]);
     if (!config_.secret.empty()) {
       std::string mac =
           auth_mac(config_.secret, "join", config_.cluster, challenge, c.nonce, index, count);

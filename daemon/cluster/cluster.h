@@ -171,6 +171,7 @@ class Cluster {
   std::unique_ptr<EtcdMembership> membership_;
   int64_t term_ = 0;         // membership on etcd: the coordinator's term this node follows
   uv_timer_t form_timer_{};  // coordinator on etcd: forming waits for etcd to confirm its term
+  int64_t form_waits_logged_ = 0;  // the term whose wait form() logged
   bool ready_ = false;
   bool stopped_ = false;
   bool rejected_ = false;   // member: the coordinator refused us; no more attempts

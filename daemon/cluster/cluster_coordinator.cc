@@ -179,10 +179,12 @@ void Cluster::form() {
   if (membership_ && !membership_->holds(term_)) {
     // Only a coordinator etcd just confirmed starts an epoch: one that lost etcd may have been
     // replaced by now. Checked again until it is confirmed (or replaced: coordinator_elected).
-    PX_LOG_WARN(
-        "cluster '%s': every node joined; forming once etcd confirms term %lld is still "
-        "this node's",
-        config_.cluster.c_str(), static_cast<long long>(term_));
+    if (form_waits_logged_ != term_)
+      PX_LOG_WARN(
+          "cluster '%s': every node joined; forming once etcd confirms term %lld is "
+          "still this node's",
+          config_.cluster.c_str(), static_cast<long long>(term_));
+    form_waits_logged_ = term_;
     uv_timer_start(&form_timer_, on_form_timer, 100, 0);
     return;
   }
