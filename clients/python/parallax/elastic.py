@@ -46,10 +46,7 @@ from typing import Any, Callable, Optional
 from .client import Client
 from .errors import ConnectError, DeadlineExceeded, PeerLost
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover - numpy is a dependency of the package
-    np = None
+import numpy as np
 
 __all__ = ["State", "run", "RESET_ERRORS"]
 
@@ -131,12 +128,18 @@ class State:
         return root
 
 
-def _connect(deadline: float, client_options: dict) -> Client:
-    """A Client, retried until deadline while the daemon is down or the job re-forms."""
+def _connect_and_sync(state: State, deadline: float, client_options: dict) -> Client:
+    """A Client whose workers have synced state, retried until deadline while the daemon is
+    down or the job's new run is still forming; past it, the last error is raised."""
     while True:
+        client = None
         try:
-            return Client(**client_options)
+            client = Client(**client_options)
+            state.sync(client)
+            return client
         except _RETRY_ERRORS:
+            if client is not None:
+                client.close()
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
@@ -153,21 +156,11 @@ def run(func: Optional[Callable] = None, *, reset_timeout: float = 120.0,
         @functools.wraps(fn)
         def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
             while True:
-                deadline = time.monotonic() + reset_timeout
-                client = _connect(deadline, client_options)
+                # Outside the try below: a reset that cannot connect and sync in time
+                # raises, it does not count as one more reset.
+                client = _connect_and_sync(state, time.monotonic() + reset_timeout,
+                                           client_options)
                 try:
-                    while True:
-                        try:
-                            state.sync(client)
-                            break
-                        except _RETRY_ERRORS:
-                            # The job's new run may still be forming: a fresh client tries
-                            # again until the deadline.
-                            if time.monotonic() > deadline:
-                                raise
-                            client.close()
-                            time.sleep(0.2)
-                            client = _connect(deadline, client_options)
                     # parallax.torch's wrappers and layers created in fn without client=
                     # use this run's client: built anew on each run, on the new world.
                     torch_side = sys.modules.get("parallax.torch")

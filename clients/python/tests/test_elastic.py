@@ -168,3 +168,25 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
         expected_rows[(s - 1) % 8] -= 3 * s
     for r in results:
         assert np.allclose(r["table"], expected_rows, rtol=0, atol=1e-3), (r["table"], after)
+
+
+def test_elastic_run_gives_up_after_reset_timeout_and_names_bad_values(tmp_path):
+    """No daemon to reach: run re-raises once reset_timeout has passed (it does not count
+    the failed connects as resets); an unknown State value is a clear AttributeError."""
+    import parallax
+    import parallax.elastic as elastic
+
+    state = elastic.State(step=0)
+    with pytest.raises(AttributeError, match="State has no value 'missing'"):
+        state.missing
+
+    @elastic.run(reset_timeout=1.0, socket=str(tmp_path / "nobody.sock"), job="j",
+                 local_rank=0, local_size=1)
+    def train(client, state):
+        raise AssertionError("never reached: there is no daemon")
+
+    t0 = time.monotonic()
+    with pytest.raises(parallax.ConnectError):
+        train(state)
+    assert 1.0 <= time.monotonic() - t0 < 10
+    assert state.resets == 0
