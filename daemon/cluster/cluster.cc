@@ -163,7 +163,6 @@ void Cluster::become_coordinator() {
   PX_LOG_INFO("coordinator of cluster '%s' (term %lld): waiting for %d nodes on %s",
               config_.cluster.c_str(), static_cast<long long>(term_), config_.node_count,
               config_.listen.c_str());
-  if (config_.node_count == 1) form();
 }
 
 void Cluster::on_form_timer(uv_timer_t* timer) {

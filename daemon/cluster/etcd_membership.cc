@@ -100,7 +100,6 @@ bool EtcdMembership::claim_index(std::string* error) {
     }
     if (created) {
       node_ = i;
-      node_revision_ = holder.create_revision;
       node_key_confirmed_ = true;
       return true;
     }
@@ -149,10 +148,13 @@ void EtcdMembership::start(uv_loop_t* loop, std::function<void(const Coordinator
   });
   async_.data = this;
   async_open_ = true;
+  bool fatal_waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    campaigning_ = true;
+    following_ = true;
+    fatal_waiting = !fatal_.empty();  // failed before there was a loop to tell
   }
+  if (fatal_waiting) uv_async_send(&async_);
   wake_.notify_all();
 }
 
@@ -219,7 +221,6 @@ void EtcdMembership::ensure_node_key() {
   if (!client_.create(key, settings_.address, lease_, &created, &holder, &error)) return;
   if (created || holder.lease == lease_) {
     node_key_confirmed_ = true;
-    node_revision_ = holder.create_revision;
     return;
   }
   if (holder.create_revision == 0) return;  // gone between compare and read: again
@@ -288,12 +289,12 @@ void EtcdMembership::run() {
     int64_t now = steady_ms();
     keep_lease(now);
     if (!etcd_down_) ensure_node_key();
-    bool campaigning;
+    bool following;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      campaigning = campaigning_;
+      following = following_;
     }
-    if (campaigning && !etcd_down_) follow_coordinator(now);
+    if (following && !etcd_down_) follow_coordinator(now);
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, period, [this] { return stopping_.load(); });
   }

@@ -86,7 +86,6 @@ class EtcdMembership {
   EtcdClient client_;
   int64_t lease_ = 0;
   int node_ = -1;
-  int64_t node_revision_ = 0;        // create revision of PREFIX/nodes/<node_>
   bool node_key_confirmed_ = false;  // thread: PREFIX/nodes/<node_> is ours under lease_
   std::string description_;
   int64_t last_keepalive_ms_ = 0;
@@ -97,8 +96,8 @@ class EtcdMembership {
   std::atomic<bool> may_campaign_{true};
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  bool campaigning_ = false;  // start() was called
-  Coordinator seen_;          // thread: the coordinator last posted
+  bool following_ = false;  // start() was called: follow (and elect) the coordinator
+  Coordinator seen_;        // thread: the coordinator last posted
   // Guarded by mu_: what the loop reads.
   int64_t held_term_ = 0;
   int64_t held_confirmed_ms_ = 0;
