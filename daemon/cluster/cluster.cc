@@ -310,7 +310,7 @@ void Cluster::member_handle(Envelope::Reader envelope) {
         return events_.fatal("bad address table from the coordinator: " +
                              std::to_string(addresses.size()) + " nodes");
       bool reform = ready_;
-      if (reform ? !fabric_.reset_peers(addresses, &error)
+      if (reform ? !fabric_.reset_peers(addresses, config_.node_index, &error)
                  : !fabric_.set_peers(addresses, config_.node_index, &error))
         return events_.fatal("bad address table from the coordinator: " + error);
       epoch_ = epoch;

@@ -191,16 +191,25 @@ bool FabricEndpoint::set_peers(const std::vector<std::string>& addresses, int se
   return true;
 }
 
-bool FabricEndpoint::reset_peers(const std::vector<std::string>& addresses, std::string* error) {
+bool FabricEndpoint::reset_peers(const std::vector<std::string>& addresses, int self,
+                                 std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (addresses.size() != peers_.size()) {
-    *error = "the new address table has " + std::to_string(addresses.size()) + " nodes, not " +
-             std::to_string(peers_.size());
-    return false;
-  }
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    if (addresses[i] == peer_addresses_[i]) continue;
+  size_t n = addresses.size();
+  // Every rank whose address changes, or that the new table no longer has, leaves the
+  // address vector first: a node that moved to another rank is inserted anew there.
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (i < n && addresses[i] == peer_addresses_[i]) continue;
     fi_av_remove(av_, &peers_[i], 1, 0);
+    peers_[i] = FI_ADDR_UNSPEC;
+    peer_addresses_[i].clear();
+  }
+  peers_.resize(n, FI_ADDR_UNSPEC);
+  peer_addresses_.resize(n);
+  dead_.assign(n, "");
+  window_.set_peers(n);
+  for (size_t i = 0; i < n; ++i) {
+    window_.reset(static_cast<int>(i));
+    if (peers_[i] != FI_ADDR_UNSPEC) continue;
     if (fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr) != 1) {
       *error = "fi_av_insert of node " + std::to_string(i) + "'s new fabric address failed";
       dead_[i] = *error;
@@ -208,7 +217,7 @@ bool FabricEndpoint::reset_peers(const std::vector<std::string>& addresses, std:
     }
     peer_addresses_[i] = addresses[i];
   }
-  dead_.assign(addresses.size(), "");
+  self_ = self;
   // Ids of the earlier cluster's variables may be handed out again (a restarted
   // coordinator counts from 1): none of their operations is left (fail_all).
   dead_vars_.clear();

@@ -63,11 +63,12 @@ class FabricEndpoint : public CollectiveTransport {
   // Inserts the group's addresses (this endpoint's own at index self); rank i is then
   // addressed by index i.
   bool set_peers(const std::vector<std::string>& addresses, int self, std::string* error);
-  // A re-formed cluster (a node restarted under its index, or a restarted coordinator): a
-  // peer whose address changed (a restarted daemon's endpoint is a new one) is addressed
-  // anew, and every peer and variable lives again. Only after fail_all: nothing of the
-  // earlier cluster may still be under way.
-  bool reset_peers(const std::vector<std::string>& addresses, std::string* error);
+  // A re-formed cluster (a node restarted under its index, a restarted coordinator, or with
+  // membership on etcd an epoch of fewer or more nodes, this one now rank self): a rank whose
+  // address changed (a restarted daemon's endpoint is a new one, or another node has the
+  // rank now) is addressed anew, and every peer and variable lives again. Only after
+  // fail_all: nothing of the earlier cluster may still be under way.
+  bool reset_peers(const std::vector<std::string>& addresses, int self, std::string* error);
 
   int rank() const override { return self_; }
   int size() const override { return static_cast<int>(peers_.size()); }
