@@ -62,12 +62,14 @@ class Agreement {
   // nothing.
   std::optional<Verdict> job_left(int node, const std::string& job, uint32_t barrier_id);
 
-  // The cluster re-formed: every run and registration of the earlier epoch is gone (every
-  // job failed when the node was lost). Ids go on counting.
-  void reset() {
+  // The cluster re-formed, on node_count nodes (fewer with membership on etcd, after a loss;
+  // nodes are then the epoch's ranks): every run and registration of the earlier epoch is
+  // gone (every job failed when the node was lost). Ids go on counting.
+  void reset(int node_count) {
     job_sizes_.clear();
     vars_.clear();
     runs_.clear();
+    node_count_ = node_count;
   }
   // Ids from here on are at least `first` (never 0 in the tags' 24 bits). A coordinator
   // restarted from scratch would count from 1 again while the members still hold the old

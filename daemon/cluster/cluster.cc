@@ -1,5 +1,7 @@
 // The control plane: both sides' plumbing (start, stop, writing, reading, losing a
 // connection) and the member side (joining the coordinator, acting on what it sends).
+#include <algorithm>
+
 #include "daemon/cluster/cluster_auth.h"
 #include "daemon/cluster/cluster_internal.h"
 #include "daemon/common/log.h"
@@ -8,15 +10,33 @@ namespace px {
 
 using cluster_detail::build;
 
+namespace {
+
+// What is wrong with an address table's list of nodes (empty: nothing): one address and one
+// host per node, node indices ascending within 0..node_count-1.
+std::string roster_error(const std::vector<int>& roster, size_t addresses, size_t hosts,
+                         int node_count) {
+  if (roster.empty() || roster.size() != addresses || roster.size() != hosts)
+    return std::to_string(roster.size()) + " nodes, " + std::to_string(addresses) +
+           " addresses and " + std::to_string(hosts) + " hosts";
+  for (size_t i = 0; i < roster.size(); ++i)
+    if (roster[i] < 0 || roster[i] >= node_count || (i > 0 && roster[i] <= roster[i - 1]))
+      return "node indices not ascending within 0.." + std::to_string(node_count - 1);
+  return "";
+}
+
+}  // namespace
+
 Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& fabric,
                  Events events, std::unique_ptr<EtcdMembership> membership)
     : loop_(loop),
       config_(config),
       fabric_(fabric),
       events_(std::move(events)),
-      agreement_(config.node_count, [this](int node) { return node_label(node); }),
+      // The agreement and the device routes number nodes by their rank in the epoch.
+      agreement_(config.node_count, [this](int rank) { return node_label(node_of_rank(rank)); }),
       device_routes_(
-          config.node_count, [this](int node) { return node_label(node); },
+          config.node_count, [this](int rank) { return node_label(node_of_rank(rank)); },
           [this](std::string* id, std::string* why) {
             if (events_.nccl_unique_id) return events_.nccl_unique_id(id, why);
             *why = "this daemon cannot make NCCL ids";
@@ -35,6 +55,8 @@ Cluster::Cluster(uv_loop_t* loop, const ClusterConfig& config, FabricEndpoint& f
   }
   node_links_.assign(static_cast<size_t>(config_.node_count), nullptr);
   fabric_addresses_.assign(static_cast<size_t>(config_.node_count), "");
+  for (int node = 0; node < config_.node_count; ++node) roster_.push_back(node);
+  rank_ = config_.node_index;
 }
 
 Cluster::~Cluster() = default;
@@ -163,12 +185,12 @@ void Cluster::become_coordinator() {
   PX_LOG_INFO("coordinator of cluster '%s' (term %lld): waiting for %d nodes on %s",
               config_.cluster.c_str(), static_cast<long long>(term_), config_.node_count,
               config_.listen.c_str());
+  // Taking over a formed cluster: the lost coordinator's node will not join.
+  if (epoch_ > 0) want_reform();
 }
 
 void Cluster::on_form_timer(uv_timer_t* timer) {
-  auto* self = static_cast<Cluster*>(timer->data);
-  if (!self->stopped_ && self->coordinator_ && self->joined_ == self->config_.node_count)
-    self->form();
+  static_cast<Cluster*>(timer->data)->try_form();
 }
 
 // --- member ----------------------------------------------------------------------------
@@ -302,39 +324,72 @@ void Cluster::member_handle(Envelope::Reader envelope) {
       std::vector<std::string> addresses;
       for (auto a : table.getFabricAddresses())
         addresses.emplace_back(reinterpret_cast<const char*>(a.begin()), a.size());
+      std::vector<int> roster;
+      for (auto node : table.getNodes()) roster.push_back(static_cast<int>(node));
+      if (roster.empty())
+        for (size_t i = 0; i < addresses.size(); ++i) roster.push_back(static_cast<int>(i));
+      std::string error =
+          roster_error(roster, addresses.size(), table.getHosts().size(), config_.node_count);
+      if (error.empty() && !membership_ && static_cast<int>(roster.size()) != config_.node_count)
+        error = std::to_string(roster.size()) + " nodes";
+      int rank = static_cast<int>(std::find(roster.begin(), roster.end(), config_.node_index) -
+                                  roster.begin());
+      if (error.empty() && rank == static_cast<int>(roster.size()))
+        error = "node " + std::to_string(config_.node_index) + " (this one) is not in it";
+      if (!error.empty()) return events_.fatal("bad address table from the coordinator: " + error);
       auto hosts = table.getHosts();
-      for (unsigned i = 0; i < hosts.size() && i < hosts_.size(); ++i)
-        if (hosts_[i].empty()) hosts_[i] = hosts[i];
-      std::string error;
-      if (static_cast<int>(addresses.size()) != config_.node_count)
-        return events_.fatal("bad address table from the coordinator: " +
-                             std::to_string(addresses.size()) + " nodes");
+      for (size_t i = 0; i < roster.size(); ++i) {
+        std::string& host = hosts_[static_cast<size_t>(roster[i])];
+        // With membership on etcd a node index changes hands (a replacement takes it).
+        if (host.empty() || (membership_ && hosts[static_cast<unsigned>(i)].size() > 0))
+          host = hosts[static_cast<unsigned>(i)];
+      }
       bool reform = ready_;
-      if (reform ? !fabric_.reset_peers(addresses, config_.node_index, &error)
-                 : !fabric_.set_peers(addresses, config_.node_index, &error))
+      if (reform && roster != roster_) {
+        // Nodes joined (or left without a NodeLost reaching this node): every job of the
+        // earlier epoch fails here too, as it does on a loss, before the fabric changes.
+        std::string joined;
+        for (int node : roster)
+          if (std::find(roster_.begin(), roster_.end(), node) == roster_.end())
+            joined += (joined.empty() ? "" : ", ") + node_label(node);
+        events_.node_lost(-1, "cluster '" + config_.cluster + "' re-forms on " +
+                                  std::to_string(roster.size()) + " nodes" +
+                                  (joined.empty() ? "" : " (" + joined + " joined)") +
+                                  ": every job of epoch " + std::to_string(epoch_) + " ends");
+      }
+      if (reform ? !fabric_.reset_peers(addresses, rank, &error)
+                 : !fabric_.set_peers(addresses, rank, &error))
         return events_.fatal("bad address table from the coordinator: " + error);
+      roster_ = std::move(roster);
+      rank_ = rank;
       epoch_ = epoch;
       rejoining_ = false;
       // A member following a formed cluster does not stand for election (set_campaigning).
       if (membership_ && !coordinator_) membership_->set_campaigning(false);
       if (reform) {
-        PX_LOG_INFO("cluster '%s' re-formed under epoch %llu: %d nodes, this is %s; new jobs run",
-                    config_.cluster.c_str(), static_cast<unsigned long long>(epoch_),
-                    config_.node_count, node_label(config_.node_index).c_str());
+        PX_LOG_INFO(
+            "cluster '%s' re-formed under epoch %llu: %d of %d nodes, this is %s (rank %d); new "
+            "jobs run",
+            config_.cluster.c_str(), static_cast<unsigned long long>(epoch_), size(),
+            config_.node_count, node_label(config_.node_index).c_str(), rank_);
         return events_.reformed(epoch_);
       }
       fabric_.start();
       ready_ = true;
       uv_timer_stop(&startup_timer_);
       PX_LOG_INFO("cluster '%s' ready: %d nodes, this is %s, fabric provider %s, fabric address %s",
-                  config_.cluster.c_str(), config_.node_count,
-                  node_label(config_.node_index).c_str(), fabric_.provider_name().c_str(),
-                  fabric_.address_text().c_str());
+                  config_.cluster.c_str(), size(), node_label(config_.node_index).c_str(),
+                  fabric_.provider_name().c_str(), fabric_.address_text().c_str());
       return events_.ready();
     }
     case Envelope::Body::JOB_WORLD: {
       std::vector<uint32_t> sizes;
       for (auto s : body.getJobWorld().getLocalSizes()) sizes.push_back(s);
+      if (static_cast<int>(sizes.size()) != size()) {  // not this epoch's: no job runs on it
+        PX_LOG_WARN("cluster: a JobWorld of job '%s' for %zu nodes in an epoch of %d; ignored",
+                    body.getJobWorld().getJob().cStr(), sizes.size(), size());
+        return;
+      }
       return events_.job_world(body.getJobWorld().getJob(), sizes,
                                body.getJobWorld().getBarrierId(),
                                body.getJobWorld().getDeviceRoutes());
@@ -528,6 +583,7 @@ void Cluster::lost_connection(Connection& c, const std::string& why, bool tell_i
     }
     broadcast(frame);
     member_handle(message->getRoot<Envelope>().asReader());
+    if (membership_) want_reform();  // on the survivors, if there are enough
     return;
   }
   close_connection(c);

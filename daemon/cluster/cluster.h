@@ -77,6 +77,18 @@ class Cluster {
   int64_t coordinator_term() const { return term_; }
   // "node 2 (10.0.0.3:7070)"
   std::string node_label(int node) const;
+  // This node's place in the current epoch, as the data plane numbers nodes: its rank among
+  // the epoch's nodes, and how many there are. A static cluster's epochs hold every node
+  // (rank = node index, size = node_count); with membership on etcd an epoch after a loss
+  // may hold only the survivors (membership_min_nodes), ranked by node index.
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(roster_.size()); }
+  // The node index of rank `rank` in the current epoch (itself when out of range).
+  int node_of_rank(int rank) const {
+    return rank >= 0 && static_cast<size_t>(rank) < roster_.size()
+               ? roster_[static_cast<size_t>(rank)]
+               : rank;
+  }
 
   // Reports this node's part of a job (nccl: this daemon can run NCCL) / a variable
   // registration to the coordinator.
@@ -112,6 +124,15 @@ class Cluster {
   // Every node has joined: the address table, under a new epoch, to every node.
   void form();
   void send_to_node(int node, const std::string& frame);
+  // The rank of node index `node` in the current epoch; -1 if it is not in it.
+  int rank_of(int node) const;
+  // Membership on etcd, after the first formation: the nodes changed (one lost, one joined,
+  // or this node took over as coordinator); re-form once every node registered in etcd has
+  // joined (a lost one's key is gone with its lease) and at least min_nodes did.
+  void want_reform();
+  // Forms if it may now (every node joined, or a wanted re-formation's condition holds);
+  // otherwise checks again shortly, while a re-formation is wanted.
+  void try_form();
   void broadcast(const std::string& frame);
   void abort_rendezvous(const std::string& why);
 
@@ -172,6 +193,11 @@ class Cluster {
   int64_t term_ = 0;         // membership on etcd: the coordinator's term this node follows
   uv_timer_t form_timer_{};  // coordinator on etcd: forming waits for etcd to confirm its term
   int64_t form_waits_logged_ = 0;  // the term whose wait form() logged
+  bool reform_wanted_ = false;     // want_reform() until form()
+  int64_t changed_at_ms_ = 0;      // when it was wanted (EtcdMembership::now_ms)
+  int reform_wait_logged_ = -2;    // the node (or -1: too few) whose wait try_form() logged
+  std::vector<int> roster_;        // the current epoch's node indices, ascending
+  int rank_ = 0;                   // this node's position in roster_
   bool ready_ = false;
   bool stopped_ = false;
   bool rejected_ = false;   // member: the coordinator refused us; no more attempts

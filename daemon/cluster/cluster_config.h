@@ -23,6 +23,9 @@ struct ClusterConfig {
   int64_t startup_timeout_ms = 60000;
   // Nothing (not even a heartbeat) heard on a control connection this long: the node is lost.
   int64_t peer_silence_ms = 10000;
+  // With membership on etcd, the fewest nodes a later epoch forms on (the survivors of a
+  // lost node); the first forms on node_count. A static cluster always waits for node_count.
+  int min_nodes = 1;
   // Non-empty: daemons authenticate each other with it at rendezvous (cluster_auth.h).
   std::string secret;
 };

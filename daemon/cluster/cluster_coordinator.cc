@@ -72,6 +72,9 @@ void Cluster::coordinator_receive(Connection& from, Envelope::Reader envelope) {
   }
   if (from.node < 0) return refuse(from, "no Join", "it sent a message before its Join");
   if (which == Envelope::Body::HEARTBEAT) return;  // it arrived: that was its whole point
+  // With membership on etcd the agreement counts nodes by their rank in the epoch: a report
+  // sent before its node learnt of the newest epoch belongs to a job that epoch ended.
+  if (membership_ && envelope.getEpoch() != epoch_) return;
   coordinator_handle(from.node, envelope);
 }
 
@@ -167,12 +170,63 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   auto address = join.getFabricAddress();
   fabric_addresses_[static_cast<size_t>(node)].assign(
       reinterpret_cast<const char*>(address.begin()), address.size());
-  if (hosts_[static_cast<size_t>(node)].empty()) hosts_[static_cast<size_t>(node)] = host;
+  // With membership on etcd a node index changes hands (a replacement takes a lost one's).
+  if (hosts_[static_cast<size_t>(node)].empty() || (membership_ && !host.empty()))
+    hosts_[static_cast<size_t>(node)] = host;
   ++joined_;
   PX_LOG_INFO_AT(peer_fields(node), "cluster: %s %s from %s (%d of %d)", node_label(node).c_str(),
                  ready_ ? "rejoined" : "joined", from.peer.c_str(), joined_, config_.node_count);
-  if (joined_ < config_.node_count) return;
+  if (joined_ < config_.node_count) {
+    if (membership_ && std::max(epoch_, highest_join_epoch_) > 0) want_reform();
+    return;
+  }
   form();
+}
+
+int Cluster::rank_of(int node) const {
+  auto it = std::find(roster_.begin(), roster_.end(), node);
+  return it == roster_.end() ? -1 : static_cast<int>(it - roster_.begin());
+}
+
+void Cluster::want_reform() {
+  reform_wanted_ = true;
+  changed_at_ms_ = EtcdMembership::now_ms();
+  reform_wait_logged_ = -2;
+  uv_timer_start(&form_timer_, on_form_timer, 0, 0);
+}
+
+void Cluster::try_form() {
+  if (stopped_ || !coordinator_) return;
+  if (joined_ == config_.node_count) return form();
+  if (!membership_ || !reform_wanted_) return;  // the first formation waits for every node
+  if (joined_ < config_.min_nodes) {
+    if (reform_wait_logged_ != -1)
+      PX_LOG_WARN(
+          "cluster '%s': %d of %d nodes joined, fewer than membership_min_nodes (%d): waiting "
+          "for a node to join",
+          config_.cluster.c_str(), joined_, config_.node_count, config_.min_nodes);
+    reform_wait_logged_ = -1;
+    return;  // a join asks again
+  }
+  // Every node etcd still holds a key for, read after the change, must have joined: a lost
+  // node's key goes when its lease expires (membership_lease_s after its daemon stopped).
+  std::vector<int> registered;
+  if (membership_->registered(changed_at_ms_, &registered)) {
+    int missing = -1;
+    for (int node : registered)
+      if (node != config_.node_index && !node_links_[static_cast<size_t>(node)]) {
+        missing = node;
+        break;
+      }
+    if (missing < 0) return form();
+    if (reform_wait_logged_ != missing)
+      PX_LOG_INFO(
+          "cluster '%s': %d of %d nodes joined; re-forming once %s, registered in etcd, joins "
+          "or its lease expires",
+          config_.cluster.c_str(), joined_, config_.node_count, node_label(missing).c_str());
+    reform_wait_logged_ = missing;
+  }
+  uv_timer_start(&form_timer_, on_form_timer, 100, 0);
 }
 
 void Cluster::form() {
@@ -192,25 +246,37 @@ void Cluster::form() {
   // past this one when a lost node came back. The earlier epoch's jobs all failed with it.
   // The coordinator takes it up as a member does (member_handle), which moves epoch_.
   uint64_t epoch = std::max(epoch_, highest_join_epoch_) + 1;
-  agreement_.reset();
-  device_routes_.reset();
+  // The epoch's nodes: every node joined now (all of them, or with membership on etcd, at
+  // least min_nodes after a loss). Ranks are their positions.
+  std::vector<int> roster;
+  for (int node = 0; node < config_.node_count; ++node)
+    if (node == config_.node_index || node_links_[static_cast<size_t>(node)])
+      roster.push_back(node);
+  reform_wanted_ = false;
+  uv_timer_stop(&form_timer_);
+  agreement_.reset(static_cast<int>(roster.size()));
+  device_routes_.reset(static_cast<int>(roster.size()));
   // Epoch e's ids start at e x 65,536: a restarted coordinator, whose counter starts at 1,
   // hands out none of the ids the members knew in an earlier epoch (unless one epoch
   // registered more than 65,536 runs and variables).
   agreement_.skip_ids_below(static_cast<uint32_t>(epoch << 16));
   if (membership_)  // the fencing record: one coordinator per epoch, by its term
-    PX_LOG_INFO("cluster '%s': %s forms epoch %llu as coordinator of term %lld",
+    PX_LOG_INFO("cluster '%s': %s forms epoch %llu as coordinator of term %lld on %zu of %d nodes",
                 config_.cluster.c_str(), node_label(config_.node_index).c_str(),
-                static_cast<unsigned long long>(epoch), static_cast<long long>(term_));
+                static_cast<unsigned long long>(epoch), static_cast<long long>(term_),
+                roster.size(), config_.node_count);
   auto message = build(config_.cluster, epoch, [&](Envelope::Body::Builder body) {
     auto table = body.initAddressTable();
-    auto addresses = table.initFabricAddresses(static_cast<unsigned>(config_.node_count));
-    auto hosts = table.initHosts(static_cast<unsigned>(config_.node_count));
-    for (int i = 0; i < config_.node_count; ++i) {
-      const std::string& a = fabric_addresses_[static_cast<size_t>(i)];
-      addresses.set(static_cast<unsigned>(i),
-                    kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
-      hosts.set(static_cast<unsigned>(i), hosts_[static_cast<size_t>(i)]);
+    auto n = static_cast<unsigned>(roster.size());
+    auto addresses = table.initFabricAddresses(n);
+    auto hosts = table.initHosts(n);
+    auto nodes = table.initNodes(n);
+    for (unsigned i = 0; i < n; ++i) {
+      auto node = static_cast<size_t>(roster[i]);
+      const std::string& a = fabric_addresses_[node];
+      addresses.set(i, kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.data()), a.size()));
+      hosts.set(i, hosts_[node]);
+      nodes.set(i, static_cast<uint32_t>(roster[i]));
     }
   });
   broadcast(frame_envelope(*message));
@@ -219,17 +285,23 @@ void Cluster::form() {
 
 void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
   auto body = envelope.getBody();
+  int rank = rank_of(node);  // the agreement's numbering
+  if (rank < 0) {
+    PX_LOG_WARN_AT(peer_fields(node), "cluster: a report from %s, not in epoch %llu; ignored",
+                   node_label(node).c_str(), static_cast<unsigned long long>(epoch_));
+    return;
+  }
   switch (body.which()) {
     case Envelope::Body::JOB_JOIN: {
       auto j = body.getJobJoin();
-      if (auto verdict = agreement_.job_joined(node, j.getJob(), j.getLocalSize(), j.getNccl()))
+      if (auto verdict = agreement_.job_joined(rank, j.getJob(), j.getLocalSize(), j.getNccl()))
         deliver(*verdict);
       return;
     }
     case Envelope::Body::REGISTER_VAR: {
       auto r = body.getRegisterVar();
       if (auto verdict =
-              agreement_.var_registered(node, r.getJob(), r.getName(), read_fingerprint(r)))
+              agreement_.var_registered(rank, r.getJob(), r.getName(), read_fingerprint(r)))
         deliver(*verdict);
       return;
     }
@@ -241,7 +313,7 @@ void Cluster::coordinator_handle(int node, Envelope::Reader envelope) {
                        node_label(node).c_str());
         return;
       }
-      if (auto verdict = agreement_.job_left(node, left.getJob(), left.getBarrierId()))
+      if (auto verdict = agreement_.job_left(rank, left.getJob(), left.getBarrierId()))
         deliver(*verdict);
       return;
     }
@@ -309,11 +381,13 @@ void Cluster::deliver(const Agreement::Verdict& verdict) {
     }
   });
   // The coordinator is a node too: it acts on the verdict as a member would.
-  if (verdict.to == Agreement::Verdict::kEveryNode) broadcast(frame_envelope(*message));
-  if (verdict.to == Agreement::Verdict::kEveryNode || verdict.to == coordinator_node_) {
+  bool everyone = verdict.to == Agreement::Verdict::kEveryNode;
+  int to = everyone ? verdict.to : node_of_rank(verdict.to);  // the agreement's is a rank
+  if (everyone) broadcast(frame_envelope(*message));
+  if (everyone || to == coordinator_node_) {
     member_handle(message->getRoot<Envelope>().asReader());
   } else {
-    send_to_node(verdict.to, frame_envelope(*message));
+    send_to_node(to, frame_envelope(*message));
   }
 }
 

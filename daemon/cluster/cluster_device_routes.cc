@@ -40,6 +40,8 @@ void Cluster::report_nccl_ready(uint32_t barrier_id, uint32_t global_id, uint64_
   });
 }
 
+// node: the reporter's node index (coordinator_handle checked it is in the epoch); the
+// routes count nodes by rank.
 void Cluster::coordinator_device_route(int node, Envelope::Reader envelope) {
   auto body = envelope.getBody();
   std::unique_ptr<capnp::MallocMessageBuilder> answer;
@@ -51,7 +53,7 @@ void Cluster::coordinator_device_route(int node, Envelope::Reader envelope) {
       return;
     }
     NodeDevice part{r.getDevice(), r.getMachine(), r.getPciBusId(), r.getNccl()};
-    auto route = device_routes_.reported(node, r.getBarrierId(), r.getGlobalId(), part);
+    auto route = device_routes_.reported(rank_of(node), r.getBarrierId(), r.getGlobalId(), part);
     if (!route) return;
     answer = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
       auto d = b.initDeviceRoute();
@@ -69,7 +71,7 @@ void Cluster::coordinator_device_route(int node, Envelope::Reader envelope) {
                   node_label(node).c_str());
       return;
     }
-    auto turn = device_routes_.ready(node, r.getBarrierId(), r.getGlobalId(), r.getStep());
+    auto turn = device_routes_.ready(rank_of(node), r.getBarrierId(), r.getGlobalId(), r.getStep());
     if (!turn) return;
     answer = build(config_.cluster, epoch_, [&](Envelope::Body::Builder b) {
       auto t = b.initNcclTurn();

@@ -72,8 +72,12 @@ class DeviceRoutes {
   std::optional<Turn> ready(int node, uint32_t run, uint32_t var, uint64_t step);
   // The run ended everywhere (JobEnd): its routes, communicators and turns are forgotten.
   void run_ended(uint32_t run) { runs_.erase(run); }
-  // The cluster re-formed: every run of the earlier epoch is gone.
-  void reset() { runs_.clear(); }
+  // The cluster re-formed, on node_count nodes (fewer with membership on etcd, after a loss;
+  // nodes are then the epoch's ranks): every run of the earlier epoch is gone.
+  void reset(int node_count) {
+    runs_.clear();
+    node_count_ = node_count;
+  }
   // Runs with state (for tests and leak checks).
   size_t runs() const { return runs_.size(); }
 

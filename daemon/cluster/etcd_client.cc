@@ -196,6 +196,26 @@ bool EtcdClient::get(const std::string& key, bool* found, KeyValue* kv, std::str
   return true;
 }
 
+bool EtcdClient::range(const std::string& prefix, std::vector<KeyValue>* kvs, std::string* error) {
+  // etcd's prefix read: every key from prefix up to (not including) prefix with its last
+  // byte one higher.
+  std::string end = prefix;
+  if (!end.empty()) ++end.back();
+  std::string reply;
+  if (!post("kv/range", json{{"key", base64(prefix)}, {"range_end", base64(end)}}.dump(), &reply,
+            error))
+    return false;
+  json j = json::parse(reply, nullptr, false);
+  if (!j.is_object()) {
+    *error = "a malformed answer from etcd: " + reply;
+    return false;
+  }
+  kvs->clear();
+  if (j.contains("kvs"))
+    for (const auto& kv : j["kvs"]) kvs->push_back(read_kv(kv));
+  return true;
+}
+
 bool EtcdClient::remove_if(const std::string& key, int64_t create_revision, std::string* error) {
   std::string k = base64(key);
   json txn = {{"compare", json::array({{{"key", k},

@@ -1,7 +1,7 @@
 // A small client of etcd v3 through its JSON gateway (POST /v3/...), over libcurl: the
 // handful of calls membership needs (leases, a create-if-absent transaction, a read, a
-// compare-and-delete). Why not gRPC: Debian 12 packages gRPC but not etcd's generated
-// stubs, and generating them needs etcd's .proto tree with googleapis' annotations, which
+// prefix read, a compare-and-delete). Why not gRPC: Debian 12 packages gRPC but not etcd's
+// generated stubs, and generating them needs etcd's .proto tree with googleapis' annotations, which
 // Debian does not ship either; the gateway is part of every etcd 3.4 and speaks the same
 // calls as JSON. Blocking: used from the membership thread (and once at start-up), never
 // from the event loop. Each call tries the endpoints in turn from the last that answered.
@@ -39,6 +39,8 @@ class EtcdClient {
               KeyValue* holder, std::string* error);
   // *found false if there is no such key.
   bool get(const std::string& key, bool* found, KeyValue* kv, std::string* error);
+  // Every key that starts with prefix.
+  bool range(const std::string& prefix, std::vector<KeyValue>* kvs, std::string* error);
   // Deletes key if its create revision is still create_revision (nobody else's key).
   bool remove_if(const std::string& key, int64_t create_revision, std::string* error);
   // The endpoint that answered last ("host:port"), for messages.

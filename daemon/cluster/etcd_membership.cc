@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "daemon/common/log.h"
 
@@ -279,6 +281,36 @@ void EtcdMembership::follow_coordinator(int64_t now_ms) {
     seen_ = c;
     post(c);
   }
+  if (c.mine) read_registered(now_ms);
+}
+
+void EtcdMembership::read_registered(int64_t now_ms) {
+  std::vector<EtcdClient::KeyValue> kvs;
+  std::string error, prefix = url_.prefix + "/nodes/";
+  if (!client_.range(prefix, &kvs, &error)) return;  // keep_lease logs an outage
+  std::vector<int> nodes;
+  for (const auto& kv : kvs) {
+    std::string index = kv.key.substr(prefix.size());
+    char* end = nullptr;
+    long i = std::strtol(index.c_str(), &end, 10);
+    if (!index.empty() && *end == '\0' && i >= 0 && i < settings_.node_count)
+      nodes.push_back(static_cast<int>(i));
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  registered_ = std::move(nodes);
+  registered_ms_ = now_ms;
+}
+
+int64_t EtcdMembership::now_ms() {
+  return steady_ms();
+}
+
+bool EtcdMembership::registered(int64_t since_ms, std::vector<int>* nodes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registered_ms_ < since_ms) return false;
+  *nodes = registered_;
+  return true;
 }
 
 void EtcdMembership::run() {

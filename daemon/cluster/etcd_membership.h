@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/cluster/etcd_client.h"
 #include "daemon/cluster/membership_url.h"
@@ -61,6 +62,11 @@ class EtcdMembership {
   void set_campaigning(bool allowed) { may_campaign_ = allowed; }
   // This node holds the coordinator key of term, as etcd confirmed within half a lease.
   bool holds(int64_t term) const;
+  // While this node coordinates: the node indices registered in etcd (PREFIX/nodes/<i>, each
+  // under a live lease), as last read (four times a second). False if not read since
+  // since_ms (steady clock): a re-formation waits for a reading newer than the loss.
+  bool registered(int64_t since_ms, std::vector<int>* nodes) const;
+  static int64_t now_ms();  // the clock of registered()
   // Stops the thread and revokes the lease: the index (and the coordinator key, if held)
   // free at once, not a lease later. Loop thread.
   void stop();
@@ -79,6 +85,7 @@ class EtcdMembership {
   void fail(const std::string& why);  // on_fatal, on the loop
   void halt_thread();
   void follow_coordinator(int64_t now_ms);
+  void read_registered(int64_t now_ms);
   void post(const Coordinator& c);
 
   Settings settings_;
@@ -102,6 +109,8 @@ class EtcdMembership {
   int64_t held_term_ = 0;
   int64_t held_confirmed_ms_ = 0;
   Coordinator pending_;
+  std::vector<int> registered_;  // read_registered()
+  int64_t registered_ms_ = -1;   // when it was read (the read's start), -1: never
   bool has_pending_ = false;
   std::string fatal_;
   uv_async_t async_{};

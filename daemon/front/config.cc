@@ -64,6 +64,8 @@ const char kUsage[] =
     "  --membership etcd://H:P[,H:P...]/PREFIX  membership on etcd: the node index is\n"
     "                         assigned and the coordinator elected (docs/elastic.md)\n"
     "  --membership-lease-s N its lease: a node silent to etcd this long is gone (default 5)\n"
+    "  --membership-min-nodes N  re-form on the survivors if at least N (default node_count:\n"
+    "                         wait for a replacement)\n"
     "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
     "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
@@ -215,6 +217,9 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   else if (key == "membership_lease_s") {
     if (!number(2, 3600)) return false;
     c->membership_lease_s = static_cast<int64_t>(n);
+  } else if (key == "membership_min_nodes") {
+    if (!number(2, 128)) return false;
+    c->membership_min_nodes = static_cast<int>(n);
   } else if (key == "fabric.provider")
     c->fabric_provider = value;
   else if (key == "fabric.address")
@@ -440,6 +445,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--listen", "listen"},
       {"--membership", "membership"},
       {"--membership-lease-s", "membership_lease_s"},
+      {"--membership-min-nodes", "membership_min_nodes"},
       {"--fabric-provider", "fabric.provider"},
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
@@ -507,6 +513,10 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     *error = "arena_bytes is larger than max_arena_bytes";
     return false;
   }
+  if (c->membership.empty() && c->membership_min_nodes > 0) {
+    *error = "membership_min_nodes needs membership (a static cluster always waits for every node)";
+    return false;
+  }
   if (!c->membership.empty()) {
     MembershipUrl url;
     if (!parse_membership_url(c->membership, &url, error)) {
@@ -521,6 +531,11 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     }
     if (c->node_count < 2) {
       *error = "membership: node_count must be 2 or more (the nodes a cluster forms with)";
+      return false;
+    }
+    if (c->membership_min_nodes > c->node_count) {
+      *error = "membership_min_nodes (" + std::to_string(c->membership_min_nodes) +
+               ") is more than node_count (" + std::to_string(c->node_count) + ")";
       return false;
     }
     if (c->listen.empty()) {
@@ -578,6 +593,7 @@ ClusterConfig cluster_config(const DaemonConfig& config) {
   c.startup_timeout_ms = config.startup_timeout_ms;
   c.peer_silence_ms = config.peer_silence_ms;
   c.secret = config.cluster_secret;
+  c.min_nodes = config.membership_min_nodes > 0 ? config.membership_min_nodes : config.node_count;
   return c;
 }
 

@@ -45,6 +45,8 @@ struct DaemonConfig {
   // docs/elastic.md): node_index is assigned there, listen is this node's control address.
   std::string membership;
   int64_t membership_lease_s = 5;
+  // The fewest nodes an epoch re-forms on after the first (the survivors); 0: node_count.
+  int membership_min_nodes = 0;
   std::vector<std::string> nodes;
   std::string coordinator;
   std::string listen;  // what the coordinator binds (default: its entry in nodes)

@@ -158,11 +158,13 @@ bool Server::start_cluster(std::string* error) {
                             uint32_t barrier_id, bool device_routes) {
     auto it = jobs_.find(name);
     if (it == jobs_.end() || !it->second->ready()) return;
+    // The data plane numbers the epoch's nodes 0..size-1 (all nodes, or the survivors of a
+    // lost one with membership on etcd); sizes come in that order.
     JobWorld world;
-    world.node_index = config_.node_index;
-    world.node_count = config_.node_count;
+    world.node_index = cluster_->rank();
+    world.node_count = cluster_->size();
     for (size_t i = 0; i < sizes.size(); ++i) {
-      if (static_cast<int>(i) < config_.node_index) world.rank_offset += static_cast<int>(sizes[i]);
+      if (static_cast<int>(i) < world.node_index) world.rank_offset += static_cast<int>(sizes[i]);
       world.world_size += static_cast<int>(sizes[i]);
       world.node_sizes.push_back(static_cast<int>(sizes[i]));
     }
@@ -246,6 +248,10 @@ std::string Server::node_label() const {
 
 std::string Server::node_label(int node) const {
   return cluster_ ? cluster_->node_label(node) : "node " + std::to_string(node);
+}
+
+std::string Server::rank_label(int rank) const {
+  return node_label(cluster_ ? cluster_->node_of_rank(rank) : rank);
 }
 
 void Server::variable_added(Job& job, Variable& var) {

@@ -73,6 +73,8 @@ class Server {
   std::string node_label() const;
   // "node 2 (10.0.0.3:7070)" on a cluster, "node 0" on a single node.
   std::string node_label(int node) const;
+  // Node `rank` of the current epoch, as the data plane numbers nodes (cluster.h: rank()).
+  std::string rank_label(int rank) const;
 
   // What pxctl and the metrics read (daemon/front/admin.cc); loop thread.
   Observer& observer() { return *observer_; }

@@ -490,7 +490,7 @@ void Session::register_variable(const std::string& name, const Fingerprint& fing
       SparseRouter& router = server.scheduler().sparse();
       var->sparse =
           router.create(job, *var, SparseShape{fingerprint.count, fingerprint.dim}, *sparse_options,
-                        [&server](int node) { return server.node_label(node); });
+                        [&server](int rank) { return server.rank_label(rank); });
       std::string error;
       if (!router.restore(*var->sparse, job, *var, &error)) {
         var->poison_status = PX_ERR_INVALID;

@@ -356,6 +356,9 @@ def check_packaging(src, keys, tables, defaults, parallaxd, scratch):
         info = keys[key]
         if key not in defaults:
             continue
+        # A default that is another key's value (`node_count`) has no literal to compare.
+        if re.fullmatch(r"`([a-z_.]+)`", defaults[key]) and defaults[key].strip("`") in keys:
+            continue
         literal = str(value) if isinstance(value, int) else value
         if (isinstance(value, int) or info["values"]) and not isinstance(value, list) \
                 and f"`{literal}`" not in defaults[key]:

@@ -390,9 +390,18 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
                                               int per_node, const std::vector<std::string>& args,
                                               int timeout_ms,
                                               const std::map<std::string, std::string>& env) {
+  std::vector<int> nodes;
+  for (int node = 0; node < cluster.size(); ++node) nodes.push_back(node);
+  return run_workers_on(cluster, nodes, job, per_node, args, timeout_ms, env);
+}
+
+std::vector<WorkerResult> run_workers_on(ClusterProcesses& cluster, const std::vector<int>& nodes,
+                                         const std::string& job, int per_node,
+                                         const std::vector<std::string>& args, int timeout_ms,
+                                         const std::map<std::string, std::string>& env) {
   std::vector<pid_t> pids;
   std::vector<std::string> outputs;
-  for (int node = 0; node < cluster.size(); ++node) {
+  for (int node : nodes) {
     for (int rank = 0; rank < per_node; ++rank)
       pids.push_back(spawn_worker(cluster.node(node).socket(), job, rank, per_node, args, env,
                                   job + "-n" + std::to_string(node) + "w" + std::to_string(rank),

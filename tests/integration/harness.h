@@ -101,6 +101,12 @@ std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const s
                                               int per_node, const std::vector<std::string>& args,
                                               int timeout_ms = 120000,
                                               const std::map<std::string, std::string>& env = {});
+// The same on some of the cluster's daemons only (the survivors of a lost one).
+std::vector<WorkerResult> run_workers_on(ClusterProcesses& cluster, const std::vector<int>& nodes,
+                                         const std::string& job, int per_node,
+                                         const std::vector<std::string>& args,
+                                         int timeout_ms = 120000,
+                                         const std::map<std::string, std::string>& env = {});
 
 // A directory of its own under /tmp for one test (name plus the test process's pid),
 // removed with everything in it when the test ends, however it ends.

@@ -4,9 +4,12 @@
 // another is elected, a daemon started in its place takes the freed index and the cluster
 // re-forms under a new epoch where a job runs; etcd lost entirely (no quorum) for more than
 // a lease changes nothing for running jobs, and once it is back the same coordinator goes on;
-// no epoch was ever formed by two coordinators (from the logs). An etcd that cannot be reached at
-// start is a clear error.
+// no epoch was ever formed by two coordinators (from the logs). With membership_min_nodes below
+// the node count, the survivors of a lost member, and of a lost coordinator, form an epoch of
+// their own, and a daemon started later is taken in. An etcd that cannot be reached at start
+// is a clear error.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -163,6 +166,105 @@ TEST_CASE("membership/etcd: assigned indices, an elected coordinator, its loss a
   auto terms = matches(logs, "forms epoch [0-9]+ as coordinator of term ([0-9]+)");
   REQUIRE(terms.size() == 2);
   CHECK(std::stoll(terms[0]) != std::stoll(terms[1]));
+}
+
+// The WORLD line of the world scenario ("node=1/2 rank=1/2 ...") of each result.
+static std::vector<std::string> worlds(const std::vector<WorkerResult>& results) {
+  std::vector<std::string> found;
+  for (const auto& r : results) {
+    auto m = matches(r.output, "WORLD (node=[0-9]+/[0-9]+) ");
+    found.push_back(m.empty() ? r.output : m[0]);
+  }
+  return found;
+}
+
+TEST_CASE("membership/etcd: the survivors re-form without a lost node and take a new one in") {
+  // membership_min_nodes 2: a lost node is not waited for. 3 daemons: a member lost, the
+  // survivors go on as 2; a daemon started joins and the cluster is 3 again; the
+  // coordinator lost, the survivors elect another and go on as 2.
+  const std::string tag = "pxt-etcd-survive-" + std::to_string(getpid());
+  EtcdCluster etcd(tag, 1);
+  const std::string url = "etcd://" + etcd.endpoints() + "/parallax-tests/" + tag;
+  const auto listens = ClusterProcesses::free_endpoints(3);
+  ClusterProcesses cluster(tag, 3, [&](int slot) {
+    auto args = membership_args(tag, url, 3, listens[static_cast<size_t>(slot)], 6000);
+    args.insert(args.end(), {"--membership-min-nodes", "2"});
+    return args;
+  });
+  int coordinator = -1;
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
+                    cluster.node(slot).log());
+    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) coordinator = slot;
+  }
+  REQUIRE(coordinator >= 0);
+  const int member = (coordinator + 1) % 3, other = (coordinator + 2) % 3;
+  const int member_index = assigned_index(cluster.node(member));
+
+  // A member killed mid-job: the job fails on the others naming it, and without waiting for
+  // a replacement the two survivors form an epoch of their own, ranked by node index.
+  KilledNodeRun run =
+      run_cluster_workers_killing_node(cluster, "steady", 1, {"until-lost"}, member);
+  CHECK(run.ready_nodes == 3);
+  for (int slot : {coordinator, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(contains(run.results[static_cast<size_t>(slot)].output,
+                           "node " + std::to_string(member_index)),
+                  run.results[static_cast<size_t>(slot)].output);
+    CHECK_MESSAGE(log_says(cluster.node(slot), "2 of 3 nodes", 20000), cluster.node(slot).log());
+  }
+  std::vector<int> survivors = {std::min(coordinator, other), std::max(coordinator, other)};
+  std::vector<int> ranks = {
+      assigned_index(cluster.node(survivors[0])) < assigned_index(cluster.node(survivors[1])) ? 0
+                                                                                              : 1};
+  ranks.push_back(1 - ranks[0]);
+  auto results = run_workers_on(cluster, survivors, "world", 1, {"world"}, 60000);
+  CHECK(all_ok(results));
+  CHECK(worlds(results) == std::vector<std::string>{"node=" + std::to_string(ranks[0]) + "/2",
+                                                    "node=" + std::to_string(ranks[1]) + "/2"});
+  // Dense results over the new world, and a sparse table sharded over the two.
+  CHECK(all_ok(run_workers_on(cluster, survivors, "after-loss", 1, kSweep, 120000, kExact)));
+  CHECK(all_ok(run_workers_on(
+      cluster, survivors, "sparse-after-loss", 1,
+      {"sparse-train", "--optimizer", "adam", "--aggregation", "mean", "--steps", "10"}, 120000)));
+
+  // A daemon started: it takes the free index and the cluster re-forms on all three.
+  cluster.restart(member);
+  CHECK(assigned_index(cluster.node(member)) == member_index);
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    std::string says = slot == member ? "ready: 3 nodes" : "3 of 3 nodes";
+    CHECK_MESSAGE(log_says(cluster.node(slot), says, 30000), cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "after-join", 1, kSweep, 120000, kExact)));
+
+  // The coordinator killed: the other two elect one of them and form an epoch of two.
+  const std::string two = "(re-formed under epoch [0-9]+: 2 of 3 nodes)";
+  survivors = {std::min(member, other), std::max(member, other)};
+  std::vector<size_t> before;
+  for (int slot : survivors) before.push_back(matches(cluster.node(slot).log(), two).size());
+  cluster.node(coordinator).kill_and_reap(SIGKILL);
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    const DaemonProcess& d = cluster.node(survivors[i]);
+    CAPTURE(survivors[i]);
+    for (int waited = 0; waited < 20000 && matches(d.log(), two).size() <= before[i]; waited += 100)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK_MESSAGE(matches(d.log(), two).size() == before[i] + 1, d.log());
+    CHECK_MESSAGE(contains(d.log(), "a new election"), d.log());
+  }
+  CHECK(all_ok(run_workers_on(cluster, survivors, "after-coordinator", 1, kSweep, 120000, kExact)));
+
+  // Fencing: every epoch was formed by one coordinator.
+  std::string logs;
+  for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
+  std::map<std::string, std::set<std::string>> formers;
+  std::regex formed("(node [0-9]+)[^\n]* forms epoch ([0-9]+) as coordinator of term ([0-9]+)");
+  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), formed);
+       it != std::sregex_iterator(); ++it)
+    formers[(*it)[2].str()].insert((*it)[1].str() + " term " + (*it)[3].str());
+  CHECK(formers.size() == 4);
+  for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
 }
 
 TEST_CASE("membership/etcd: an etcd that cannot be reached at start is a clear error") {

@@ -712,6 +712,19 @@ TEST_CASE("config: cross-field checks of finalize_config") {
     no_listen.node_count = 2;
     CHECK_FALSE(finalize_config(&no_listen, &error));
     CHECK(contains(error, "needs listen"));
+    // The fewest nodes to re-form on: node_count unless set, at most node_count, and only
+    // with membership.
+    CHECK(cluster_config(c).min_nodes == 4);
+    DaemonConfig survivors = parse({"--membership", "etcd://h:2379/p", "--node-count", "4",
+                                    "--listen", "h:1", "--membership-min-nodes", "3"});
+    CHECK(cluster_config(survivors).min_nodes == 3);
+    survivors.membership_min_nodes = 5;
+    CHECK_FALSE(finalize_config(&survivors, &error));
+    CHECK(contains(error, "membership_min_nodes (5) is more than node_count (4)"));
+    DaemonConfig static_min;
+    static_min.membership_min_nodes = 2;
+    CHECK_FALSE(finalize_config(&static_min, &error));
+    CHECK(contains(error, "membership_min_nodes needs membership"));
     for (const char* bad : {"http://h:2379/p", "etcd://h:2379", "etcd://h/p", "etcd://:1/p",
                             "etcd://h:2379,/p", "etcd://h:x/p"}) {
       CAPTURE(bad);

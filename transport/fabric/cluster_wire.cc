@@ -43,9 +43,11 @@ bool check_envelope(Envelope::Reader envelope, int node_count, std::string* erro
       return check_node("JobJoin", body.getJobJoin().getNodeIndex(), node_count, error) &&
              check_local_size("JobJoin", body.getJobJoin().getLocalSize(), error);
     case Envelope::Body::JOB_WORLD: {
+      // One per node of the epoch: every node, or (membership on etcd) the survivors of a
+      // lost one; the member checks the epoch's count.
       auto sizes = body.getJobWorld().getLocalSizes();
-      if (sizes.size() != static_cast<unsigned>(node_count)) {
-        *error = "JobWorld has " + std::to_string(sizes.size()) + " local sizes for " +
+      if (sizes.size() == 0 || sizes.size() > static_cast<unsigned>(node_count)) {
+        *error = "JobWorld has " + std::to_string(sizes.size()) + " local sizes for at most " +
                  std::to_string(node_count) + " nodes";
         return false;
       }

@@ -69,6 +69,10 @@ struct Reject {
 struct AddressTable {
   fabricAddresses @0 :List(Data);
   hosts @1 :List(Text);
+  # The epoch's nodes (node indices, ascending): entry i of the lists above is rank i's.
+  # Empty: every node 0..n-1 (a static cluster's epochs always hold every node; with
+  # membership on etcd an epoch may hold only the survivors of a lost node).
+  nodes @2 :List(UInt32);
 }
 
 # node -> coordinator: all local workers of a job connected here.
