@@ -3,9 +3,10 @@ step a STEP_SECONDS, and prints one JSON line of results.
 
     elasticworker.py STEPS PROGRESS_FILE
 
-Each step's gradient is (step + 1) x (rank + 1) in every element, summed over the workers:
-the parameters after STEPS steps do not depend on when a reset happened, only on every
-step being applied once. PROGRESS_FILE gets the last committed step (for the test to pick
+Each step's gradient is (step + 1) x (rank + 1) in every element, summed over the workers
+(params) and averaged over them (PX_MEAN: mean_params): with the world unchanged the
+parameters after STEPS steps do not depend on when a reset happened, only on every step
+being applied once; a world that shrinks changes them from the step the job resumed at. PROGRESS_FILE gets the last committed step (for the test to pick
 its moment). Each step also pushes the same gradient into row `step % ROWS` of a sparse
 table (SGD, lr 1) the daemons hold and checkpoint: after a reset the table comes back
 from the newest checkpoint, so the steps since it are lost there. Each run records the
@@ -28,7 +29,7 @@ N = 64
 ROWS = 8
 STEP_SECONDS = 0.05
 
-state = elastic.State(params=np.zeros(N), step=0)
+state = elastic.State(params=np.zeros(N), mean_params=np.zeros(N), step=0)
 seen_worlds = []
 runs = []  # [the step a run starts from, the table's restored push steps]
 table_rows = []
@@ -38,16 +39,21 @@ table_rows = []
 def train(client, state):
     seen_worlds.append(client.world_size)
     grad = client.dense("grad", N, "float64")
+    mean = client.dense("mean", N, "float64", op="mean")
     table = client.sparse("table", ROWS, 4, optimizer="sgd", lr=1.0)
     runs.append([state.step, table.stats().restored_steps])
     g = np.empty(N)
+    m = np.empty(N)
     rows = np.empty((1, 4), dtype=np.float32)
     while state.step < STEPS:
         g.fill(float((state.step + 1) * (client.rank + 1)))
         rows.fill(float((state.step + 1) * (client.rank + 1)))
         table.push(np.array([state.step % ROWS]), rows).wait()
+        m.fill(float((state.step + 1) * (client.rank + 1)))
         grad.allreduce(g).wait()
+        mean.allreduce(m).wait()
         state.params -= 0.001 * g
+        state.mean_params -= 0.001 * m
         state.step += 1
         state.commit()
         with open(PROGRESS + ".tmp", "w") as f:
@@ -60,5 +66,6 @@ def train(client, state):
 
 rank = train(state)
 print(json.dumps({"rank": rank, "step": state.step, "params": state.params.tolist(),
+                  "mean_params": state.mean_params.tolist(),
                   "resets": state.resets, "worlds": seen_worlds, "runs": runs,
                   "table": table_rows}), flush=True)

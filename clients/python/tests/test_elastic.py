@@ -2,7 +2,10 @@
 etcd-server, started here): a node lost mid-training (its daemon and its worker killed),
 a daemon and a worker started in its place, and the job goes on from its last commit to
 the very parameters an undisturbed run reaches; its sparse table comes back from the
-newest periodic checkpoint, missing exactly the push steps since that checkpoint."""
+newest periodic checkpoint, missing exactly the push steps since that checkpoint. With
+membership_min_nodes below the node count, the survivors go on alone: sums and means over
+the smaller world from the step they resumed at, the table resharded over them from the
+checkpoint."""
 
 from __future__ import annotations
 
@@ -98,6 +101,34 @@ def progress(path: str) -> int:
         return 0
 
 
+def wait_for_checkpoint_and_step(worker, progress_file: str, checkpoints: str, step: int):
+    """Until the worker committed `step` and a periodic checkpoint of the table exists."""
+    deadline = time.monotonic() + 60
+    while progress(progress_file) < step or not any(
+            f.endswith(".manifest") for _, _, fs in os.walk(checkpoints) for f in fs):
+        assert time.monotonic() < deadline, worker.stderr.read() if worker.poll() \
+            is not None else "no progress"
+        time.sleep(0.05)
+
+
+def results_of(workers) -> list:
+    results = []
+    for w in workers:
+        out, err = w.communicate(timeout=150)
+        assert w.returncode == 0, err
+        results.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
+    return results
+
+
+def expected_table(weights: dict) -> np.ndarray:
+    """The table after push steps {s: the workers' summed weight}: step s pushed weight x s
+    into row (s - 1) % 8, SGD with lr 1."""
+    rows = np.zeros((8, 4))
+    for s, weight in weights.items():
+        rows[(s - 1) % 8] -= weight * s
+    return rows
+
+
 def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     name = f"elastic-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
@@ -115,13 +146,8 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     files = [str(tmp_path / f"progress{i}") for i in range(3)]
     workers = [start_worker(daemons[0], name, files[0]), start_worker(daemons[1], name, files[1])]
     try:
-        deadline = time.monotonic() + 60
         # Step 10 at least, and a periodic checkpoint of the table to come back from.
-        while progress(files[1]) < 10 or not any(
-                f.endswith(".manifest") for _, _, fs in os.walk(checkpoints) for f in fs):
-            assert time.monotonic() < deadline, workers[1].stderr.read() if workers[1].poll() \
-                is not None else "no progress"
-            time.sleep(0.05)
+        wait_for_checkpoint_and_step(workers[1], files[1], checkpoints, 10)
         # The node is lost: its daemon and its worker die together.
         workers[1].send_signal(signal.SIGKILL)
         daemons[1].proc.send_signal(signal.SIGKILL)
@@ -131,11 +157,7 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
         # lost one's lease expires) and a worker that starts from the synced state.
         daemons.append(start_daemon(1))
         workers.append(start_worker(daemons[2], name, files[2]))
-        results = []
-        for w in (workers[0], workers[2]):
-            out, err = w.communicate(timeout=150)
-            assert w.returncode == 0, err
-            results.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
+        results = results_of([workers[0], workers[2]])
     finally:
         for w in workers:
             if w.poll() is None:
@@ -144,11 +166,13 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
             d.stop()
 
     expected = -0.001 * 3 * sum(range(1, STEPS + 1))  # ranks 0 and 1: (1 + 2) x each step
+    expected_mean = expected / 2
     survivor, replacement = results
     assert lost_at < STEPS, "the job ended before the loss: make it longer"
     for r in results:
         assert r["step"] == STEPS, r
         assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
+        assert np.allclose(r["mean_params"], expected_mean, rtol=0, atol=1e-9)
     assert survivor["resets"] == 1, survivor["stderr"]
     assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in survivor["stderr"]
     assert survivor["worlds"] == [2, 2], survivor
@@ -163,11 +187,64 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     print(f"lost at step {lost_at}; resumed from step {resumed}; table restored at {restored}")
     assert 0 < restored and resumed <= STEPS, after
     applied = list(range(1, restored + 1)) + list(range(resumed + 1, STEPS + 1))
-    expected_rows = np.zeros((8, 4))
-    for s in applied:  # step s pushed 3 s (ranks 0 and 1) into row (s - 1) % 8, lr 1
-        expected_rows[(s - 1) % 8] -= 3 * s
+    expected_rows = expected_table({s: 3 for s in applied})  # ranks 0 and 1: 1 + 2
     for r in results:
         assert np.allclose(r["table"], expected_rows, rtol=0, atol=1e-3), (r["table"], after)
+
+
+def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path):
+    """3 nodes, membership_min_nodes 2: one lost for good, the other two re-form without
+    waiting for a replacement and the job goes on as a world of 2 from its last commit."""
+    name = f"survivors-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
+    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    checkpoints = str(tmp_path / "checkpoints")
+    os.makedirs(checkpoints)
+    daemons = [Daemon("--cluster", name, "--membership", url, "--node-count", "3",
+                      "--membership-min-nodes", "2", "--listen", listens[slot],
+                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
+                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+               for slot in range(3)]
+    files = [str(tmp_path / f"progress{i}") for i in range(3)]
+    workers = [start_worker(daemons[i], name, files[i]) for i in range(3)]
+    try:
+        wait_for_checkpoint_and_step(workers[2], files[2], checkpoints, 10)
+        workers[2].send_signal(signal.SIGKILL)
+        daemons[2].proc.send_signal(signal.SIGKILL)
+        workers[2].wait(10)
+        lost_at = progress(files[0])
+        results = results_of(workers[:2])
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        for d in daemons:
+            d.stop()
+
+    assert lost_at < STEPS, "the job ended before the loss: make it longer"
+    runs = results[0]["runs"]
+    assert len(runs) == 2 and runs[0] == [0, 0], runs
+    resumed, restored = runs[1]
+    print(f"lost at step {lost_at}; resumed from step {resumed}; table restored at {restored}")
+    assert 0 < restored <= resumed < STEPS, runs
+    # Steps up to the resumed one ran on 3 workers (ranks 0-2: 1 + 2 + 3), the rest on 2.
+    before, after = range(1, resumed + 1), range(resumed + 1, STEPS + 1)
+    expected = -0.001 * (6 * sum(before) + 3 * sum(after))
+    expected_mean = -0.001 * (2 * sum(before) + 1.5 * sum(after))
+    for r in results:
+        assert r["runs"] == runs, (r["runs"], runs)
+        assert r["step"] == STEPS and r["resets"] == 1, r["stderr"]
+        assert r["worlds"] == [3, 2], r
+        assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in r["stderr"]
+        assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
+        assert np.allclose(r["mean_params"], expected_mean, rtol=0, atol=1e-9), \
+            (r["mean_params"][0], expected_mean)
+        # The table, resharded over the survivors from the checkpoint: the push steps up to
+        # it (3 workers), then those from the resumed step on (2); the ones between are lost.
+        weights = {s: 6 for s in range(1, restored + 1)}
+        weights.update({s: 3 for s in after})
+        assert np.allclose(r["table"], expected_table(weights), rtol=0, atol=1e-3), \
+            (r["table"], runs)
 
 
 def test_elastic_run_gives_up_after_reset_timeout_and_names_bad_values(tmp_path):
