@@ -83,6 +83,8 @@ class Cluster {
   // may hold only the survivors (membership_min_nodes), ranked by node index.
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(roster_.size()); }
+  // The rank of node index `node` in the current epoch; -1 if it is not in it.
+  int rank_of(int node) const;
   // The node index of rank `rank` in the current epoch (itself when out of range).
   int node_of_rank(int rank) const {
     return rank >= 0 && static_cast<size_t>(rank) < roster_.size()
@@ -124,8 +126,6 @@ class Cluster {
   // Every node has joined: the address table, under a new epoch, to every node.
   void form();
   void send_to_node(int node, const std::string& frame);
-  // The rank of node index `node` in the current epoch; -1 if it is not in it.
-  int rank_of(int node) const;
   // Membership on etcd, after the first formation: the nodes changed (one lost, one joined,
   // or this node took over as coordinator); re-form once every node registered in etcd has
   // joined (a lost one's key is gone with its lease) and at least min_nodes did.

@@ -98,7 +98,8 @@ DaemonState collect_daemon_state(Server& server) {
     s.cluster_state = "broken";
   else
     s.cluster_state = ready ? "ready" : "forming";
-  s.nodes_up = !ready ? 1 : c.node_count - (server.lost_node() >= 0 ? 1 : 0);
+  // With membership on etcd an epoch may hold fewer nodes than node_count (the survivors).
+  s.nodes_up = !ready ? 1 : cluster->size() - (server.lost_node() >= 0 ? 1 : 0);
   for (int i = 0; i < c.node_count; ++i) {
     PeerState p;
     p.index = i;
@@ -107,6 +108,8 @@ DaemonState collect_daemon_state(Server& server) {
       p.state = "self";
     else if (i == server.lost_node())
       p.state = "lost";
+    else if (ready && cluster->rank_of(i) < 0)
+      p.state = "absent";
     else
       p.state = ready ? "up" : "joining";
     s.peers.push_back(std::move(p));

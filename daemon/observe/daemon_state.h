@@ -55,7 +55,7 @@ struct JobState {
 struct PeerState {
   int index = 0;
   std::string address;
-  std::string state;  // self, up, lost, joining
+  std::string state;  // self, up, lost, joining, absent (not in the epoch)
 };
 
 // The daemon's memory by part, in bytes: what it holds for its jobs and what its fabric

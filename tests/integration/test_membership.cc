@@ -219,6 +219,9 @@ TEST_CASE("membership/etcd: the survivors re-form without a lost node and take a
       assigned_index(cluster.node(survivors[0])) < assigned_index(cluster.node(survivors[1])) ? 0
                                                                                               : 1};
   ranks.push_back(1 - ranks[0]);
+  // pxctl counts the epoch's nodes, and names the lost one.
+  std::string status = pxctl_status(cluster.node(coordinator));
+  CHECK_MESSAGE(contains(status, "\"nodes_up\":2"), status);
   auto results = run_workers_on(cluster, survivors, "world", 1, {"world"}, 60000);
   CHECK(all_ok(results));
   CHECK(worlds(results) == std::vector<std::string>{"node=" + std::to_string(ranks[0]) + "/2",
