@@ -11,8 +11,14 @@ synchronous step ends when its slowest worker finishes), and its parts: until th
 (the loss seen), until the new daemon held an index (the lost one's lease expired), until
 the next step. Prints one JSON object.
 
+With --mode survive the daemons run with membership_min_nodes NODES-1 and nothing replaces
+the lost node: the figure is the same time on the survivors, training as a world of
+NODES-1. Then a node is added (a daemon and a worker started): joined_training_s is the
+time from its daemon's start to the first step every worker, the new one included, ran in
+the world of NODES again.
+
   /usr/bin/python3 tools/bench/elastic_recovery.py [--nodes 4] [--runs 3]
-      [--victim coordinator|member] [--lease-s 5] [--build build]
+      [--victim coordinator|member] [--mode replace|survive] [--lease-s 5] [--build build]
 """
 import argparse
 import calendar
@@ -49,7 +55,8 @@ def train(client, state):
         state.params -= 0.001 * g
         state.step += 1
         state.commit()
-        log.write(json.dumps({"t": time.time(), "step": state.step, "resets": state.resets})
+        log.write(json.dumps({"t": time.time(), "step": state.step, "resets": state.resets,
+                              "world": client.world_size})
                   + "\n")
         time.sleep(0.05)
 
@@ -133,9 +140,11 @@ def one_run(args, run, scratch):
     def start(slot, tag):
         sock = f"{scratch}/{tag}.sock"
         log = open(f"{scratch}/{tag}.log", "w")
+        survive = ["--membership-min-nodes", str(args.nodes - 1)] if args.mode == "survive" \
+            else []
         d = subprocess.Popen([daemon, "--foreground", "--socket", sock, "--cluster", name,
                               "--membership", url, "--node-count", str(args.nodes), "--listen",
-                              listens[slot], "--membership-lease-s", str(args.lease_s)],
+                              listens[slot], "--membership-lease-s", str(args.lease_s)] + survive,
                              stdout=log, stderr=subprocess.STDOUT)
         wait_for(lambda: os.path.exists(sock), 60, f"daemon {tag}")
         w = subprocess.Popen([PYTHON, "-c", WORKER, f"{scratch}/{tag}.steps", str(args.steps)],
@@ -158,23 +167,42 @@ def one_run(args, run, scratch):
         d.send_signal(signal.SIGKILL)
         w.wait()
         d.wait()
-        start(victim, f"r{run}n{victim}r")
+        if args.mode == "replace":
+            start(victim, f"r{run}n{victim}r")
         survivors = [t for s, t in enumerate(tags) if s != victim]
-        wait_for(lambda: all(any(e["resets"] == 1 for e in steps(f"{scratch}/{t}.steps"))
-                             for t in survivors), 120, "a step after the reset")
-        again = max(min(e["t"] for e in steps(f"{scratch}/{t}.steps") if e["resets"] == 1)
-                    for t in survivors)
+
+        def first_step(tag, resets):
+            """When the worker's first step after `resets` resets ended (None: not yet)."""
+            after = [e["t"] for e in steps(f"{scratch}/{tag}.steps") if e["resets"] == resets]
+            return min(after) if after else None
+
+        wait_for(lambda: all(first_step(t, 1) for t in survivors), 120, "a step after the reset")
+        again = max(first_step(t, 1) for t in survivors)
+        worlds = sorted({e["world"] for t in survivors for e in steps(f"{scratch}/{t}.steps")
+                         if e["resets"] == 1})
         seen = [log_time(read(f"{scratch}/{t}.log"), r" lost: ") for t in survivors]
         index_at = log_time(read(f"{scratch}/r{run}n{victim}r.log"), "node index .* assigned")
         formed = [log_time(read(f"{scratch}/{t}.log"), "re-formed under epoch") for t in survivors]
 
-        def since_kill(t):
-            return None if t is None else round(t - t_kill, 2)
+        def since(t0, t):
+            return None if t is None else round(t - t0, 2)
 
-        return {"loss_seen_s": since_kill(max(x for x in seen if x) if any(seen) else None),
-                "new_daemon_indexed_s": since_kill(index_at),
-                "re_formed_s": since_kill(max(x for x in formed if x) if any(formed) else None),
-                "training_again_s": since_kill(again)}
+        result = {"loss_seen_s": since(t_kill, max(x for x in seen if x) if any(seen) else None),
+                  "new_daemon_indexed_s": since(t_kill, index_at),
+                  "re_formed_s": since(t_kill, max(x for x in formed if x) if any(formed)
+                                       else None),
+                  "training_again_s": since(t_kill, again), "world_after": worlds}
+        if args.mode == "survive":
+            # A node added: from its daemon's start to a step of every worker in the world
+            # of NODES again (the survivors' second reset, the new worker's first run).
+            t_join = time.time()
+            start(victim, f"r{run}n{victim}j")
+            joined = survivors + [f"r{run}n{victim}j"]
+            wait_for(lambda: all(first_step(t, 2 if t in survivors else 0) for t in joined),
+                     120, "a step with the added node")
+            result["joined_training_s"] = since(
+                t_join, max(first_step(t, 2 if t in survivors else 0) for t in joined))
+        return result
     finally:
         for p in procs:
             if p.poll() is None:
@@ -189,6 +217,7 @@ def main():
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--victim", choices=["coordinator", "member"], default="coordinator")
+    parser.add_argument("--mode", choices=["replace", "survive"], default="replace")
     parser.add_argument("--lease-s", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100000)
     parser.add_argument("--build", default="build")
@@ -199,9 +228,13 @@ def main():
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     again = [r["training_again_s"] for r in runs]
-    print(json.dumps({"scenario": "elastic_recovery", "nodes": args.nodes,
-                      "victim": args.victim, "lease_s": args.lease_s, "runs": runs,
-                      "training_again_s": {"min": min(again), "max": max(again)}}))
+    summary = {"scenario": "elastic_recovery", "nodes": args.nodes, "victim": args.victim,
+               "mode": args.mode, "lease_s": args.lease_s, "runs": runs,
+               "training_again_s": {"min": min(again), "max": max(again)}}
+    if args.mode == "survive":
+        joined = [r["joined_training_s"] for r in runs]
+        summary["joined_training_s"] = {"min": min(joined), "max": max(joined)}
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
