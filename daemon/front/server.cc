@@ -288,6 +288,17 @@ void Server::break_job(Job& job, const std::string& why, Break how) {
     auto waiting = std::move(var->awaiting_global_id);
     for (auto& resume : waiting) resume();
   }
+  // Workers still waiting for the job's world: it will not come (the cluster re-forms and
+  // a new run of the job is agreed on afresh), so they hear now, as an elastic worker's
+  // reconnect must. After the current callback: a refused session leaves the job, which
+  // may end it while the caller walks the jobs.
+  std::vector<std::shared_ptr<Session>> waiting;
+  for (auto& member : job.members())  // join_job puts only sessions there
+    if (member) waiting.push_back(std::static_pointer_cast<Session>(member));
+  if (!waiting.empty())
+    post([waiting, why] {
+      for (auto& session : waiting) session->fail_waiting(PX_ERR_PEER_LOST, why);
+    });
 }
 
 void Server::worker_left(Job& job, const std::string& why, bool here) {

@@ -264,6 +264,10 @@ void Session::handle_hello(const control::Hello& hello) {
                  local_size);
 }
 
+void Session::fail_waiting(px_status status, const std::string& message) {
+  if (state_ == State::kWaitingForJob) refuse(status, message);
+}
+
 void Session::activate() {
   if (state_ != State::kWaitingForJob) return;
   Job& job = *job_;

@@ -39,6 +39,9 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
 
   // Called by the server once every worker of the job has connected.
   void activate();
+  // The job broke before it started (a node lost while its world was being agreed): a
+  // worker still waiting for it is refused with status now, not at its connect deadline.
+  void fail_waiting(px_status status, const std::string& message);
   // Queues a completion for the client and rings its doorbell if it sleeps.
   void complete(uint64_t request_id, px_status status, const std::string& message) override;
 

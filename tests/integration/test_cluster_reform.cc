@@ -66,3 +66,28 @@ TEST_CASE(
     "cluster: the coordinator killed and restarted takes every member back and a new job runs") {
   kill_and_restart("crf0", 0);
 }
+
+TEST_CASE("cluster: workers waiting for their job's world hear at once that a node was lost") {
+  // Nodes 0 and 1 have their workers connected and wait for node 2's part of the job, which
+  // never comes: its daemon is killed. The waiting workers are refused with
+  // PX_ERR_PEER_LOST naming node 2 at once, not at their 20 s connect deadline (an elastic
+  // worker reconnecting just before a loss was seen must not wait that out).
+  ClusterProcesses cluster("crfw", 3, {"--peer-silence-ms", "6000"});
+  for (int node = 0; node < 3; ++node)
+    REQUIRE_MESSAGE(log_says(cluster.node(node), "ready: 3 nodes", 30000),
+                    cluster.node(node).log());
+  std::vector<WorkerResult> results;
+  std::thread workers([&] { results = run_workers_on(cluster, {0, 1}, "waits", 1, {"world"}); });
+  for (int node : {0, 1})
+    CHECK_MESSAGE(log_says(cluster.node(node), "job 'waits': all 1 local workers connected", 20000),
+                  cluster.node(node).log());
+  cluster.node(2).kill_and_reap(SIGKILL);
+  workers.join();
+  std::string named = "node 2 (" + cluster.endpoints()[2] + ")";
+  for (const WorkerResult& r : results) {
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.output, "px_connect: a peer worker or node was lost"), r.output);
+    CHECK_MESSAGE(contains(r.output, named), r.output);
+  }
+  for (int node : {0, 1}) CHECK_MESSAGE(cluster.node(node).alive(), cluster.node(node).log());
+}
