@@ -9,6 +9,8 @@ PyTorch on the whole global batch instead (the equivalence test's baseline).
 Prints, from global rank 0: per step the global batch's mean loss and words/s; at the end
 the held-out perplexity (exact softmax over the whole vocabulary) and each Parallax
 variable's route, density alpha and bytes, per node. --json FILE writes the losses too.
+--elastic trains under parallax.elastic (docs/elastic.md): a lost or added node resets the
+run, which resumes from the last committed step in the new world (tools/bench/elastic_lm.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def parse_args():
     p.add_argument("--reference", type=int, default=0, metavar="WORKERS",
                    help="train in this process on the global batch of WORKERS workers")
     p.add_argument("--json", default="", help="write per-step losses and final state here")
+    p.add_argument("--elastic", action="store_true",
+                   help="train under parallax.elastic: survive lost and added nodes (the "
+                        "sparse tables come back from the daemons' periodic checkpoints)")
+    p.add_argument("--step-log", default="", metavar="FILE",
+                   help="--elastic: append each committed step's wall time, world size and "
+                        "resets to FILE (one JSON line each)")
     # Tokenised once per machine; bump the suffix when corpus.py changes what it makes.
     p.add_argument("--cache", default="/tmp/parallax-kjv-corpus-v1.pt")
     return p.parse_args()
@@ -206,27 +214,15 @@ def run_parallax(args, cfg, corpus) -> None:
                   f"waiting {args.pause_after_train:g} s", flush=True)
         time.sleep(args.pause_after_train)
 
-    # Held-out perplexity: each worker scores its share with the exact softmax.
-    model.eval()
-    per_worker = args.eval_tokens // world.world_size
-    valid = corpus.valid[world.rank * per_worker:(world.rank + 1) * per_worker + 1]
-    nll = np.zeros(2)
     softmax = tables[1].state_dict()["weight"]
-    with torch.no_grad():
-        for start in range(0, len(valid) - 1, 512):
-            x = valid[start:start + 512]
-            y = valid[start + 1:start + 513]
-            x = x[:len(y)]
-            logp = model.log_probs(x[None, :], softmax)
-            nll[0] += -logp.gather(1, y[:, None]).sum().item()
-            nll[1] += len(y)
-    client.dense("lm.eval", 2, np.float64).allreduce(nll).wait()
+    perplexity = held_out_perplexity(args, corpus, model, softmax, client)
     report = route_report(client, tables, buckets)
     client.barrier()
     if lead:
         print(f"trained {args.steps} steps in {train_s:.1f} s: "
               f"{args.steps * words_per_step / train_s:.0f} words/s overall")
-        print(f"held-out perplexity {math.exp(nll[0] / nll[1]):.1f} over {int(nll[1])} tokens "
+        print(f"held-out perplexity {perplexity:.1f} over "
+              f"{args.eval_tokens // world.world_size * world.world_size} tokens "
               f"(a uniform guess: {cfg.vocab})")
     # One report per node, in node order.
     for node in range(world.node_count):
@@ -238,7 +234,7 @@ def run_parallax(args, cfg, corpus) -> None:
     if args.json and lead:
         with open(args.json, "w") as f:
             json.dump({"losses": losses,
-                       "perplexity": math.exp(nll[0] / nll[1]),
+                       "perplexity": perplexity,
                        "train_s": train_s, "wire_dtype": args.wire_dtype,
                        "embedding_sum": tables[0].state_dict()["weight"].double().sum().item(),
                        "softmax_sum": softmax.double().sum().item(),
@@ -246,6 +242,94 @@ def run_parallax(args, cfg, corpus) -> None:
                                        for p in model.body.parameters())}, f)
     client.barrier()
     client.close()
+
+
+def batch_at(streams: torch.Tensor, step: int, bptt: int, first_row: int, count: int):
+    """Step `step`'s inputs and targets, as batches() yields them (the streams wrap)."""
+    positions = (streams.shape[1] - bptt - 1) // bptt + 1
+    t = (step % positions) * bptt
+    chunk = streams[first_row:first_row + count, t:t + bptt + 1]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def held_out_perplexity(args, corpus, model, softmax, client) -> float:
+    """Each worker scores its share of the held-out tokens with the exact softmax."""
+    world = client.world
+    model.eval()
+    per_worker = args.eval_tokens // world.world_size
+    valid = corpus.valid[world.rank * per_worker:(world.rank + 1) * per_worker + 1]
+    nll = np.zeros(2)
+    with torch.no_grad():
+        for start in range(0, len(valid) - 1, 512):
+            y = valid[start + 1:start + 513]
+            x = valid[start:start + 512][:len(y)]
+            logp = model.log_probs(x[None, :], softmax)
+            nll[0] += -logp.gather(1, y[:, None]).sum().item()
+            nll[1] += len(y)
+    client.dense("lm.eval", 2, np.float64).allreduce(nll).wait()
+    return math.exp(nll[0] / nll[1])
+
+
+def run_elastic(args, cfg, corpus) -> None:
+    """ParallaxLM under parallax.elastic: the State holds the step, the dense body and its
+    optimizer, and the losses; the tables live in the daemons (their checkpoints)."""
+    import parallax.elastic as elastic
+    import parallax.torch as pxt
+    state = elastic.State(step=0, body=None, optimizer=None, losses=[], worlds=[])
+    step_log = open(args.step_log, "a", buffering=1) if args.step_log else None
+
+    @elastic.run(reset_timeout=300.0, timeout=120, op_timeout=120)
+    def train(client, state):
+        world = client.world
+        # The tables' initial values are loaded once; after a reset they come back from the
+        # daemons' newest periodic checkpoint.
+        model = ParallaxLM(cfg, client, load_initial=state.step == 0)
+        if state.body is not None:
+            model.body.load_state_dict(state.body)
+        body = model.body
+        model.body = pxt.DistributedDataParallel(body, client=client, name="lm.body")
+        optimizer = torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)
+        if state.optimizer is not None:
+            optimizer.load_state_dict(state.optimizer)
+        streams = corpus_mod.streams(corpus.train, world.world_size * args.batch)
+        loss_var = client.dense("lm.loss", 1, np.float64, op="mean")
+        state.worlds = state.worlds + [world.world_size]
+        while state.step < args.steps:
+            x, y = batch_at(streams, state.step, args.bptt, world.rank * args.batch, args.batch)
+            optimizer.zero_grad()
+            loss = model(x, y)
+            loss.backward()
+            optimizer.step()
+            mean = np.array([loss.item()])
+            loss_var.allreduce(mean).wait()
+            state.step += 1
+            state.losses = state.losses + [float(mean[0])]
+            state.body = body.state_dict()
+            state.optimizer = optimizer.state_dict()
+            state.commit()
+            if step_log:
+                step_log.write(json.dumps({"t": time.time(), "step": state.step,
+                                           "world": world.world_size,
+                                           "resets": state.resets}) + "\n")
+            if world.rank == 0 and state.step % args.log_every == 0:
+                print(f"step {state.step:4d}  loss {state.losses[-1]:.4f}  world "
+                      f"{world.world_size}  resets {state.resets}", flush=True)
+        perplexity = held_out_perplexity(args, corpus, model,
+                                         model.softmax.state_dict()["weight"], client)
+        restored = [t.variable.stats().restored_steps for t in (model.embedding, model.softmax)]
+        client.barrier()
+        return perplexity, world.rank, restored
+
+    t0 = time.monotonic()
+    perplexity, rank, restored = train(state)
+    if rank == 0:
+        print(f"held-out perplexity {perplexity:.2f} after {args.steps} steps, "
+              f"{state.resets} resets, worlds {state.worlds}", flush=True)
+    if args.json and rank == 0:
+        with open(args.json, "w") as f:
+            json.dump({"perplexity": perplexity, "steps": args.steps, "resets": state.resets,
+                       "worlds": state.worlds, "losses": state.losses,
+                       "tables_restored_at": restored, "seconds": time.monotonic() - t0}, f)
 
 
 def main() -> None:
@@ -261,6 +345,8 @@ def main() -> None:
         sys.exit("train.py: --prefetch needs ParallaxLM's prefetch(), not --parallelize")
     if args.reference:
         run_reference(args, cfg, corpus)
+    elif args.elastic:
+        run_elastic(args, cfg, corpus)
     else:
         run_parallax(args, cfg, corpus)
 

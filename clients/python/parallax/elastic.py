@@ -22,14 +22,14 @@ brings every worker to the same state (`State.sync`) and calls the function. Whe
 is lost mid-run (`PeerLost`: a worker, a daemon or a whole node gone) it closes the
 client, puts the state back to its last `commit()`, connects again (a new run of the same
 job, which starts once the cluster has re-formed: with membership on etcd a daemon started
-in the lost one's place takes its index, docs/elastic.md), syncs and calls the function
-again. A worker started in a lost one's place runs the same script: `sync` gives it the
+in the lost one's place takes its index, or with membership_min_nodes the survivors
+re-form without it; docs/elastic.md), syncs and calls the function again. A worker started in a lost one's place runs the same script: `sync` gives it the
 state of the worker that committed the most.
 
 Create what belongs to a run inside the function: variables, and `parallax.torch`'s
 wrappers and layers (run makes its client their default), so that each run builds them
-on its client and world. The world keeps its size: the job re-forms once every node of the cluster is back (no
-shrinking to the survivors yet; docs/limits.md). Sparse tables live in the daemons: a
+on its client and world, whose size may have changed (the survivors, or a node that
+joined: client.world_size, and PX_MEAN averages over it). Sparse tables live in the daemons: a
 reset re-registers them, and they come back from the newest periodic checkpoint when the
 daemons have one (`restore`/`service.checkpoint_dir`), else from their initializer.
 """
