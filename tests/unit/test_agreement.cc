@@ -165,6 +165,28 @@ TEST_CASE("agreement: a job's world once every node joined, sizes by node") {
   CHECK(var->id != world->id);
 }
 
+TEST_CASE("agreement: an epoch of fewer nodes agrees among them alone") {
+  // Membership on etcd: the survivors of a lost node, counted by rank.
+  Agreement agreement(3, label);
+  CHECK_FALSE(agreement.job_joined(0, "job", 2));
+  agreement.reset(2);
+  CHECK(agreement.node_count() == 2);
+  CHECK_FALSE(agreement.job_joined(1, "job", 1));
+  auto world = agreement.job_joined(0, "job", 3);
+  REQUIRE(world);
+  CHECK(world->local_sizes == std::vector<uint32_t>{3, 1});
+  auto var = register_everywhere(agreement, "job", "w", dense(1));
+  REQUIRE(var);
+  CHECK(var->kind == Kind::kVarReady);
+  // And of more again.
+  agreement.reset(3);
+  CHECK_FALSE(agreement.job_joined(0, "job", 1));
+  CHECK_FALSE(agreement.job_joined(1, "job", 1));
+  world = agreement.job_joined(2, "job", 1);
+  REQUIRE(world);
+  CHECK(world->local_sizes == std::vector<uint32_t>{1, 1, 1});
+}
+
 TEST_CASE("agreement: a node that reports its size twice before the world counts once") {
   Agreement agreement(2, label);
   CHECK_FALSE(agreement.job_joined(0, "job", 2));
