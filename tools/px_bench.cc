@@ -42,6 +42,11 @@
 //     members killed among the faults); every fault
 //     must end in a clear error naming the right node and a re-formed cluster.
 //
+//   px-bench elastic-lm [--nodes 4] [--min-nodes 2] [--events 50]   (tools/bench/elastic_lm.py)
+//     The demo's language model trained elastically on 4 nodes with membership on a
+//     3-member etcd, under random events (nodes and the coordinator killed, nodes added,
+//     etcd members killed): hangs, crashes, events the logs account for, perplexity.
+//
 //   px-bench gpu [--json] [--daemon PATH] [--iterations N]   (bench_gpu.cc; CUDA builds)
 //     Device memory bandwidth, px_allreduce_ex of 256 MiB bf16 from 2 and 4 workers on one
 //     GPU against it, 4 KiB device allreduce latency, GPU against host coalescing.
@@ -552,11 +557,12 @@ int bench_python_driver(const std::string& name, int argc, char** argv) {
   die("cannot run /usr/bin/python3 " + script + ": " + strerror(errno));
 }
 
-// `px-bench soak`: the demo's language model for 10,000 steps on 2 nodes x 2 workers, the
-// daemons' RSS and open fds sampled along the way (tools/bench/soak.py); with this build's
-// daemon and library.
-int bench_soak(int argc, char** argv) {
-  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/soak.py";
+// A Python driver that starts its own daemons and workers, with this build's daemon and
+// library: `px-bench soak`, the demo's language model for 10,000 steps on 2 nodes x 2
+// workers, the daemons' RSS and open fds sampled along the way (tools/bench/soak.py);
+// `px-bench elastic-lm`, random membership events during it (tools/bench/elastic_lm.py).
+int bench_python_with_library(const std::string& name, int argc, char** argv) {
+  std::string script = std::string(PX_SOURCE_DIR) + "/tools/bench/" + name;
   std::string library = tools_dir() + "/../clients/c/libparallax.so.1";
   std::vector<std::string> args = {"/usr/bin/python3",    script,  "--daemon",
                                    default_daemon_path(), "--lib", library};
@@ -611,6 +617,8 @@ int main(int argc, char** argv) {
         "       px-bench soak [--json] [--steps 10000] [--sample-at 1000] [--every 250]\n"
         "                     (tools/bench/soak.py --help)\n"
         "       px-bench faults [--json] [--faults 200] [--seed S] [--membership]\n"
+        "       px-bench elastic-lm [--nodes 4] [--min-nodes 2] [--events 50] [--steps N]\n"
+        "                           (tools/bench/elastic_lm.py --help)\n"
         "       px-bench gpu [--json] [--daemon PATH] [--iterations N]\n");
     return argc < 2 ? 2 : 0;
   }
@@ -624,7 +632,9 @@ int main(int argc, char** argv) {
   if (scenario == "lm") return bench_python_driver("lm.py", argc - 2, argv + 2);
   // A DLRM-shaped recommender: a collection, per-table layers, DDP + gloo (#36).
   if (scenario == "dlrm") return bench_python_driver("dlrm.py", argc - 2, argv + 2);
-  if (scenario == "soak") return bench_soak(argc - 2, argv + 2);
+  if (scenario == "soak") return bench_python_with_library("soak.py", argc - 2, argv + 2);
+  if (scenario == "elastic-lm")
+    return bench_python_with_library("elastic_lm.py", argc - 2, argv + 2);
   if (scenario == "faults") return bench_faults(argc - 2, argv + 2);
   if (scenario == "gpu") {  // px-bench-gpu, built with CUDA (bench_gpu.cc)
     // PX_BENCH_GPU: a relocated copy (the GPU kit carries both programs to another machine).
@@ -678,5 +688,5 @@ int main(int argc, char** argv) {
     return bench_allreduce(json, daemon_path, nodes, links, sizes,
                            iterations == 5000 ? 5 : iterations, peers, per_node, mtu, wires);
   die("unknown scenario '" + scenario +
-      "' (this build has: local, allreduce, sparse, torch-dense, lm, soak, faults)");
+      "' (this build has: local, allreduce, sparse, torch-dense, lm, soak, faults, elastic-lm)");
 }

@@ -14,7 +14,8 @@ checkpoint exists, it injects EVENTS random events, one at a time:
 
 (never fewer than MIN nodes or more than NODES: a kill needs more than MIN, an add fewer
 than NODES). After each event it waits until every live worker has committed a step after
-it (a hang past 120 s is counted), checks that the daemons' logs account for it (a kill:
+it in a new run (after its reset; for an etcd member, any step: nothing resets), a hang
+past 120 s counted, checks that the daemons' logs account for it (a kill:
 every survivor logged the loss and re-formed; an add: the new daemon is in a formed
 cluster and the others re-formed; an etcd member: no loss, no re-formation), then waits
 1-3 s. Then it lets the training end and reads the held-out perplexity. Daemons that died
@@ -22,7 +23,8 @@ unkilled are crashes. Prints one JSON object; with --events 0 it is the undistur
 to compare with.
 
   /usr/bin/python3 tools/bench/elastic_lm.py [--nodes 4] [--min-nodes 2] [--events 50]
-      [--steps 2000] [--seed 1] [--kinds K,K] [--keep] [--build build]
+      [--steps 2000] [--seed 1] [--kinds K,K] [--keep] [--build build | --daemon P --lib L]
+  px-bench elastic-lm [...]   (the same, with px-bench's build)
 """
 import argparse
 import json
@@ -96,14 +98,13 @@ class Node:
         sock = f"{scratch}/{tag}.sock"
         listen = f"127.0.0.1:{free_ports(1)[0]}"
         self.daemon = subprocess.Popen(
-            [os.path.join(ROOT, args.build, "daemon", "parallaxd"), "--foreground", "--socket",
+            [args.daemon, "--foreground", "--socket",
              sock, "--cluster", name, "--membership", url, "--node-count", str(args.nodes),
              "--membership-min-nodes", str(args.min_nodes), "--listen", listen,
              "--checkpoint-dir", f"{scratch}/checkpoints", "--checkpoint-interval-s", "1"],
             stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python"),
-                   PARALLAX_LIB=os.path.join(ROOT, args.build, "clients", "c",
-                                             "libparallax.so.1"),
+                   PARALLAX_LIB=args.lib,
                    PARALLAX_JOB=name, PARALLAX_LOCAL_RANK="0", PARALLAX_LOCAL_SIZE="1",
                    PARALLAX_SOCKET=sock, OMP_NUM_THREADS="1")
         wait_for(lambda: os.path.exists(sock) or self.daemon.poll() is not None, 90,
@@ -119,8 +120,16 @@ class Node:
     def log(self):
         return read(self.log_path)
 
-    def last_step_after(self, t):
-        return any(e["t"] > t for e in steps(self.steps_path))
+    def resets(self):
+        """How many resets its worker went through, as its last committed step says."""
+        log = steps(self.steps_path)
+        return log[-1]["resets"] if log else 0
+
+    def stepped_after(self, t, resets):
+        """Its worker committed a step after time t with more than `resets` resets (or, with
+        resets None, any step after t)."""
+        return any(e["t"] > t and (resets is None or e["resets"] > resets)
+                   for e in steps(self.steps_path))
 
     def kill(self):
         self.killed = True
@@ -141,9 +150,14 @@ def main():
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--build", default="build")
+    parser.add_argument("--daemon", help="parallaxd (default: BUILD/daemon/parallaxd)")
+    parser.add_argument("--lib", help="libparallax.so.1 (default: BUILD's)")
     parser.add_argument("--keep", action="store_true", help="keep the logs (printed path)")
+    parser.add_argument("--json", action="store_true", help="(it always prints JSON)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="the events drawn from")
     args = parser.parse_args()
+    args.daemon = args.daemon or os.path.join(ROOT, args.build, "daemon", "parallaxd")
+    args.lib = args.lib or os.path.join(ROOT, args.build, "clients", "c", "libparallax.so.1")
     rng = random.Random(args.seed)
     scratch = tempfile.mkdtemp(prefix="px-elastic-lm-")
     os.makedirs(f"{scratch}/checkpoints")
@@ -178,6 +192,7 @@ def main():
             kind = rng.choice(kinds)
             before = {n.tag: (count(n.log(), " lost: "), count(n.log(), "re-formed under"))
                       for n in live}
+            resets = {n.tag: n.resets() for n in live}
             at_step = max((steps(n.steps_path) or [{"step": 0}])[-1]["step"] for n in live)
             t_event = time.time()
             what = kind
@@ -200,9 +215,17 @@ def main():
                 member = rng.randrange(3)
                 etcd.kill(member)
                 what += f" {member}"
+            # Training again: a kill or an add resets every worker (a step already under way
+            # may still end after the event: it does not count), and the added one steps; an
+            # etcd member lost changes nothing, so any step will do.
+            def again(n):
+                if kind == "kill_etcd_member" or n.tag not in resets:
+                    return n.stepped_after(t_event, None)
+                return n.stepped_after(t_event, resets[n.tag])
+
             recovered = True
             try:
-                wait_for(lambda: training_over() or all(n.last_step_after(t_event) for n in live),
+                wait_for(lambda: training_over() or all(again(n) for n in live),
                          120, f"training after {what}")
             except RuntimeError:
                 recovered = False
