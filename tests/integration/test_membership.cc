@@ -55,6 +55,18 @@ std::string pxctl_status(const DaemonProcess& daemon) {
   return out;
 }
 
+// Fencing, from the daemons' logs: `epochs` epochs were formed, each by one coordinator of
+// one term.
+void check_one_coordinator_per_epoch(const std::string& logs, size_t epochs) {
+  std::map<std::string, std::set<std::string>> formers;  // epoch -> "node N term T"
+  std::regex formed("(node [0-9]+)[^\n]* forms epoch ([0-9]+) as coordinator of term ([0-9]+)");
+  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), formed);
+       it != std::sregex_iterator(); ++it)
+    formers[(*it)[2].str()].insert((*it)[1].str() + " term " + (*it)[3].str());
+  CHECK(formers.size() == epochs);
+  for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
+}
+
 int assigned_index(const DaemonProcess& daemon) {
   auto found = matches(daemon.log(), "node index ([0-9]+) assigned by etcd");
   return found.size() == 1 ? std::stoi(found[0]) : -1;
@@ -156,13 +168,7 @@ TEST_CASE("membership/etcd: assigned indices, an elected coordinator, its loss a
   // Fencing: every epoch was formed by one coordinator, of one term, and the new
   // coordinator's term is higher.
   for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
-  std::map<std::string, std::set<std::string>> formers;  // epoch -> "node N term T"
-  std::regex formed("(node [0-9]+)[^\n]* forms epoch ([0-9]+) as coordinator of term ([0-9]+)");
-  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), formed);
-       it != std::sregex_iterator(); ++it)
-    formers[(*it)[2].str()].insert((*it)[1].str() + " term " + (*it)[3].str());
-  CHECK(formers.size() == 2);
-  for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
+  check_one_coordinator_per_epoch(logs, 2);
   auto terms = matches(logs, "forms epoch [0-9]+ as coordinator of term ([0-9]+)");
   REQUIRE(terms.size() == 2);
   CHECK(std::stoll(terms[0]) != std::stoll(terms[1]));
@@ -261,13 +267,7 @@ TEST_CASE("membership/etcd: the survivors re-form without a lost node and take a
   // Fencing: every epoch was formed by one coordinator.
   std::string logs;
   for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
-  std::map<std::string, std::set<std::string>> formers;
-  std::regex formed("(node [0-9]+)[^\n]* forms epoch ([0-9]+) as coordinator of term ([0-9]+)");
-  for (auto it = std::sregex_iterator(logs.begin(), logs.end(), formed);
-       it != std::sregex_iterator(); ++it)
-    formers[(*it)[2].str()].insert((*it)[1].str() + " term " + (*it)[3].str());
-  CHECK(formers.size() == 4);
-  for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
+  check_one_coordinator_per_epoch(logs, 4);
 }
 
 TEST_CASE("membership/etcd: an etcd that cannot be reached at start is a clear error") {

@@ -111,6 +111,21 @@ def wait_for_checkpoint_and_step(worker, progress_file: str, checkpoints: str, s
         time.sleep(0.05)
 
 
+def lose_node(worker, daemon) -> None:
+    """A node lost: its daemon and its worker die together."""
+    worker.send_signal(signal.SIGKILL)
+    daemon.proc.send_signal(signal.SIGKILL)
+    worker.wait(10)
+
+
+def stop_all(workers, daemons) -> None:
+    for w in workers:
+        if w.poll() is None:
+            w.kill()
+    for d in daemons:
+        d.stop()
+
+
 def results_of(workers) -> list:
     results = []
     for w in workers:
@@ -148,10 +163,7 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     try:
         # Step 10 at least, and a periodic checkpoint of the table to come back from.
         wait_for_checkpoint_and_step(workers[1], files[1], checkpoints, 10)
-        # The node is lost: its daemon and its worker die together.
-        workers[1].send_signal(signal.SIGKILL)
-        daemons[1].proc.send_signal(signal.SIGKILL)
-        workers[1].wait(10)
+        lose_node(workers[1], daemons[1])
         lost_at = progress(files[0])
         # Its replacement: a daemon on the same address (it takes the freed index once the
         # lost one's lease expires) and a worker that starts from the synced state.
@@ -159,11 +171,7 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
         workers.append(start_worker(daemons[2], name, files[2]))
         results = results_of([workers[0], workers[2]])
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-        for d in daemons:
-            d.stop()
+        stop_all(workers, daemons)
 
     expected = -0.001 * 3 * sum(range(1, STEPS + 1))  # ranks 0 and 1: (1 + 2) x each step
     expected_mean = expected / 2
@@ -209,17 +217,11 @@ def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path):
     workers = [start_worker(daemons[i], name, files[i]) for i in range(3)]
     try:
         wait_for_checkpoint_and_step(workers[2], files[2], checkpoints, 10)
-        workers[2].send_signal(signal.SIGKILL)
-        daemons[2].proc.send_signal(signal.SIGKILL)
-        workers[2].wait(10)
+        lose_node(workers[2], daemons[2])
         lost_at = progress(files[0])
         results = results_of(workers[:2])
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-        for d in daemons:
-            d.stop()
+        stop_all(workers, daemons)
 
     assert lost_at < STEPS, "the job ended before the loss: make it longer"
     runs = results[0]["runs"]
