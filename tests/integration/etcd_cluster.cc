@@ -13,9 +13,11 @@ namespace pxt {
 
 namespace {
 
-bool healthy(const std::string& client) {
-  std::string command = "ETCDCTL_API=3 etcdctl --endpoints=http://" + client +
-                        " --dial-timeout=1s --command-timeout=2s endpoint health >/dev/null 2>&1";
+bool healthy(const std::string& client, const std::vector<std::string>& launcher) {
+  std::string command;
+  for (const auto& word : launcher) command += word + " ";
+  command += "env ETCDCTL_API=3 etcdctl --endpoints=http://" + client +
+             " --dial-timeout=1s --command-timeout=2s endpoint health >/dev/null 2>&1";
   return std::system(command.c_str()) == 0;
 }
 
@@ -50,7 +52,19 @@ std::vector<std::string> membership_args(const std::string& cluster, const std::
 }
 
 EtcdCluster::EtcdCluster(const std::string& tag, int members) : dir_("etcd-" + tag) {
-  auto ports = ClusterProcesses::free_endpoints(2 * members);
+  start(tag, ClusterProcesses::free_endpoints(2 * members));
+}
+
+EtcdCluster::EtcdCluster(const std::string& tag, int members, const std::string& host,
+                         const std::vector<std::string>& launcher)
+    : dir_("etcd-" + tag), launcher_(launcher) {
+  std::vector<std::string> ports;
+  for (int i = 0; i < 2 * members; ++i) ports.push_back(host + ":" + std::to_string(2379 + i));
+  start(tag, ports);
+}
+
+void EtcdCluster::start(const std::string& tag, const std::vector<std::string>& ports) {
+  const int members = static_cast<int>(ports.size() / 2);
   std::string initial;
   for (int i = 0; i < members; ++i) {
     clients_.push_back(ports[static_cast<size_t>(2 * i)]);
@@ -61,32 +75,33 @@ EtcdCluster::EtcdCluster(const std::string& tag, int members) : dir_("etcd-" + t
     std::string name = "m" + std::to_string(i);
     std::string client = "http://" + clients_[static_cast<size_t>(i)];
     std::string peer = "http://" + ports[static_cast<size_t>(2 * i + 1)];
-    argvs_.push_back({etcd_path(),
-                      "--name",
-                      name,
-                      "--data-dir",
-                      dir_.path() + "/" + name,
-                      "--listen-client-urls",
-                      client,
-                      "--advertise-client-urls",
-                      client,
-                      "--listen-peer-urls",
-                      peer,
-                      "--initial-advertise-peer-urls",
-                      peer,
-                      "--initial-cluster",
-                      initial,
-                      "--initial-cluster-state",
-                      "new",
-                      "--initial-cluster-token",
-                      tag,
-                      "--log-level",
-                      "warn"});
+    argvs_.push_back(launcher_);
+    argvs_.back().insert(argvs_.back().end(), {etcd_path(),
+                                               "--name",
+                                               name,
+                                               "--data-dir",
+                                               dir_.path() + "/" + name,
+                                               "--listen-client-urls",
+                                               client,
+                                               "--advertise-client-urls",
+                                               client,
+                                               "--listen-peer-urls",
+                                               peer,
+                                               "--initial-advertise-peer-urls",
+                                               peer,
+                                               "--initial-cluster",
+                                               initial,
+                                               "--initial-cluster-state",
+                                               "new",
+                                               "--initial-cluster-token",
+                                               tag,
+                                               "--log-level",
+                                               "warn"});
     pids_.push_back(spawn_process(argvs_.back(), {}, dir_.path() + "/" + name + ".log"));
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (const auto& client : clients_) {
-    while (!healthy(client)) {
+    while (!healthy(client, launcher_)) {
       if (std::chrono::steady_clock::now() > deadline)
         throw std::runtime_error("etcd at " + client + " did not become healthy within 30 s");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

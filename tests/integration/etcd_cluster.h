@@ -1,6 +1,6 @@
-// A real etcd cluster on loopback for the membership tests: `members` etcd processes (Debian's
-// etcd-server) with their own client and peer ports and data under a scratch directory,
-// started healthy, killed with the test.
+// A real etcd cluster for the membership tests: `members` etcd processes (Debian's
+// etcd-server) with their own client and peer ports and data under a scratch directory, on
+// loopback or in a network namespace, started healthy, killed with the test.
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +21,10 @@ std::vector<std::string> membership_args(const std::string& cluster, const std::
 class EtcdCluster {
  public:
   EtcdCluster(const std::string& tag, int members);
+  // The members on host (an address of a network namespace of their own, where any port is
+  // free), each started through launcher (see DaemonProcess).
+  EtcdCluster(const std::string& tag, int members, const std::string& host,
+              const std::vector<std::string>& launcher);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -33,7 +37,10 @@ class EtcdCluster {
   void restart(int i);
 
  private:
+  void start(const std::string& tag, const std::vector<std::string>& ports);
+
   ScratchDir dir_;
+  std::vector<std::string> launcher_;
   std::vector<pid_t> pids_;
   std::vector<std::vector<std::string>> argvs_;
   std::vector<std::string> clients_;

@@ -153,15 +153,12 @@ std::vector<WorkerResult> collect_workers(const std::vector<pid_t>& pids,
 }  // namespace
 
 DaemonProcess::DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args,
-                             bool wait_ready) {
+                             bool wait_ready, const std::vector<std::string>& launcher) {
   socket_ = unique_path(tag, ".sock");
   log_path_ = unique_path(tag, ".log");
-  std::vector<std::string> argv = {program_path("PX_TEST_DAEMON", PX_DAEMON_PATH),
-                                   "--foreground",
-                                   "--socket",
-                                   socket_,
-                                   "--threads",
-                                   "2"};
+  std::vector<std::string> argv = launcher;
+  argv.insert(argv.end(), {program_path("PX_TEST_DAEMON", PX_DAEMON_PATH), "--foreground",
+                           "--socket", socket_, "--threads", "2"});
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = spawn_process(argv, {}, log_path_);
   if (!wait_ready) return;
@@ -381,9 +378,21 @@ ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes, ArgsOf arg
     nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args_of_(i)));
 }
 
+ClusterProcesses::ClusterProcesses(const std::string& tag, int nodes, ArgsOf args_of,
+                                   LauncherOf launcher_of)
+    : tag_(tag),
+      args_of_(std::move(args_of)),
+      launcher_of_(std::move(launcher_of)),
+      endpoints_(free_endpoints(nodes)) {
+  for (int i = 0; i < nodes; ++i)
+    nodes_.push_back(std::make_unique<DaemonProcess>(tag + "-n" + std::to_string(i), args_of_(i),
+                                                     true, launcher_of_(i)));
+}
+
 void ClusterProcesses::restart(int i) {
   nodes_[static_cast<size_t>(i)] = std::make_unique<DaemonProcess>(
-      tag_ + "-n" + std::to_string(i) + "r" + std::to_string(++restarts_), args_of_(i));
+      tag_ + "-n" + std::to_string(i) + "r" + std::to_string(++restarts_), args_of_(i), true,
+      launcher_of_(i));
 }
 
 std::vector<WorkerResult> run_cluster_workers(ClusterProcesses& cluster, const std::string& job,

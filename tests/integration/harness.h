@@ -32,8 +32,10 @@ class DaemonProcess {
  public:
   // Starts parallaxd --foreground on a fresh socket and waits until it accepts.
   // wait_ready: wait until the socket accepts (false for daemons expected to fail early).
+  // launcher: a command that runs it, such as {"/usr/sbin/ip", "netns", "exec", NS} (it must
+  // exec the daemon, so that pid() is the daemon's).
   explicit DaemonProcess(const std::string& tag, const std::vector<std::string>& extra_args = {},
-                         bool wait_ready = true);
+                         bool wait_ready = true, const std::vector<std::string>& launcher = {});
   ~DaemonProcess();  // SIGTERM, then SIGKILL after 5 s
 
   const std::string& socket() const { return socket_; }
@@ -65,6 +67,9 @@ class ClusterProcesses {
   // Daemons started with args_of(i) each (membership on etcd: no node list, no index).
   using ArgsOf = std::function<std::vector<std::string>(int)>;
   ClusterProcesses(const std::string& tag, int nodes, ArgsOf args_of);
+  // The same, each daemon started through launcher_of(i) (see DaemonProcess).
+  using LauncherOf = std::function<std::vector<std::string>(int)>;
+  ClusterProcesses(const std::string& tag, int nodes, ArgsOf args_of, LauncherOf launcher_of);
   DaemonProcess& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
   int size() const { return static_cast<int>(nodes_.size()); }
   // The nodes' control endpoints, by index ("127.0.0.1:PORT"; node 0's is the coordinator's).
@@ -80,6 +85,7 @@ class ClusterProcesses {
  private:
   std::string tag_;
   ArgsOf args_of_;
+  LauncherOf launcher_of_ = [](int) { return std::vector<std::string>{}; };
   int restarts_ = 0;
   std::vector<std::unique_ptr<DaemonProcess>> nodes_;
   std::vector<std::string> endpoints_;
