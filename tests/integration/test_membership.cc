@@ -6,8 +6,9 @@
 // a lease changes nothing for running jobs, and once it is back the same coordinator goes on;
 // no epoch was ever formed by two coordinators (from the logs). With membership_min_nodes below
 // the node count, the survivors of a lost member, and of a lost coordinator, form an epoch of
-// their own, and a daemon started later is taken in. An etcd that cannot be reached at start
-// is a clear error.
+// their own, and a daemon started later is taken in. A node cut off by a partition (its
+// network namespace's link down) and healed: a member is taken back in; a coordinator finds
+// another elected and stops. An etcd that cannot be reached at start is a clear error.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 
 #include "tests/integration/etcd_cluster.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/netns_bridge.h"
 
 using namespace pxt;
 
@@ -268,6 +270,113 @@ TEST_CASE("membership/etcd: the survivors re-form without a lost node and take a
   std::string logs;
   for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
   check_one_coordinator_per_epoch(logs, 4);
+}
+
+// Waits up to 30 s until pattern matches the daemon's log more than `before` times.
+static bool log_count_above(const DaemonProcess& daemon, const std::string& pattern,
+                            size_t before) {
+  for (int waited = 0; waited < 30000; waited += 100) {
+    if (matches(daemon.log(), pattern).size() > before) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+TEST_CASE("membership/etcd: a partition cuts off a member, then the coordinator, and heals") {
+  // Each daemon in a network namespace of its own, etcd's 3 members in a fourth, all on one
+  // bridge; a partition takes a namespace's link down: the node can reach neither etcd nor
+  // the other nodes, and they cannot reach it. membership_min_nodes 2: the others go on.
+  const std::string unavailable = NetnsBridge::unavailable();
+  if (!unavailable.empty()) {
+    MESSAGE("partition test skipped: " << unavailable);
+    return;
+  }
+  const std::string tag = "pxp" + std::to_string(getpid());
+  NetnsBridge net(tag, 4);
+  EtcdCluster etcd(tag, 3, net.address(3), net.launcher(3));
+  const std::string url = "etcd://" + etcd.endpoints() + "/parallax-tests/" + tag;
+  ClusterProcesses cluster(
+      tag, 3,
+      [&](int slot) {
+        auto args = membership_args(tag, url, 3, net.address(slot) + ":7070", 3000);
+        // shm would cross the namespaces: the partition must cut the data plane too.
+        args.insert(args.end(),
+                    {"--membership-min-nodes", "2", "--fabric-provider", "tcp;ofi_rxm"});
+        return args;
+      },
+      [&](int slot) { return net.launcher(slot); });
+  int coordinator = -1;
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
+                    cluster.node(slot).log());
+    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) coordinator = slot;
+  }
+  REQUIRE(coordinator >= 0);
+  CHECK(all_ok(run_cluster_workers(cluster, "whole", 1, kSweep, 120000, kExact)));
+  const std::string two = "re-formed under epoch [0-9]+: (2) of 3 nodes";
+  const std::string three = "re-formed under epoch [0-9]+: (3) of 3 nodes";
+  auto count = [&](int slot, const std::string& pattern) {
+    return matches(cluster.node(slot).log(), pattern).size();
+  };
+  auto sorted = [](int a, int b) { return std::vector<int>{std::min(a, b), std::max(a, b)}; };
+
+  // A member cut off: silent to its peers and to etcd, it is lost; the other two form an
+  // epoch of their own once its lease is gone, and run a job.
+  const int member = (coordinator + 1) % 3, other = (coordinator + 2) % 3;
+  size_t twos[3] = {count(0, two), count(1, two), count(2, two)};
+  net.set_link(member, false);
+  for (int slot : {coordinator, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), two, twos[slot]), cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_workers_on(cluster, sorted(coordinator, other), "member-cut", 1, kSweep, 120000,
+                              kExact)));
+  CHECK(cluster.node(member).alive());
+
+  // Healed: it renews its lease, takes its index back and is taken in again.
+  size_t threes[3] = {count(0, three), count(1, three), count(2, three)};
+  net.set_link(member, true);
+  for (int slot : {coordinator, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), three, threes[slot]),
+                  cluster.node(slot).log());
+  }
+  CHECK_MESSAGE(log_says(cluster.node(member), "3 of 3 nodes", 30000), cluster.node(member).log());
+  CHECK(all_ok(run_cluster_workers(cluster, "member-healed", 1, kSweep, 120000, kExact)));
+
+  // The coordinator cut off: the other two elect one of them and go on as two.
+  for (int slot = 0; slot < 3; ++slot) twos[slot] = count(slot, two);
+  net.set_link(coordinator, false);
+  for (int slot : {member, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), two, twos[slot]), cluster.node(slot).log());
+    CHECK_MESSAGE(contains(cluster.node(slot).log(), "a new election"), cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_workers_on(cluster, sorted(member, other), "coordinator-cut", 1, kSweep, 120000,
+                              kExact)));
+
+  // Healed, the old coordinator finds another elected under a newer term: it may no longer
+  // act for the cluster, and its daemon stops naming why. Started again (as systemd's
+  // Restart= would), it joins as a member.
+  net.set_link(coordinator, true);
+  CHECK(cluster.node(coordinator).wait_exit(30000) > 0);
+  CHECK_MESSAGE(
+      contains(cluster.node(coordinator).log(), "while this one could not renew its lease"),
+      cluster.node(coordinator).log());
+  std::string logs = cluster.node(coordinator).log();
+  for (int slot = 0; slot < 3; ++slot) threes[slot] = count(slot, three);
+  cluster.restart(coordinator);
+  for (int slot : {member, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), three, threes[slot]),
+                  cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "coordinator-healed", 1, kSweep, 120000, kExact)));
+
+  // Fencing: every epoch, the cut-off coordinator's included, was formed by one coordinator.
+  for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
+  check_one_coordinator_per_epoch(logs, 5);
 }
 
 TEST_CASE("membership/etcd: an etcd that cannot be reached at start is a clear error") {
