@@ -219,10 +219,21 @@ void Cluster::try_form() {
         break;
       }
     if (missing < 0) return form();
+    // A node alive in etcd that cannot reach this one (a partition between the two alone)
+    // would hold the others back for as long as it lasts: after peer_silence_ms it is left out,
+    // as a node that silent on a control connection is lost, and taken in when it joins.
+    if (EtcdMembership::now_ms() - changed_at_ms_ >= config_.peer_silence_ms) {
+      PX_LOG_WARN(
+          "cluster '%s': %s is registered in etcd but has not joined within peer_silence_ms "
+          "(%lld ms): re-forming without it (it is taken in when it joins)",
+          config_.cluster.c_str(), node_label(missing).c_str(),
+          static_cast<long long>(config_.peer_silence_ms));
+      return form();
+    }
     if (reform_wait_logged_ != missing)
       PX_LOG_INFO(
           "cluster '%s': %d of %d nodes joined; re-forming once %s, registered in etcd, joins "
-          "or its lease expires",
+          "or its lease expires (at most peer_silence_ms)",
           config_.cluster.c_str(), joined_, config_.node_count, node_label(missing).c_str());
     reform_wait_logged_ = missing;
   }

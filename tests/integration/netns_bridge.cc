@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 namespace pxt {
 
@@ -74,6 +75,12 @@ std::vector<std::string> NetnsBridge::launcher(int i) const {
 void NetnsBridge::set_link(int i, bool up) {
   run(ip_path() + " -n " + names_[static_cast<size_t>(i + 1)] + " link set eth0 " +
       (up ? "up" : "down"));
+}
+
+void NetnsBridge::set_cut(int i, int j, bool cut) {
+  for (auto [from, to] : {std::pair<int, int>{i, j}, {j, i}})
+    run(ip_path() + " -n " + names_[static_cast<size_t>(from + 1)] + " route " +
+        (cut ? "add" : "del") + " blackhole " + address(to) + "/32");
 }
 
 }  // namespace pxt

@@ -25,6 +25,9 @@ class NetnsBridge {
   std::vector<std::string> launcher(int i) const;
   // Takes namespace i's link down (a partition: nothing reaches it, nothing leaves it) or up.
   void set_link(int i, bool up);
+  // Cuts namespaces i and j off from each other alone (a blackhole route to the other's
+  // address in each), or mends the cut.
+  void set_cut(int i, int j, bool cut);
 
  private:
   void remove();

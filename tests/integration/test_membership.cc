@@ -285,7 +285,8 @@ static bool log_count_above(const DaemonProcess& daemon, const std::string& patt
 TEST_CASE("membership/etcd: a partition cuts off a member, then the coordinator, and heals") {
   // Each daemon in a network namespace of its own, etcd's 3 members in a fourth, all on one
   // bridge; a partition takes a namespace's link down: the node can reach neither etcd nor
-  // the other nodes, and they cannot reach it. membership_min_nodes 2: the others go on.
+  // the other nodes, and they cannot reach it. Then a member and the coordinator are cut off
+  // from each other alone (blackhole routes). membership_min_nodes 2: the others go on.
   const std::string unavailable = NetnsBridge::unavailable();
   if (!unavailable.empty()) {
     MESSAGE("partition test skipped: " << unavailable);
@@ -345,6 +346,29 @@ TEST_CASE("membership/etcd: a partition cuts off a member, then the coordinator,
   CHECK_MESSAGE(log_says(cluster.node(member), "3 of 3 nodes", 30000), cluster.node(member).log());
   CHECK(all_ok(run_cluster_workers(cluster, "member-healed", 1, kSweep, 120000, kExact)));
 
+  // The member cut off from the coordinator alone: etcd and the third node still reach it,
+  // so its key stays; after peer_silence_ms the coordinator forms without it, and takes it
+  // back in when the cut mends.
+  for (int slot = 0; slot < 3; ++slot) twos[slot] = count(slot, two);
+  net.set_cut(member, coordinator, true);
+  for (int slot : {coordinator, other}) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), two, twos[slot]), cluster.node(slot).log());
+  }
+  CHECK_MESSAGE(contains(cluster.node(coordinator).log(),
+                         "is registered in etcd but has not joined within peer_silence_ms"),
+                cluster.node(coordinator).log());
+  CHECK(all_ok(run_workers_on(cluster, sorted(coordinator, other), "member-cut-from-coordinator", 1,
+                              kSweep, 120000, kExact)));
+  for (int slot = 0; slot < 3; ++slot) threes[slot] = count(slot, three);
+  net.set_cut(member, coordinator, false);
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    CHECK_MESSAGE(log_count_above(cluster.node(slot), three, threes[slot]),
+                  cluster.node(slot).log());
+  }
+  CHECK(all_ok(run_cluster_workers(cluster, "cut-mended", 1, kSweep, 120000, kExact)));
+
   // The coordinator cut off: the other two elect one of them and go on as two.
   for (int slot = 0; slot < 3; ++slot) twos[slot] = count(slot, two);
   net.set_link(coordinator, false);
@@ -376,7 +400,7 @@ TEST_CASE("membership/etcd: a partition cuts off a member, then the coordinator,
 
   // Fencing: every epoch, the cut-off coordinator's included, was formed by one coordinator.
   for (int slot = 0; slot < 3; ++slot) logs += cluster.node(slot).log();
-  check_one_coordinator_per_epoch(logs, 5);
+  check_one_coordinator_per_epoch(logs, 7);
 }
 
 TEST_CASE("membership/etcd: an etcd that cannot be reached at start is a clear error") {
