@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +73,7 @@ class Daemon:
             code = "none: still running 10 s after SIGTERM, killed"
         text = self.log_text()
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
         if code != 0 and not killed_by_test:
             raise AssertionError(f"parallaxd did not exit cleanly ({code}); its log:\n{text[-4000:]}")
 
@@ -128,12 +130,15 @@ def run_cluster(nodes: int, per_node: int, scenario: str, *args: str, timeout: i
                                                 for a in ("--daemon-arg", arg)),
            "--timeout", str(timeout), "--job",
            f"py-{uuid.uuid4().hex[:8]}", "--", PYTHON, os.path.join(HERE, worker), scenario, *args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
-    assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
-    results = []
-    for name in os.listdir(out_dir):
-        with open(os.path.join(out_dir, name)) as f:
-            results.append(json.load(f))
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+        assert p.returncode == 0, f"px-cluster exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+        results = []
+        for name in os.listdir(out_dir):
+            with open(os.path.join(out_dir, name)) as f:
+                results.append(json.load(f))
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
     results.sort(key=lambda r: r["rank"])
     assert len(results) == nodes * per_node, p.stderr
     return results

@@ -53,7 +53,11 @@ def test_2x2_cluster_parallelizing_the_reference_model_matches_one_process():
 
 
 def _matches_reference(extra, tables=("lm.embedding", "lm.softmax")):
-    work = tempfile.mkdtemp(prefix="pxpy-lm-")
+    with tempfile.TemporaryDirectory(prefix="pxpy-lm-") as work:
+        _run_and_compare(work, extra, tables)
+
+
+def _run_and_compare(work, extra, tables):
     ref_json, px_json = os.path.join(work, "ref.json"), os.path.join(work, "px.json")
     ref = subprocess.run([sys.executable, TRAIN, "--reference", "4", "--json", ref_json, *ARGS],
                          env=_env(), capture_output=True, text=True, timeout=300)
