@@ -112,7 +112,8 @@ class Node:
         self.worker = subprocess.Popen(
             [PYTHON, os.path.join(ROOT, "tools", "lm", "train.py"), "--elastic", "--steps",
              str(args.steps), "--step-log", self.steps_path, "--json",
-             f"{scratch}/result.json", "--log-every", "100"],
+             f"{scratch}/result.json", "--log-every", "100",
+             *(["--global-batch", str(args.global_batch)] if args.global_batch else [])],
             env=env, stdout=open(f"{scratch}/{tag}.out", "w"),
             stderr=open(f"{scratch}/{tag}.err", "w"))
         self.killed = False
@@ -149,6 +150,9 @@ def main():
     parser.add_argument("--events", type=int, default=50)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--global-batch", type=int, default=48,
+                        help="sequences per step over all workers (train.py --global-batch; "
+                             "divides by 2, 3 and 4); 0: 16 per worker")
     parser.add_argument("--build", default="build")
     parser.add_argument("--daemon", help="parallaxd (default: BUILD/daemon/parallaxd)")
     parser.add_argument("--lib", help="libparallax.so.1 (default: BUILD's)")
@@ -264,7 +268,8 @@ def main():
         by_kind = {k: sum(1 for e in events if e["event"].startswith(k)) for k in KINDS}
         summary = {
             "scenario": "elastic_lm", "nodes": args.nodes, "min_nodes": args.min_nodes,
-            "steps": args.steps, "seed": args.seed, "events": len(events), "by_kind": by_kind,
+            "steps": args.steps, "global_batch": args.global_batch, "seed": args.seed,
+            "events": len(events), "by_kind": by_kind,
             "hangs": sum(1 for e in events if not e["recovered"]),
             "unaccounted": [e["event"] for e in events if not e["accounted"]],
             "daemon_crashes": crashes, "worker_failures": worker_failures,

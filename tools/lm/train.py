@@ -75,6 +75,11 @@ def parse_args():
     p.add_argument("--elastic", action="store_true",
                    help="train under parallax.elastic: survive lost and added nodes (the "
                         "sparse tables come back from the daemons' periodic checkpoints)")
+    p.add_argument("--global-batch", type=int, default=0, metavar="SEQUENCES",
+                   help="--elastic: sequences per step over the whole world, split evenly "
+                        "(it must divide by every world size the job runs at): step s then "
+                        "trains on the same data at every world size. Default: --batch per "
+                        "worker")
     p.add_argument("--step-log", default="", metavar="FILE",
                    help="--elastic: append each committed step's wall time, world size and "
                         "resets to FILE (one JSON line each)")
@@ -291,11 +296,18 @@ def run_elastic(args, cfg, corpus) -> None:
         optimizer = torch.optim.Adam(model.body.parameters(), lr=cfg.dense_lr)
         if state.optimizer is not None:
             optimizer.load_state_dict(state.optimizer)
-        streams = corpus_mod.streams(corpus.train, world.world_size * args.batch)
+        # A smaller world trains on fewer sequences a step, unless the global batch is fixed
+        # (as a Horovod elastic user scales the per-worker batch on a reset).
+        rows = args.global_batch or world.world_size * args.batch
+        if rows % world.world_size:
+            raise SystemExit(f"train.py: --global-batch {rows} does not divide by the world "
+                             f"size {world.world_size}")
+        per_worker = rows // world.world_size
+        streams = corpus_mod.streams(corpus.train, rows)
         loss_var = client.dense("lm.loss", 1, np.float64, op="mean")
         state.worlds = state.worlds + [world.world_size]
         while state.step < args.steps:
-            x, y = batch_at(streams, state.step, args.bptt, world.rank * args.batch, args.batch)
+            x, y = batch_at(streams, state.step, args.bptt, world.rank * per_worker, per_worker)
             optimizer.zero_grad()
             loss = model(x, y)
             loss.backward()
