@@ -149,7 +149,8 @@ class FabricEndpoint : public CollectiveTransport {
   std::string provider_name_;
   std::vector<fi_addr_t> peers_;
   std::vector<std::string> peer_addresses_;  // what peers_ were inserted from
-  int self_ = 0;
+  // Read by collectives on the pool while reset_peers() moves it on the loop thread.
+  std::atomic<int> self_{0};
   size_t max_posted_ = 256;
   size_t eager_limit_ = 0;
   uint64_t rxm_batch_bytes_ = 0;
