@@ -36,10 +36,11 @@
 //     The demo's language model on 2 nodes x 2 workers for 10,000 steps: every daemon's RSS
 //     and open fds at the end against their values at step 1,000 (target: within 2%).
 //
-//   px-bench faults [--json] [--faults 200] [--seed S] [--membership]
+//   px-bench faults [--json] [--faults 200] [--seed S] [--membership] [--partition]
 //     (tests/integration/fault_suite.cc) Randomized faults on a 3-node cluster running
 //     sparse and dense training (--membership: on a 3-member etcd it starts, with etcd
-//     members killed among the faults); every fault
+//     members killed among the faults; --partition: the same in network namespaces, with
+//     a node's link taken down and healed among them, as root); every fault
 //     must end in a clear error naming the right node and a re-formed cluster.
 //
 //   px-bench elastic-lm [--nodes 4] [--min-nodes 2] [--events 50]   (tools/bench/elastic_lm.py)
@@ -616,7 +617,7 @@ int main(int argc, char** argv) {
         "                     [--steps N] (tools/bench/dlrm.py --help)\n"
         "       px-bench soak [--json] [--steps 10000] [--sample-at 1000] [--every 250]\n"
         "                     (tools/bench/soak.py --help)\n"
-        "       px-bench faults [--json] [--faults 200] [--seed S] [--membership]\n"
+        "       px-bench faults [--json] [--faults 200] [--seed S] [--membership] [--partition]\n"
         "       px-bench elastic-lm [--nodes 4] [--min-nodes 2] [--events 50] [--steps N]\n"
         "                           (tools/bench/elastic_lm.py --help)\n"
         "       px-bench gpu [--json] [--daemon PATH] [--iterations N]\n");

@@ -11,8 +11,12 @@
 // found by what each daemon's log says it is, a stopped daemon is left out (its lease would
 // expire: a stopped coordinator is replaced and exits when it runs again, by design), and
 // one more fault kills an etcd member while the job runs (it must not notice; the member
-// is started again after).
-//   px_fault_suite [--faults N] [--seed S] [--membership]
+// is started again after). With --partition (implies --membership; needs root) each daemon
+// runs in a network namespace of its own and etcd in a fourth, and one more fault takes a
+// node's link down past the peer silence and its lease, then heals it: the job fails
+// naming it, and the cluster re-forms on all three (a cut-off coordinator finds another
+// elected and exits, by design; it is started again, as after a kill).
+//   px_fault_suite [--faults N] [--seed S] [--membership] [--partition]
 // The test suite runs a short count (tests/integration/CMakeLists.txt), `px-bench faults`
 // the full one.
 #include <signal.h>
@@ -30,6 +34,7 @@
 
 #include "tests/integration/etcd_cluster.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/netns_bridge.h"
 
 using namespace pxt;
 
@@ -45,10 +50,11 @@ enum Kind {
   kStopDaemon,
   kRestartAtOnce,
   kStray,
-  kKillEtcdMember
+  kKillEtcdMember,
+  kPartition
 };
 const char* kKindNames[] = {"kill_worker",     "kill_member",  "kill_coordinator", "stop_daemon",
-                            "restart_at_once", "stray_daemon", "kill_etcd_member"};
+                            "restart_at_once", "stray_daemon", "kill_etcd_member", "partition"};
 
 // The node index the daemon's log last says etcd assigned it; the slot itself in a static
 // cluster.
@@ -126,11 +132,13 @@ bool healthy(ClusterProcesses& cluster, const std::string& job) {
 int main(int argc, char** argv) {
   int faults = 6;
   unsigned seed = 20261123;
-  bool membership = false;
+  bool membership = false, partition = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--membership")
       membership = true;
+    else if (flag == "--partition")
+      membership = partition = true;
     else if (flag == "--faults" && i + 1 < argc)
       faults = atoi(argv[++i]);
     else if (flag == "--seed" && i + 1 < argc)
@@ -139,25 +147,48 @@ int main(int argc, char** argv) {
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
   auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<NetnsBridge> net;  // destroyed last: the processes in it go first
+  if (partition) {
+    std::string unavailable = NetnsBridge::unavailable();
+    if (!unavailable.empty()) {
+      printf("px_fault_suite --partition: skipped: %s\n", unavailable.c_str());
+      return 77;
+    }
+    net = std::make_unique<NetnsBridge>("pxf" + std::to_string(getpid()), kNodes + 1);
+  }
+  auto launcher = [&](int slot) { return net ? net->launcher(slot) : std::vector<std::string>{}; };
   std::unique_ptr<EtcdCluster> etcd;
-  const auto listens = ClusterProcesses::free_endpoints(kNodes);
+  std::vector<std::string> listens = ClusterProcesses::free_endpoints(kNodes);
+  if (net)
+    for (int slot = 0; slot < kNodes; ++slot)
+      listens[static_cast<size_t>(slot)] = net->address(slot) + ":7070";
   std::string url;
   if (membership) {
-    etcd = std::make_unique<EtcdCluster>("faults-" + std::to_string(getpid()), 3);
+    const std::string tag = "faults-" + std::to_string(getpid());
+    etcd = net ? std::make_unique<EtcdCluster>(tag, 3, net->address(kNodes), launcher(kNodes))
+               : std::make_unique<EtcdCluster>(tag, 3);
     url = "etcd://" + etcd->endpoints() + "/parallax-faults/" + std::to_string(getpid());
   }
   ClusterProcesses cluster = [&] {
     if (!membership)
       return ClusterProcesses("faults", kNodes, {"--peer-silence-ms", std::to_string(kSilenceMs)});
-    return ClusterProcesses("faults", kNodes, [&](int slot) {
-      return membership_args("faults", url, kNodes, listens[static_cast<size_t>(slot)], kSilenceMs);
-    });
+    return ClusterProcesses(
+        "faults", kNodes,
+        [&](int slot) {
+          auto args = membership_args("faults", url, kNodes, listens[static_cast<size_t>(slot)],
+                                      kSilenceMs);
+          // shm would cross the namespaces: a partition must cut the data plane too.
+          if (net) args.insert(args.end(), {"--fabric-provider", "tcp;ofi_rxm"});
+          return args;
+        },
+        launcher);
   }();
   // The kinds this run draws from, in the order the first faults cover them once.
   std::vector<Kind> kinds = {kKillWorker, kKillMember,    kKillCoordinator,
                              kStopDaemon, kRestartAtOnce, kStray};
   if (membership)
     kinds = {kKillWorker, kKillMember, kKillCoordinator, kKillEtcdMember, kRestartAtOnce, kStray};
+  if (partition) kinds.push_back(kPartition);
   const int kinds_count = static_cast<int>(kinds.size());
   Tally tally;
   for (int i = 0; i < faults; ++i) {
@@ -202,8 +233,16 @@ int main(int argc, char** argv) {
               membership ? listens[static_cast<size_t>(coordinator)] : cluster.endpoints()[0];
           auto args =
               ClusterProcesses::node_args("faults", {coordinator_at, cluster.endpoints()[1]}, 1);
-          DaemonProcess stray("faults-stray" + std::to_string(i), args, false);
+          DaemonProcess stray("faults-stray" + std::to_string(i), args, false, launcher(victim));
           stray_exit = stray.wait_exit(20000);
+          break;
+        }
+        case kPartition: {
+          // Past the peer silence and the lease (2 s): its peers lose it, etcd lets its key
+          // and, for a coordinator, the coordinator's key go.
+          net->set_link(victim, false);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2 * kSilenceMs + pick(2000)));
+          net->set_link(victim, true);
           break;
         }
         case kStopDaemon: {
@@ -232,10 +271,20 @@ int main(int argc, char** argv) {
     auto results = run_until_fault(cluster, job, sparse, ready.path(), env, inject);
     if (kind == kKillMember || kind == kKillCoordinator) cluster.restart(victim);
     if (kind == kKillEtcdMember) etcd->restart(etcd_victim);
-    if (daemon_down || kind == kStopDaemon) {
+    bool restarted = daemon_down;
+    if (kind == kPartition && victim == coordinator) {
+      // Healed, it finds another elected under a newer term and exits; started again, as
+      // systemd's Restart= would, it joins as a member.
+      cluster.node(victim).wait_exit(20000);
+      if (contains(cluster.node(victim).log(), "while this one could not renew its lease")) {
+        cluster.restart(victim);
+        restarted = true;
+      }
+    }
+    if (daemon_down || kind == kStopDaemon || kind == kPartition) {
       // A node was lost: wait until every daemon has re-formed (a restarted one formed).
       for (int node = 0; node < kNodes; ++node) {
-        bool fresh = daemon_down && node == victim;
+        bool fresh = restarted && node == victim;
         for (int waited = 0; waited < 30000; waited += 50) {
           std::string log = cluster.node(node).log();
           if (fresh ? contains(log, "ready: 3 nodes")
@@ -254,9 +303,10 @@ int main(int argc, char** argv) {
       if (r.exit_code == -1) {
         fail(tally, bad, what + ": node " + std::to_string(node) + "'s worker hung:\n" + r.output);
         ++tally.hangs;
-      } else if (node == victim && kind == kStopDaemon) {
-        // The stopped daemon's own worker hears, once it runs again, that its node (or, for
-        // the coordinator, the others) was lost.
+      } else if (node == victim && (kind == kStopDaemon || kind == kPartition)) {
+        // The stopped (or cut-off) daemon's own worker hears, once it runs again (or
+        // without waiting for the heal), that its node (or, for the coordinator, the
+        // others) was lost.
         if (r.exit_code != 0 || !contains(r.output, "LOST at step")) {
           fail(tally, bad, what + ": the stopped node's worker:\n" + r.output);
           ++tally.misnamed;
@@ -272,7 +322,7 @@ int main(int argc, char** argv) {
     if (kind == kStray && stray_exit != 1)
       fail(tally, bad, what + ": the stray daemon was not refused");
     for (int node = 0; node < kNodes; ++node) {
-      if (daemon_down && node == victim) continue;
+      if (restarted && node == victim) continue;
       if (!cluster.node(node).alive()) {
         fail(tally, bad,
              what + ": node " + std::to_string(node) + "'s daemon died:\n" +
@@ -294,8 +344,11 @@ int main(int argc, char** argv) {
       "\"ok\": %d, \"hangs\": %d, "
       "\"daemon_crashes\": %d, \"misnamed\": %d, \"failed_heals\": %d, \"seed\": %u, "
       "\"seconds\": %.1f, \"by_kind\": {",
-      membership ? "etcd" : "static", kNodes, tally.faults, tally.ok, tally.hangs, tally.crashes,
-      tally.misnamed, tally.failed_heals, seed, seconds);
+      partition    ? "etcd-netns"
+      : membership ? "etcd"
+                   : "static",
+      kNodes, tally.faults, tally.ok, tally.hangs, tally.crashes, tally.misnamed,
+      tally.failed_heals, seed, seconds);
   bool first = true;
   for (auto& [name, n] : tally.by_kind) {
     printf("%s\"%s\": %d", first ? "" : ", ", name.c_str(), n);
