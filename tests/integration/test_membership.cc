@@ -69,6 +69,19 @@ void check_one_coordinator_per_epoch(const std::string& logs, size_t epochs) {
   for (const auto& [epoch, who] : formers) CHECK_MESSAGE(who.size() == 1, "epoch " << epoch);
 }
 
+// Once all 3 daemons formed: the slot of the one that coordinates.
+int formed_coordinator(ClusterProcesses& cluster) {
+  int coordinator = -1;
+  for (int slot = 0; slot < 3; ++slot) {
+    CAPTURE(slot);
+    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
+                    cluster.node(slot).log());
+    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) coordinator = slot;
+  }
+  REQUIRE(coordinator >= 0);
+  return coordinator;
+}
+
 int assigned_index(const DaemonProcess& daemon) {
   auto found = matches(daemon.log(), "node index ([0-9]+) assigned by etcd");
   return found.size() == 1 ? std::stoi(found[0]) : -1;
@@ -206,14 +219,7 @@ TEST_CASE("membership/etcd: the survivors re-form without a lost node and take a
     args.insert(args.end(), {"--membership-min-nodes", "2"});
     return args;
   });
-  int coordinator = -1;
-  for (int slot = 0; slot < 3; ++slot) {
-    CAPTURE(slot);
-    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
-                    cluster.node(slot).log());
-    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) coordinator = slot;
-  }
-  REQUIRE(coordinator >= 0);
+  const int coordinator = formed_coordinator(cluster);
   const int member = (coordinator + 1) % 3, other = (coordinator + 2) % 3;
   const int member_index = assigned_index(cluster.node(member));
 
@@ -313,14 +319,7 @@ TEST_CASE("membership/etcd: a partition cuts off a member, then the coordinator,
         return args;
       },
       [&](int slot) { return net.launcher(slot); });
-  int coordinator = -1;
-  for (int slot = 0; slot < 3; ++slot) {
-    CAPTURE(slot);
-    REQUIRE_MESSAGE(log_says(cluster.node(slot), "ready: 3 nodes", 30000),
-                    cluster.node(slot).log());
-    if (contains(cluster.node(slot).log(), "waiting for 3 nodes")) coordinator = slot;
-  }
-  REQUIRE(coordinator >= 0);
+  const int coordinator = formed_coordinator(cluster);
   CHECK(all_ok(run_cluster_workers(cluster, "whole", 1, kSweep, 120000, kExact)));
   const std::string two = "re-formed under epoch [0-9]+: (2) of 3 nodes";
   const std::string three = "re-formed under epoch [0-9]+: (3) of 3 nodes";
