@@ -218,7 +218,7 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
     if (!number(2, 3600)) return false;
     c->membership_lease_s = static_cast<int64_t>(n);
   } else if (key == "membership_min_nodes") {
-    if (!number(2, 128)) return false;
+    if (!number(1, 128)) return false;
     c->membership_min_nodes = static_cast<int>(n);
   } else if (key == "fabric.provider")
     c->fabric_provider = value;

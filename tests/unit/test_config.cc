@@ -718,6 +718,10 @@ TEST_CASE("config: cross-field checks of finalize_config") {
     DaemonConfig survivors = parse({"--membership", "etcd://h:2379/p", "--node-count", "4",
                                     "--listen", "h:1", "--membership-min-nodes", "3"});
     CHECK(cluster_config(survivors).min_nodes == 3);
+    // One node may go on alone (an epoch of one); none is no cluster.
+    DaemonConfig alone = parse({"--membership", "etcd://h:2379/p", "--node-count", "2", "--listen",
+                                "h:1", "--membership-min-nodes", "1"});
+    CHECK(cluster_config(alone).min_nodes == 1);
     survivors.membership_min_nodes = 5;
     CHECK_FALSE(finalize_config(&survivors, &error));
     CHECK(contains(error, "membership_min_nodes (5) is more than node_count (4)"));

@@ -200,26 +200,29 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
         assert np.allclose(r["table"], expected_rows, rtol=0, atol=1e-3), (r["table"], after)
 
 
-def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path):
-    """3 nodes, membership_min_nodes 2: one lost for good, the other two re-form without
-    waiting for a replacement and the job goes on as a world of 2 from its last commit."""
+@pytest.mark.parametrize("nodes", [3, 2])
+def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path, nodes):
+    """`nodes` nodes, membership_min_nodes one fewer: one lost for good, the others re-form
+    without waiting for a replacement (with 2 nodes, the survivor goes on alone: an epoch of
+    one) and the job goes on as a world of nodes - 1 from its last commit."""
     name = f"survivors-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    listens = [f"127.0.0.1:{p}" for p in free_ports(nodes)]
     checkpoints = str(tmp_path / "checkpoints")
     os.makedirs(checkpoints)
-    daemons = [Daemon("--cluster", name, "--membership", url, "--node-count", "3",
-                      "--membership-min-nodes", "2", "--listen", listens[slot],
+    daemons = [Daemon("--cluster", name, "--membership", url, "--node-count", str(nodes),
+                      "--membership-min-nodes", str(nodes - 1), "--listen", listens[slot],
                       "--membership-lease-s", "2", "--peer-silence-ms", "6000",
                       "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
-               for slot in range(3)]
-    files = [str(tmp_path / f"progress{i}") for i in range(3)]
-    workers = [start_worker(daemons[i], name, files[i]) for i in range(3)]
+               for slot in range(nodes)]
+    files = [str(tmp_path / f"progress{i}") for i in range(nodes)]
+    workers = [start_worker(daemons[i], name, files[i]) for i in range(nodes)]
+    last = nodes - 1
     try:
-        wait_for_checkpoint_and_step(workers[2], files[2], checkpoints, 10)
-        lose_node(workers[2], daemons[2])
+        wait_for_checkpoint_and_step(workers[last], files[last], checkpoints, 10)
+        lose_node(workers[last], daemons[last])
         lost_at = progress(files[0])
-        results = results_of(workers[:2])
+        results = results_of(workers[:last])
     finally:
         stop_all(workers, daemons)
 
@@ -229,22 +232,26 @@ def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path):
     resumed, restored = runs[1]
     print(f"lost at step {lost_at}; resumed from step {resumed}; table restored at {restored}")
     assert 0 < restored <= resumed < STEPS, runs
-    # Steps up to the resumed one ran on 3 workers (ranks 0-2: 1 + 2 + 3), the rest on 2.
+    # Step s's gradient is s x (rank + 1): steps up to the resumed one summed over ranks
+    # 0..nodes-1, the rest over the survivors' ranks 0..nodes-2.
+    weight_before, weight_after = nodes * (nodes + 1) // 2, (nodes - 1) * nodes // 2
     before, after = range(1, resumed + 1), range(resumed + 1, STEPS + 1)
-    expected = -0.001 * (6 * sum(before) + 3 * sum(after))
-    expected_mean = -0.001 * (2 * sum(before) + 1.5 * sum(after))
+    expected = -0.001 * (weight_before * sum(before) + weight_after * sum(after))
+    expected_mean = -0.001 * (weight_before / nodes * sum(before) +
+                              weight_after / (nodes - 1) * sum(after))
     for r in results:
         assert r["runs"] == runs, (r["runs"], runs)
         assert r["step"] == STEPS and r["resets"] == 1, r["stderr"]
-        assert r["worlds"] == [3, 2], r
+        assert r["worlds"] == [nodes, nodes - 1], r
         assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in r["stderr"]
         assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
         assert np.allclose(r["mean_params"], expected_mean, rtol=0, atol=1e-9), \
             (r["mean_params"][0], expected_mean)
         # The table, resharded over the survivors from the checkpoint: the push steps up to
-        # it (3 workers), then those from the resumed step on (2); the ones between are lost.
-        weights = {s: 6 for s in range(1, restored + 1)}
-        weights.update({s: 3 for s in after})
+        # it (every worker), then those from the resumed step on (the survivors); the ones
+        # between are lost.
+        weights = {s: weight_before for s in range(1, restored + 1)}
+        weights.update({s: weight_after for s in after})
         assert np.allclose(r["table"], expected_table(weights), rtol=0, atol=1e-3), \
             (r["table"], runs)
 
