@@ -36,14 +36,20 @@ class Daemon:
     it must exit with 0 (a crash or a hang on the way out fails the test), unless the test
     SIGKILLed it itself."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, wait: bool = True):
+        """wait: until its socket exists (False: a daemon that waits for something first,
+        such as a spare for a node index; wait_started() then)."""
         self.dir = tempfile.mkdtemp(prefix="pxpy-")
         self.socket = os.path.join(self.dir, "parallaxd.sock")
         self.log = open(os.path.join(self.dir, "parallaxd.log"), "w+")
         self.proc = subprocess.Popen([_require("PARALLAXD"), "--foreground", "--socket",
                                       self.socket, "--log-level", "warn", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
+        if wait:
+            self.wait_started(20)
+
+    def wait_started(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"parallaxd did not start: {self.log_text()}")

@@ -1,6 +1,7 @@
 """parallax.elastic with real daemons whose membership is on a real etcd (Debian's
 etcd-server, started here): a node lost mid-training (its daemon and its worker killed),
-a daemon and a worker started in its place, and the job goes on from its last commit to
+a spare daemon (started beyond node_count, waiting for an index) takes its place with a new
+worker, and the job goes on from its last commit to
 the very parameters an undisturbed run reaches; its sparse table comes back from the
 newest periodic checkpoint, missing exactly the push steps since that checkpoint. With
 membership_min_nodes below the node count, the survivors go on alone: sums and means over
@@ -145,29 +146,40 @@ def expected_table(weights: dict) -> np.ndarray:
 
 
 def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
+    """Two nodes and a spare daemon (beyond node_count, it waits for an index): node 1 lost,
+    the spare takes its index once its lease expires, and a worker started on it goes on
+    with the survivor."""
     name = f"elastic-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(2)]
+    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
 
     checkpoints = str(tmp_path / "checkpoints")
     os.makedirs(checkpoints)
 
-    def start_daemon(slot: int) -> Daemon:
+    def start_daemon(slot: int, wait: bool = True) -> Daemon:
         return Daemon("--cluster", name, "--membership", url, "--node-count", "2", "--listen",
                       listens[slot], "--membership-lease-s", "2", "--peer-silence-ms", "6000",
-                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1",
+                      wait=wait)
 
     daemons = [start_daemon(0), start_daemon(1)]
     files = [str(tmp_path / f"progress{i}") for i in range(3)]
     workers = [start_worker(daemons[0], name, files[0]), start_worker(daemons[1], name, files[1])]
     try:
+        # The spare: every index is held, so it waits (and serves no worker yet).
+        daemons.append(start_daemon(2, wait=False))
+        deadline = time.monotonic() + 20
+        while "node indices under" not in daemons[2].log_text():
+            assert daemons[2].proc.poll() is None and time.monotonic() < deadline, \
+                daemons[2].log_text()
+            time.sleep(0.05)
         # Step 10 at least, and a periodic checkpoint of the table to come back from.
         wait_for_checkpoint_and_step(workers[1], files[1], checkpoints, 10)
         lose_node(workers[1], daemons[1])
         lost_at = progress(files[0])
-        # Its replacement: a daemon on the same address (it takes the freed index once the
-        # lost one's lease expires) and a worker that starts from the synced state.
-        daemons.append(start_daemon(1))
+        # The spare takes the freed index once the lost one's lease expires; a worker on it
+        # starts from the synced state.
+        daemons[2].wait_started(30)
         workers.append(start_worker(daemons[2], name, files[2]))
         results = results_of([workers[0], workers[2]])
     finally:
