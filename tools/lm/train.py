@@ -85,7 +85,13 @@ def parse_args():
                         "resets to FILE (one JSON line each)")
     # Tokenised once per machine; bump the suffix when corpus.py changes what it makes.
     p.add_argument("--cache", default="/tmp/parallax-kjv-corpus-v1.pt")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.global_batch < 0:
+        p.error(f"--global-batch: {args.global_batch} is not a number of sequences (0 or more)")
+    for flag, value in (("--global-batch", args.global_batch), ("--step-log", args.step_log)):
+        if value and not args.elastic:
+            p.error(f"{flag} applies to --elastic runs only")
+    return args
 
 
 def batches(ids: torch.Tensor, rows: int, bptt: int, first_row: int, count: int):
