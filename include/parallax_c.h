@@ -55,8 +55,8 @@ extern "C" {
  * table groups (px_register_sparse_group, px_pull_rows_group, px_prefetch_rows_group,
  * px_push_rows_group); 1.13: px_dense_options, px_register_dense_ex (a 16-bit wire for
  * dense allreduce); 1.14: px_sparse_options.cache_rows and cache_staleness (a hot-row cache
- * for PX_BOUNDED tables), px_var_stats' cache counters */
-#define PX_ABI_VERSION_MINOR 14
+ * for PX_BOUNDED tables), px_var_stats' cache counters; 1.15: PX_ERR_MEMBERSHIP */
+#define PX_ABI_VERSION_MINOR 15
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -79,6 +79,11 @@ typedef enum px_status {
   PX_ERR_INTERNAL = 13,        /* a bug: please report it with the daemon's log */
   PX_ERR_PERMISSION = 14,      /* the daemon refused this process's credentials */
   PX_ERR_CANCELLED = 15,       /* (1.3) px_request_cancel, or freed/disconnected during a wait */
+  /* (1.15) membership on etcd: nodes joined the cluster, which re-formed under a new epoch,
+   * so this run of the job ended on every node (nothing was lost). Connect again as a new
+   * run of the job and re-read px_world. A node lost is PX_ERR_PEER_LOST, as in a static
+   * cluster. A client older than 1.15 is told PX_ERR_PEER_LOST instead. */
+  PX_ERR_MEMBERSHIP = 16,
   PX_STATUS_FORCE_32BIT = 0x7fffffff
 } px_status;
 

@@ -104,6 +104,8 @@ PX_API const char* px_strerror(px_status status) {
       return "permission denied";
     case PX_ERR_CANCELLED:
       return "cancelled";
+    case PX_ERR_MEMBERSHIP:
+      return "the cluster's membership changed";
     case PX_STATUS_FORCE_32BIT:
       break;
   }
@@ -131,6 +133,7 @@ PX_API const char* px_status_name(px_status status) {
     PX_NAME(PX_ERR_INTERNAL)
     PX_NAME(PX_ERR_PERMISSION)
     PX_NAME(PX_ERR_CANCELLED)
+    PX_NAME(PX_ERR_MEMBERSHIP)
 #undef PX_NAME
     case PX_STATUS_FORCE_32BIT:
       break;

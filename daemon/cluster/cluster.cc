@@ -352,10 +352,17 @@ void Cluster::member_handle(Envelope::Reader envelope) {
         for (int node : roster)
           if (std::find(roster_.begin(), roster_.end(), node) == roster_.end())
             joined += (joined.empty() ? "" : ", ") + node_label(node);
-        events_.node_lost(-1, "cluster '" + config_.cluster + "' re-forms on " +
-                                  std::to_string(roster.size()) + " nodes" +
-                                  (joined.empty() ? "" : " (" + joined + " joined)") +
-                                  ": every job of epoch " + std::to_string(epoch_) + " ends");
+        bool none_gone = std::all_of(roster_.begin(), roster_.end(), [&](int node) {
+          return std::find(roster.begin(), roster.end(), node) != roster.end();
+        });
+        std::string why = "cluster '" + config_.cluster + "' re-forms on " +
+                          std::to_string(roster.size()) + " nodes" +
+                          (joined.empty() ? "" : " (" + joined + " joined)") +
+                          ": every job of epoch " + std::to_string(epoch_) + " ends";
+        if (none_gone && !joined.empty() && events_.nodes_joined)
+          events_.nodes_joined(why);  // PX_ERR_MEMBERSHIP: the jobs' workers connect again
+        else
+          events_.node_lost(-1, why);
       }
       if (reform ? !fabric_.reset_peers(addresses, rank, &error)
                  : !fabric_.set_peers(addresses, rank, &error))

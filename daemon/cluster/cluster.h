@@ -37,6 +37,9 @@ class Cluster {
     std::function<void(const std::string& job, const std::string& var, const std::string& why)>
         var_mismatch;
     std::function<void(int node, const std::string& why)> node_lost;
+    // The cluster re-forms with nodes that joined and none gone (membership on etcd): every
+    // job of the earlier epoch ends, as on a loss, but nothing was lost.
+    std::function<void(const std::string& why)> nodes_joined;
     // Another node's part of a started job broke (relayed by the coordinator); clean: one of
     // its workers left with px_disconnect.
     std::function<void(const std::string& job, uint32_t barrier_id, int node,

@@ -181,7 +181,13 @@ class Job {
   // The cluster epoch the run started in (Cluster::epoch); 0 on a single node.
   uint64_t epoch() const { return epoch_; }
   void set_epoch(uint64_t epoch) { epoch_ = epoch; }
-  void mark_broken(std::string why) { broken_ = std::move(why); }
+  // status: what its workers are told, PX_ERR_PEER_LOST unless nodes joined the cluster
+  // (PX_ERR_MEMBERSHIP; a session maps a PX_ERR_PEER_LOST of the job's steps to it).
+  void mark_broken(std::string why, px_status status = PX_ERR_PEER_LOST) {
+    broken_ = std::move(why);
+    broken_status_ = status;
+  }
+  px_status broken_status() const { return broken_status_; }
   // Non-empty once a worker of the started job left with px_disconnect (here or on another
   // node): steps that need it fail (see needs_departed), the rest goes on.
   const std::string& departed() const { return departed_; }
@@ -219,6 +225,7 @@ class Job {
   int local_size_;
   bool ready_ = false;
   std::string broken_;
+  px_status broken_status_ = PX_ERR_PEER_LOST;
   std::string departed_;
   bool departed_here_ = false;
   JobWorld world_;

@@ -207,6 +207,7 @@ bool Server::start_cluster(std::string* error) {
     if (cluster_broken_.empty()) lost_node_ = node;
     on_node_lost(why);
   };
+  events.nodes_joined = [this](const std::string& why) { on_node_lost(why, PX_ERR_MEMBERSHIP); };
   events.job_broken = [this](const std::string& name, uint32_t barrier_id, int node,
                              const std::string& why, bool clean) {
     auto it = jobs_.find(name);
@@ -262,26 +263,31 @@ void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other
   if (cluster_) cluster_->register_var(job.name(), var.name, other);
 }
 
-void Server::on_node_lost(const std::string& why) {
+void Server::on_node_lost(const std::string& why, px_status status) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;
   PX_LOG_ERROR_AT(peer_fields(lost_node_),
                   "%s; every job on this node fails; new jobs wait until the node is back and the "
                   "cluster re-forms",
                   why.c_str());
+  // Marked before the fabric fails their transfers, so that every step they fail is told
+  // with the job's status (sessions map it), whichever path fails it first.
+  std::vector<std::shared_ptr<Job>> breaking;
+  for (auto& [name, job] : jobs_)
+    if (job->broken().empty()) {
+      job->mark_broken(why, status);
+      breaking.push_back(job);
+    }
   if (fabric_) fabric_->fail_all(why);
   // No JobEnd will come; fail_all cancelled their receives.
   for (auto& [id, job] : ended_here_) free_job_state(*job);
   ended_here_.clear();
-  for (auto& [name, job] : jobs_) {
-    if (!job->broken().empty()) continue;
-    break_job(*job, why, Break::kNodeLost);
-  }
+  for (auto& job : breaking) break_job(*job, why, Break::kNodeLost, status);
 }
 
-void Server::break_job(Job& job, const std::string& why, Break how) {
-  job.mark_broken(why);
-  scheduler_.fail_job(job, PX_ERR_PEER_LOST, why);
+void Server::break_job(Job& job, const std::string& why, Break how, px_status status) {
+  job.mark_broken(why, status);
+  scheduler_.fail_job(job, status, why);
   if (how == Break::kFailure) stop_job_traffic(job, why);
   // Steps waiting for the nodes to agree on a variable see the broken job and fail.
   for (auto& var : job.variables()) {
@@ -296,8 +302,8 @@ void Server::break_job(Job& job, const std::string& why, Break how) {
   for (auto& member : job.members())  // join_job puts only sessions there
     if (member) waiting.push_back(std::static_pointer_cast<Session>(member));
   if (!waiting.empty())
-    post([waiting, why] {
-      for (auto& session : waiting) session->fail_waiting(PX_ERR_PEER_LOST, why);
+    post([waiting, why, status] {
+      for (auto& session : waiting) session->fail_waiting(status, why);
     });
 }
 

@@ -101,12 +101,13 @@ class Server {
   bool start_cluster(std::string* error);
   void job_complete_locally(const std::shared_ptr<Job>& job);
   void activate(const std::shared_ptr<Job>& job);
-  void on_node_lost(const std::string& why);  // why names the node
+  // why names the node; status: PX_ERR_MEMBERSHIP when nodes joined (none was lost).
+  void on_node_lost(const std::string& why, px_status status = PX_ERR_PEER_LOST);
   // Fails every operation of a started job, pending or in flight. kFailure (a worker died,
   // a step failed): the job's messages on the fabric stop too (peers may never send what
   // they wait for). kNodeLost: fail_all stopped the fabric already.
   enum class Break { kFailure, kNodeLost };
-  void break_job(Job& job, const std::string& why, Break how);
+  void break_job(Job& job, const std::string& why, Break how, px_status status = PX_ERR_PEER_LOST);
   // A worker of a started job left with px_disconnect, on this node (here) or another: see
   // the .cc for what fails and what goes on.
   void worker_left(Job& job, const std::string& why, bool here);

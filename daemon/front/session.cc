@@ -137,11 +137,18 @@ void Session::flush_output() {
   if (!closed()) update_socket_poll();
 }
 
+px_status Session::to_client(px_status status) const {
+  constexpr uint32_t kMembershipMinor = 15;  // the ABI minor that added PX_ERR_MEMBERSHIP
+  if (status == PX_ERR_PEER_LOST && job_ && !job_->broken().empty()) status = job_->broken_status();
+  if (status == PX_ERR_MEMBERSHIP && client_minor_ < kMembershipMinor) status = PX_ERR_PEER_LOST;
+  return status;
+}
+
 void Session::refuse(px_status status, const std::string& message) {
   flatbuffers::FlatBufferBuilder b;
   auto text = b.CreateString(message);
   control::HelloReplyBuilder reply(b);
-  reply.add_status(status);
+  reply.add_status(to_client(status));
   reply.add_message(text);
   reply.add_daemon_abi_version(PX_ABI_VERSION);
   auto body = reply.Finish();
@@ -220,6 +227,7 @@ void Session::handle_hello(const control::Hello& hello) {
     PX_LOG_WARN_AT(log_fields(), "refusing pid %d: %s", static_cast<int>(pid_), message.c_str());
     return refuse(PX_ERR_VERSION, message);
   }
+  client_minor_ = client_abi & 0xffff;
   std::string job = hello.job() ? hello.job()->str() : "";
   if (job.empty() || job.size() > kMaxNameBytes)
     return refuse(PX_ERR_INVALID, "job name must have 1 to 255 bytes");
@@ -312,7 +320,7 @@ void Session::activate() {
 void Session::reply_register(px_status status, const std::string& message, uint32_t var_id) {
   flatbuffers::FlatBufferBuilder b;
   auto text = b.CreateString(message);
-  auto body = control::CreateRegisterReply(b, status, text, var_id);
+  auto body = control::CreateRegisterReply(b, to_client(status), text, var_id);
   send_frame(finish_frame(b, control::Body::RegisterReply, body.Union()));
 }
 
@@ -547,7 +555,7 @@ void Session::handle_checkpoint(const control::Checkpoint& request) {
     if (self->closed()) return;
     flatbuffers::FlatBufferBuilder b;
     auto text = b.CreateString(message);
-    auto body = control::CreateCheckpointReply(b, status, text);
+    auto body = control::CreateCheckpointReply(b, self->to_client(status), text);
     self->send_frame(finish_frame(b, control::Body::CheckpointReply, body.Union()));
   };
   if (dir.empty() || dir.size() > 4000 || dir.find('\0') != std::string::npos)
@@ -666,7 +674,8 @@ void Session::handle_set_sparse_lr(const control::SetSparseLr& request) {
     }
   }
   flatbuffers::FlatBufferBuilder b;
-  auto body = control::CreateSetSparseLrReply(b, status, why.empty() ? 0 : b.CreateString(why));
+  auto body =
+      control::CreateSetSparseLrReply(b, to_client(status), why.empty() ? 0 : b.CreateString(why));
   send_frame(finish_frame(b, control::Body::SetSparseLrReply, body.Union()));
 }
 
@@ -759,7 +768,7 @@ void Session::complete(uint64_t request_id, px_status status, const std::string&
   server_.observer().request_completed(status);
   CompletionEntry entry{};
   entry.request_id = request_id;
-  entry.status = status;
+  entry.status = to_client(status);
   if (status != PX_OK) {
     size_t n = std::min(message.size(), kCompletionMessageBytes - 1);
     std::memcpy(entry.message, message.data(), n);

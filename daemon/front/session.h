@@ -44,6 +44,10 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   void fail_waiting(px_status status, const std::string& message);
   // Queues a completion for the client and rings its doorbell if it sleeps.
   void complete(uint64_t request_id, px_status status, const std::string& message) override;
+  // The status this worker is told: a PX_ERR_PEER_LOST of a job that nodes joining ended is
+  // PX_ERR_MEMBERSHIP (whichever path failed the step), and a client older than ABI 1.15
+  // (which does not know that status) is told PX_ERR_PEER_LOST.
+  px_status to_client(px_status status) const;
 
   uint64_t id() const { return id_; }
   pid_t pid() const { return pid_; }
@@ -117,6 +121,7 @@ class Session : public Completer, public std::enable_shared_from_this<Session> {
   std::string output_;
 
   std::shared_ptr<Job> job_;
+  uint32_t client_minor_ = 0;  // the client's ABI minor version (Hello)
   int local_rank_ = -1;
   std::string job_name_;
   SharedArena arena_;

@@ -36,6 +36,7 @@ const char* status_label(size_t slot) {
                                                    "PX_ERR_INTERNAL",
                                                    "PX_ERR_PERMISSION",
                                                    "PX_ERR_CANCELLED",
+                                                   "PX_ERR_MEMBERSHIP",
                                                    "PX_STATUS_UNKNOWN"};
   return kNames[std::min(slot, kStatusSlots - 1)];
 }

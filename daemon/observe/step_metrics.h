@@ -49,8 +49,8 @@ struct NamePairLess {
   }
 };
 
-// px_status values 0..15 and one slot for anything else.
-constexpr size_t kStatusSlots = 17;
+// px_status values 0..16 and one slot for anything else.
+constexpr size_t kStatusSlots = 18;
 const char* status_label(size_t slot);  // "PX_ERR_TIMEOUT", ...; the last: "PX_STATUS_UNKNOWN"
 
 class StepMetrics {

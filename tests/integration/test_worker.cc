@@ -365,13 +365,14 @@ int scenario_world(px_client* c) {
   return 0;
 }
 
-// until-lost [--sparse]: steps (allreduces, or pull + push of a sparse table) until one
-// fails; it must fail with PX_ERR_PEER_LOST (a daemon of the cluster is killed meanwhile by
-// the harness).
+// until-lost [--sparse] [--joined]: steps (allreduces, or pull + push of a sparse table)
+// until one fails; it must fail with PX_ERR_PEER_LOST (a daemon of the cluster is killed
+// meanwhile by the harness), or with --joined PX_ERR_MEMBERSHIP (a node joins; an ABI 1.14
+// client, PX_TEST_OLD_ABI_SOCKET, is told PX_ERR_PEER_LOST).
 // With PX_TEST_KILL_RANK=r and PX_TEST_KILL_STEP=s, the worker of global rank r kills
 // itself (SIGKILL, no goodbye) at step s instead: the others must then fail. With
 // PX_TEST_VANISH_NODE=k (netns clusters), node k's link goes down at step s instead.
-int scenario_until_lost(px_client* c, bool sparse, bool auto_route) {
+int scenario_until_lost(px_client* c, bool sparse, bool auto_route, bool joined) {
   int kill_rank = getenv("PX_TEST_KILL_RANK") ? atoi(getenv("PX_TEST_KILL_RANK")) : -1;
   int kill_step = getenv("PX_TEST_KILL_STEP") ? atoi(getenv("PX_TEST_KILL_STEP")) : -1;
   int vanish_node = getenv("PX_TEST_VANISH_NODE") ? atoi(getenv("PX_TEST_VANISH_NODE")) : -1;
@@ -426,7 +427,12 @@ int scenario_until_lost(px_client* c, bool sparse, bool auto_route) {
       std::fill(buf.begin(), buf.end(), 1.0f);
       continue;
     }
-    expect_status(s, PX_ERR_PEER_LOST, "a step while a node dies");
+    if (joined && test_abi_minor() >= 15)
+      expect_status(s, PX_ERR_MEMBERSHIP, "a step while a node joins");
+    else
+      expect_status(
+          s, PX_ERR_PEER_LOST,
+          joined ? "a step while a node joins (an ABI 1.14 client)" : "a step while a node dies");
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - t0);
     printf("LOST at step %d after %lld ms: %s\n", step, static_cast<long long>(waited.count()),
@@ -545,8 +551,9 @@ const std::vector<ScenarioSpec> kScenarios = {
     {"barriers", {"count:n"}, {}, "barriers in a row"},
     {"until-lost",
      {},
-     {"sparse", "auto-route"},
-     "steps until a node is lost (PX_TEST_KILL_*, _VANISH_NODE; --auto-route: PX_ROUTE_AUTO)"},
+     {"sparse", "auto-route", "joined"},
+     "steps until a node is lost (PX_TEST_KILL_*, _VANISH_NODE; --auto-route: PX_ROUTE_AUTO; "
+     "--joined: until a node joins)"},
     {"crash", {}, {}, "rank 1 kills itself mid-step; rank 0 sees PX_ERR_PEER_LOST"},
     {"mismatch", {}, {}, "one variable registered with two dtypes"},
     {"timeout", {}, {}, "a wait past its deadline, then normal steps"},
@@ -639,7 +646,7 @@ int main(int argc, char** argv) {
   else if (scenario == "world")
     rc = scenario_world(c);
   else if (scenario == "until-lost")
-    rc = scenario_until_lost(c, flags.on("sparse"), flags.on("auto-route"));
+    rc = scenario_until_lost(c, flags.on("sparse"), flags.on("auto-route"), flags.on("joined"));
   else if (scenario == "steady")
     rc = scenario_steady(c, flags.str("dir"));
   else if (scenario == "cluster-mismatch")

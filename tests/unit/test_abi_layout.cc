@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 14u), "ABI 1.14");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 15u), "ABI 1.15");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -43,7 +43,8 @@ static_assert(PX_OK == 0 && PX_ERR_INVALID == 1 && PX_ERR_VERSION == 2 && PX_ERR
               PX_ERR_TIMEOUT == 4 && PX_ERR_PEER_LOST == 5 && PX_ERR_MISMATCH == 6 &&
               PX_ERR_NOT_FOUND == 7 && PX_ERR_NO_MEMORY == 8 && PX_ERR_BUSY == 9 &&
               PX_ERR_PROTOCOL == 10 && PX_ERR_INDEX == 11 && PX_ERR_NOT_IMPLEMENTED == 12 &&
-              PX_ERR_INTERNAL == 13 && PX_ERR_PERMISSION == 14 && PX_ERR_CANCELLED == 15);
+              PX_ERR_INTERNAL == 13 && PX_ERR_PERMISSION == 14 && PX_ERR_CANCELLED == 15 &&
+              PX_ERR_MEMBERSHIP == 16);
 
 static_assert(sizeof(px_connect_options) == 56);
 static_assert(offsetof(px_connect_options, abi_version) == 4);
@@ -128,7 +129,7 @@ TEST_CASE("abi layout: the *_init functions fill struct_size and the documented 
   CHECK(o.stream == nullptr);
   CHECK(o.root == 0);
   CHECK(px_abi_version() == PX_ABI_VERSION);
-  for (int s = 0; s <= PX_ERR_CANCELLED; ++s) {
+  for (int s = 0; s <= PX_ERR_MEMBERSHIP; ++s) {
     std::string name = px_status_name(static_cast<px_status>(s));
     CHECK(name.rfind("PX_", 0) == 0);
     CHECK(name != "PX_STATUS_UNKNOWN");

@@ -13,9 +13,9 @@ from ._lib import ABI_MAJOR, ABI_MINOR, library_path
 from ._version import __version__
 from .client import ArenaMemory, Client, World, resolve_settings
 from .errors import (Busy, Cancelled, ConnectError, DeadlineExceeded, InternalError,
-                     InvalidArgument, Mismatch, NotFound, NotImplementedInParallax,
-                     OutOfMemory, ParallaxError, PeerLost, PermissionDenied, ProtocolError,
-                     RowIndexError, VersionMismatch)
+                     InvalidArgument, MembershipChanged, Mismatch, NotFound,
+                     NotImplementedInParallax, OutOfMemory, ParallaxError, PeerLost,
+                     PermissionDenied, ProtocolError, RowIndexError, VersionMismatch)
 from .request import Request, wait_all
 from .variables import DenseVariable, SparseGroup, SparseTable, SparseVariable, Stats
 
@@ -30,5 +30,5 @@ __all__ = [
     "ParallaxError", "InvalidArgument", "VersionMismatch", "ConnectError", "DeadlineExceeded",
     "PeerLost", "Mismatch", "NotFound", "OutOfMemory", "Busy", "ProtocolError",
     "RowIndexError", "NotImplementedInParallax", "InternalError", "PermissionDenied",
-    "Cancelled",
+    "Cancelled", "MembershipChanged",
 ]

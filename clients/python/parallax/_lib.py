@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 14
+ABI_MINOR = 15
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -40,6 +40,7 @@ ERR_NOT_IMPLEMENTED = 12
 ERR_INTERNAL = 13
 ERR_PERMISSION = 14
 ERR_CANCELLED = 15
+ERR_MEMBERSHIP = 16
 
 # px_dtype
 F32, F64, F16, BF16, I32, I64 = range(6)

@@ -19,8 +19,8 @@
 
 `run` connects a `Client` (settings from the environment, as `Client()` takes them),
 brings every worker to the same state (`State.sync`) and calls the function. When a node
-is lost mid-run (`PeerLost`: a worker, a daemon or a whole node gone) it closes the
-client, puts the state back to its last `commit()`, connects again (a new run of the same
+is lost mid-run (`PeerLost`: a worker, a daemon or a whole node gone), or nodes join
+(`MembershipChanged`), it closes the client, puts the state back to its last `commit()`, connects again (a new run of the same
 job, which starts once the cluster has re-formed: with membership on etcd a daemon started
 in the lost one's place takes its index, or with membership_min_nodes the survivors
 re-form without it; docs/elastic.md), syncs and calls the function again. A worker started in a lost one's place runs the same script: `sync` gives it the
@@ -44,7 +44,7 @@ import time
 from typing import Any, Callable, Optional
 
 from .client import Client
-from .errors import ConnectError, DeadlineExceeded, PeerLost
+from .errors import ConnectError, DeadlineExceeded, MembershipChanged, PeerLost
 
 import numpy as np
 
@@ -53,8 +53,8 @@ __all__ = ["State", "run", "RESET_ERRORS"]
 # What ends a run and starts a reset: a lost worker, daemon or node (this node's daemon gone
 # may read as a failed connection). A failed connect or a deadline while the job re-forms
 # is retried within reset_timeout.
-RESET_ERRORS = (PeerLost, ConnectError)
-_RETRY_ERRORS = (PeerLost, ConnectError, DeadlineExceeded)
+RESET_ERRORS = (PeerLost, MembershipChanged, ConnectError)
+_RETRY_ERRORS = (PeerLost, MembershipChanged, ConnectError, DeadlineExceeded)
 
 
 class State:

@@ -46,6 +46,11 @@ class PeerLost(ParallaxError, ConnectionError):
     """PX_ERR_PEER_LOST: another worker, node or this node's daemon is gone."""
 
 
+class MembershipChanged(ParallaxError):
+    """PX_ERR_MEMBERSHIP: nodes joined the cluster (membership on etcd), so this run of the
+    job ended; connect again and re-read the world (parallax.elastic.run does both)."""
+
+
 class Mismatch(ParallaxError, ValueError):
     """PX_ERR_MISMATCH: the variable was registered elsewhere with another shape/type/op."""
 
@@ -93,7 +98,7 @@ _BY_STATUS = {
     _lib.ERR_NO_MEMORY: OutOfMemory, _lib.ERR_BUSY: Busy, _lib.ERR_PROTOCOL: ProtocolError,
     _lib.ERR_INDEX: RowIndexError, _lib.ERR_NOT_IMPLEMENTED: NotImplementedInParallax,
     _lib.ERR_INTERNAL: InternalError, _lib.ERR_PERMISSION: PermissionDenied,
-    _lib.ERR_CANCELLED: Cancelled,
+    _lib.ERR_CANCELLED: Cancelled, _lib.ERR_MEMBERSHIP: MembershipChanged,
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -87,10 +88,10 @@ def etcd():
     e.stop()
 
 
-def start_worker(daemon: Daemon, job: str, progress: str) -> subprocess.Popen:
+def start_worker(daemon: Daemon, job: str, progress: str, steps: int = STEPS) -> subprocess.Popen:
     env = daemon.env(job)
     env.update(PARALLAX_LOCAL_RANK="0", PARALLAX_LOCAL_SIZE="1")
-    return subprocess.Popen([PYTHON, WORKER, str(STEPS), progress], env=env, text=True,
+    return subprocess.Popen([PYTHON, WORKER, str(steps), progress], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -266,6 +267,78 @@ def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path, nod
         weights.update({s: weight_after for s in after})
         assert np.allclose(r["table"], expected_table(weights), rtol=0, atol=1e-3), \
             (r["table"], runs)
+
+
+def wait_for_progress(worker, progress_file: str, step: int) -> None:
+    deadline = time.monotonic() + 60
+    while progress(progress_file) < step:
+        assert time.monotonic() < deadline, worker.stderr.read() if worker.poll() \
+            is not None else "no progress"
+        time.sleep(0.05)
+
+
+def test_elastic_job_resets_with_membership_changed_when_a_node_joins(etcd, tmp_path):
+    """3 nodes, membership_min_nodes 2: one lost (PX_ERR_PEER_LOST), the two go on; a daemon
+    started takes the free index, the cluster re-forms on three, and the two survivors'
+    run ends with PX_ERR_MEMBERSHIP (nothing lost): they reset again, and a worker on the
+    new node joins them from the synced state."""
+    steps = 200
+    name = f"joins-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
+    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    checkpoints = str(tmp_path / "checkpoints")
+    os.makedirs(checkpoints)
+
+    def start_daemon(slot: int) -> Daemon:
+        return Daemon("--cluster", name, "--membership", url, "--node-count", "3",
+                      "--membership-min-nodes", "2", "--listen", listens[slot],
+                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
+                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+
+    daemons = [start_daemon(slot) for slot in range(3)]
+    files = [str(tmp_path / f"progress{i}") for i in range(4)]
+    workers = [start_worker(daemons[i], name, files[i], steps) for i in range(3)]
+    try:
+        wait_for_checkpoint_and_step(workers[2], files[2], checkpoints, 10)
+        lose_node(workers[2], daemons[2])
+        lost_at = progress(files[0])
+        # Training again on two (steps past the loss are committed only after the re-form).
+        wait_for_progress(workers[0], files[0], lost_at + 5)
+        joined_at = progress(files[0])
+        daemons.append(start_daemon(2))
+        workers.append(start_worker(daemons[3], name, files[3], steps))
+        results = results_of([workers[0], workers[1], workers[3]])
+    finally:
+        stop_all(workers, daemons)
+
+    assert joined_at < steps, "the job ended before the join: make it longer"
+    survivors, newcomer = results[:2], results[2]
+    runs = survivors[0]["runs"]
+    assert len(runs) == 3 and runs[0] == [0, 0], runs
+    first_resume, second_resume = runs[1][0], runs[2][0]
+    print(f"lost at {lost_at}, resumed from {first_resume}; joined at {joined_at}, resumed "
+          f"from {second_resume}")
+    assert 0 < first_resume <= second_resume < steps, runs
+    # Ranks 0-2 (1 + 2 + 3) up to the first resume, 0-1 (1 + 2) to the second, 0-2 after.
+    phases = [(range(1, first_resume + 1), 6, 3),
+              (range(first_resume + 1, second_resume + 1), 3, 2),
+              (range(second_resume + 1, steps + 1), 6, 3)]
+    expected = -0.001 * sum(weight * sum(r) for r, weight, _ in phases)
+    expected_mean = -0.001 * sum(weight / n * sum(r) for r, weight, n in phases)
+    for r in survivors:
+        assert r["runs"] == runs, (r["runs"], runs)
+        assert r["step"] == steps and r["resets"] == 2, r["stderr"]
+        assert r["worlds"] == [3, 2, 3], r
+        assert "parallax.elastic: reset 1 after: PX_ERR_PEER_LOST" in r["stderr"]
+        assert "parallax.elastic: reset 2 after: PX_ERR_MEMBERSHIP" in r["stderr"], r["stderr"]
+        assert re.search(r"re-forms on 3 nodes \(node 2 \([^)]*\) joined\)", r["stderr"]), \
+            r["stderr"]
+    for r in results:
+        assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
+        assert np.allclose(r["mean_params"], expected_mean, rtol=0, atol=1e-9), \
+            (r["mean_params"][0], expected_mean)
+    assert newcomer["resets"] == 0 and newcomer["worlds"] == [3], newcomer
+    assert newcomer["runs"] == [runs[2]], (newcomer["runs"], runs)
 
 
 def test_elastic_run_gives_up_after_reset_timeout_and_names_bad_values(tmp_path):

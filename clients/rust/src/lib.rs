@@ -1,4 +1,4 @@
-//! Safe Rust bindings to libparallax, the C ABI (1.14) of `parallaxd`.
+//! Safe Rust bindings to libparallax, the C ABI (1.15) of `parallaxd`.
 //!
 //! ```no_run
 //! use parallax::{Client, ReduceOp};
@@ -97,6 +97,9 @@ pub enum Status {
     Permission,
     /// `PX_ERR_CANCELLED`: cancelled, or withdrawn by another worker.
     Cancelled,
+    /// `PX_ERR_MEMBERSHIP`: nodes joined the cluster, so this run of the job ended; connect
+    /// again and re-read the world (membership on etcd).
+    Membership,
     /// A value this crate does not know (a newer library).
     Unknown(i32),
 }
@@ -121,6 +124,7 @@ impl Status {
             sys::PX_ERR_INTERNAL => Status::Internal,
             sys::PX_ERR_PERMISSION => Status::Permission,
             sys::PX_ERR_CANCELLED => Status::Cancelled,
+            sys::PX_ERR_MEMBERSHIP => Status::Membership,
             other => Status::Unknown(other),
         }
     }
@@ -144,6 +148,7 @@ impl Status {
             Status::Internal => sys::PX_ERR_INTERNAL,
             Status::Permission => sys::PX_ERR_PERMISSION,
             Status::Cancelled => sys::PX_ERR_CANCELLED,
+            Status::Membership => sys::PX_ERR_MEMBERSHIP,
             Status::Unknown(raw) => raw,
         }
     }

@@ -1,4 +1,4 @@
-//! Raw declarations of `include/parallax_c.h` (ABI 1.14), one for one.
+//! Raw declarations of `include/parallax_c.h` (ABI 1.15), one for one.
 //!
 //! `clients/check_bindings.py` compares every function, struct and enum value here with the
 //! header (ctest `clients/rust-bindings-match-header`), so edit both together. C enums are
@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 14;
+pub const PX_ABI_VERSION_MINOR: u32 = 15;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -33,6 +33,7 @@ pub const PX_ERR_NOT_IMPLEMENTED: px_status = 12;
 pub const PX_ERR_INTERNAL: px_status = 13;
 pub const PX_ERR_PERMISSION: px_status = 14;
 pub const PX_ERR_CANCELLED: px_status = 15;
+pub const PX_ERR_MEMBERSHIP: px_status = 16;
 pub const PX_STATUS_FORCE_32BIT: px_status = 0x7fffffff;
 
 pub type px_dtype = i32;

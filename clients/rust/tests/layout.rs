@@ -124,13 +124,14 @@ fn init_functions_fill_sizes_and_defaults() {
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 14));
-    for raw in 0..=15 {
+    assert_eq!(parallax::abi_version(), (1, 15));
+    for raw in 0..=16 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);
         assert!(s.name().starts_with("PX_"), "{}", s.name());
     }
     assert_eq!(parallax::Status::Index.name(), "PX_ERR_INDEX");
+    assert_eq!(parallax::Status::Membership.name(), "PX_ERR_MEMBERSHIP");
     assert_eq!(
         parallax::Status::from_raw(99),
         parallax::Status::Unknown(99)

@@ -1,4 +1,4 @@
-# The raw C ABI of include/parallax_c.h (1.14), one function per px_* function, with the
+# The raw C ABI of include/parallax_c.h (1.15), one function per px_* function, with the
 # header's structs and enum values. clients/check_bindings.py compares every ccall,
 # struct and constant here with the header (ctest clients/julia-bindings-match-header).
 #
@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 14
+const PX_ABI_VERSION_MINOR = 15
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -29,6 +29,7 @@ const PX_ERR_NOT_IMPLEMENTED = Cint(12)
 const PX_ERR_INTERNAL = Cint(13)
 const PX_ERR_PERMISSION = Cint(14)
 const PX_ERR_CANCELLED = Cint(15)
+const PX_ERR_MEMBERSHIP = Cint(16)
 const PX_STATUS_FORCE_32BIT = Cint(0x7fffffff)
 
 # px_dtype
