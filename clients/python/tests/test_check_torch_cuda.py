@@ -6,8 +6,10 @@ machine) the default run must skip every check, say why, and exit 77.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -17,6 +19,10 @@ import torch
 from conftest import HERE, PACKAGE_ROOT, PYTHON, _require
 
 CHECK = os.path.join(HERE, "gpu", "check_torch_cuda.py")
+# Every test's output under one scratch folder, removed when the tests end.
+SCRATCH = tempfile.mkdtemp(prefix="pxcheck-test-")
+atexit.register(shutil.rmtree, SCRATCH, True)
+
 NAMES = ["ddp-1x2", "ddp-2x1", "optimizer-1x2", "broadcast", "embedding", "pipeline",
          "softmax-bag"]
 
@@ -24,12 +30,13 @@ NAMES = ["ddp-1x2", "ddp-2x1", "optimizer-1x2", "broadcast", "embedding", "pipel
 def run_check(*args: str, extra_env: dict = None, timeout: float = 400):
     _require("PARALLAXD")
     _require("PX_CLUSTER")
-    out = os.path.join(tempfile.mkdtemp(prefix="pxcheck-test-"), "RESULT.json")
+    out = os.path.join(tempfile.mkdtemp(dir=SCRATCH), "RESULT.json")
     env = dict(os.environ)
     env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra_env or {})
-    p = subprocess.run([PYTHON, CHECK, "--out", out, *args], env=env, capture_output=True,
-                       text=True, timeout=timeout)
+    logs = os.path.join(os.path.dirname(out), "logs")  # a failed check's, kept in SCRATCH
+    p = subprocess.run([PYTHON, CHECK, "--out", out, "--logs", logs, *args], env=env,
+                       capture_output=True, text=True, timeout=timeout)
     with open(out) as f:
         return p, json.load(f)
 
@@ -94,7 +101,7 @@ def test_a_spent_budget_fails_the_checks_left():
 
 def test_missing_environment_fails_clearly():
     env = {k: v for k, v in os.environ.items() if k not in ("PARALLAXD",)}
-    out = os.path.join(tempfile.mkdtemp(prefix="pxcheck-test-"), "RESULT.json")
+    out = os.path.join(tempfile.mkdtemp(dir=SCRATCH), "RESULT.json")
     p = subprocess.run([PYTHON, CHECK, "--device", "cpu", "--only", "broadcast", "--out", out],
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1

@@ -10,8 +10,10 @@ the latter with torch ranks in the reverse of the daemons' order.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +27,13 @@ from conftest import HERE, run_cluster, run_workers
 WORKER = "c10dworker.py"
 
 
+# The stores and markers of every test under one scratch folder, removed when the tests end.
+SCRATCH = tempfile.mkdtemp(prefix="pxc10d-")
+atexit.register(shutil.rmtree, SCRATCH, True)
+
+
 def store_env():
-    return {"PXPY_STORE": os.path.join(tempfile.mkdtemp(prefix="pxc10d-"), "store")}
+    return {"PXPY_STORE": os.path.join(tempfile.mkdtemp(dir=SCRATCH), "store")}
 
 
 def workers(daemon, scenario, n, *args, timeout=240):
@@ -101,7 +108,7 @@ def test_rank_that_never_joins_fails_the_others_at_the_deadline(daemon):
 
 
 def test_daemon_killed_mid_collective(daemon):
-    marker = os.path.join(tempfile.mkdtemp(prefix="pxc10d-"), "go")
+    marker = os.path.join(tempfile.mkdtemp(dir=SCRATCH), "go")
     env = dict(store_env(), PXPY_MARKER=marker)
     procs = []
     base = daemon.env()

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -500,9 +501,12 @@ def _run_check(name: str, device: str, logs: str, deadline: int) -> dict:
         rc, out = None, f"px-cluster did not end {deadline + 15} s after it started " \
                         f"(killed with its daemons and workers); its output:\n{out}"
     workers = []
-    for f in sorted(os.listdir(result_dir)):
-        with open(os.path.join(result_dir, f)) as fh:
-            workers.append(json.load(fh))
+    try:
+        for f in sorted(os.listdir(result_dir)):
+            with open(os.path.join(result_dir, f)) as fh:
+                workers.append(json.load(fh))
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
     workers.sort(key=lambda r: r.get("rank", 0))
     passed = rc == 0 and len(workers) == nodes * per_node and all(w["ok"] for w in workers)
     detail = {"nodes": nodes, "workers_per_node": per_node, "deadline_s": deadline,
@@ -545,7 +549,8 @@ def main(argv=None) -> int:
             status = None
     else:
         status = "skipped"
-    logs = args.logs or tempfile.mkdtemp(prefix="pxcheck-logs-")
+    # Daemon logs only when checks run (kept below if one fails: its detail names them).
+    logs = args.logs or (tempfile.mkdtemp(prefix="pxcheck-logs-") if status is None else "")
     began = time.monotonic()
     for name in names:
         start = time.monotonic()
@@ -572,6 +577,8 @@ def main(argv=None) -> int:
     else:
         print(text)
     statuses = {c["status"] for c in summary["checks"]}
+    if logs and not args.logs and "failed" not in statuses:  # nothing names them
+        shutil.rmtree(logs, ignore_errors=True)
     if statuses == {"passed"}:
         return 0
     if statuses == {"skipped"}:
