@@ -136,6 +136,7 @@ class Cluster {
   // Forms if it may now (every node joined, or a wanted re-formation's condition holds);
   // otherwise checks again shortly, while a re-formation is wanted.
   void try_form();
+  int first_nodes() const;  // the nodes the first epoch forms with
   void broadcast(const std::string& frame);
   void abort_rendezvous(const std::string& why);
 

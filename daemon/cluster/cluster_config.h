@@ -15,7 +15,9 @@ constexpr int kMaxNodeIndex = 1023;
 struct ClusterConfig {
   std::string cluster = "parallax";  // every node's name must match
   int node_index = 0;                // 0 is the coordinator
-  int node_count = 1;
+  int node_count = 1;                // the node indices (membership: the most nodes it holds)
+  // Membership on etcd: the nodes the first epoch forms with (node_count when 0 or equal).
+  int first_nodes = 0;
   // Either nodes (host:port of every node's control port, by index) or coordinator.
   std::vector<std::string> nodes;
   std::string coordinator;

@@ -177,10 +177,17 @@ void Cluster::handle_join(Connection& from, Join::Reader join) {
   PX_LOG_INFO_AT(peer_fields(node), "cluster: %s %s from %s (%d of %d)", node_label(node).c_str(),
                  ready_ ? "rejoined" : "joined", from.peer.c_str(), joined_, config_.node_count);
   if (joined_ < config_.node_count) {
-    if (membership_ && std::max(epoch_, highest_join_epoch_) > 0) want_reform();
+    // After an epoch, a join re-forms; with membership_max_nodes above node_count, so does
+    // the first epoch once node_count joined (try_form).
+    if (membership_ && (std::max(epoch_, highest_join_epoch_) > 0 || joined_ >= first_nodes()))
+      want_reform();
     return;
   }
   form();
+}
+
+int Cluster::first_nodes() const {
+  return config_.first_nodes > 0 ? config_.first_nodes : config_.node_count;
 }
 
 int Cluster::rank_of(int node) const {
@@ -198,13 +205,18 @@ void Cluster::want_reform() {
 void Cluster::try_form() {
   if (stopped_ || !coordinator_) return;
   if (joined_ == config_.node_count) return form();
-  if (!membership_ || !reform_wanted_) return;  // the first formation waits for every node
-  if (joined_ < config_.min_nodes) {
+  // A static cluster forms with every node; with membership, want_reform() came first.
+  if (!membership_ || !reform_wanted_) return;
+  // The first epoch forms with node_count (of membership_max_nodes) nodes, later ones with
+  // at least membership_min_nodes.
+  bool first = std::max(epoch_, highest_join_epoch_) == 0;
+  int fewest = first ? first_nodes() : config_.min_nodes;
+  if (joined_ < fewest) {
     if (reform_wait_logged_ != -1)
       PX_LOG_WARN(
-          "cluster '%s': %d of %d nodes joined, fewer than membership_min_nodes (%d): waiting "
-          "for a node to join",
-          config_.cluster.c_str(), joined_, config_.node_count, config_.min_nodes);
+          "cluster '%s': %d of %d nodes joined, fewer than %s (%d): waiting for a node to join",
+          config_.cluster.c_str(), joined_, config_.node_count,
+          first ? "node_count" : "membership_min_nodes", fewest);
     reform_wait_logged_ = -1;
     return;  // a join asks again
   }

@@ -71,7 +71,7 @@ DaemonState collect_daemon_state(Server& server) {
   s.socket = c.socket_path;
   s.cluster = c.cluster;
   s.node_index = c.node_index;
-  s.node_count = c.node_count;
+  s.node_count = cluster_indices(c);
   s.node_label = server.cluster() ? server.node_label() : "node 0";
   s.step_stall_ms = c.step_stall_ms;
   if (FabricEndpoint* fabric = server.fabric())
@@ -100,7 +100,7 @@ DaemonState collect_daemon_state(Server& server) {
     s.cluster_state = ready ? "ready" : "forming";
   // With membership on etcd an epoch may hold fewer nodes than node_count (the survivors).
   s.nodes_up = !ready ? 1 : cluster->size() - (server.lost_node() >= 0 ? 1 : 0);
-  for (int i = 0; i < c.node_count; ++i) {
+  for (int i = 0; i < cluster_indices(c); ++i) {
     PeerState p;
     p.index = i;
     p.address = cluster ? address_of(server.node_label(i)) : "";

@@ -66,6 +66,8 @@ const char kUsage[] =
     "  --membership-lease-s N its lease: a node silent to etcd this long is gone (default 5)\n"
     "  --membership-min-nodes N  re-form on the survivors if at least N (default node_count:\n"
     "                         wait for a replacement)\n"
+    "  --membership-max-nodes N  the most nodes the cluster holds; nodes past node_count\n"
+    "                         join a formed cluster (default node_count)\n"
     "  --fabric-provider P    libfabric provider (default tcp;ofi_rxm; fi_info -l lists them)\n"
     "  --fabric-address A     local address of the fabric endpoint (default this node's host)\n"
     "  --fabric-port N        its port, for firewalls (default 0: the provider picks one)\n"
@@ -220,6 +222,9 @@ bool apply(DaemonConfig* c, const std::string& key, const std::string& value, st
   } else if (key == "membership_min_nodes") {
     if (!number(1, 128)) return false;
     c->membership_min_nodes = static_cast<int>(n);
+  } else if (key == "membership_max_nodes") {
+    if (!number(2, 128)) return false;
+    c->membership_max_nodes = static_cast<int>(n);
   } else if (key == "fabric.provider")
     c->fabric_provider = value;
   else if (key == "fabric.address")
@@ -446,6 +451,7 @@ DaemonConfig parse_command_line(int argc, char** argv) {
       {"--membership", "membership"},
       {"--membership-lease-s", "membership_lease_s"},
       {"--membership-min-nodes", "membership_min_nodes"},
+      {"--membership-max-nodes", "membership_max_nodes"},
       {"--fabric-provider", "fabric.provider"},
       {"--fabric-address", "fabric.address"},
       {"--chunk-bytes", "fabric.chunk_bytes"},
@@ -517,6 +523,10 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     *error = "membership_min_nodes needs membership (a static cluster always waits for every node)";
     return false;
   }
+  if (c->membership.empty() && c->membership_max_nodes > 0) {
+    *error = "membership_max_nodes needs membership (a static cluster has node_count nodes)";
+    return false;
+  }
   if (!c->membership.empty()) {
     MembershipUrl url;
     if (!parse_membership_url(c->membership, &url, error)) {
@@ -536,6 +546,11 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
     if (c->membership_min_nodes > c->node_count) {
       *error = "membership_min_nodes (" + std::to_string(c->membership_min_nodes) +
                ") is more than node_count (" + std::to_string(c->node_count) + ")";
+      return false;
+    }
+    if (c->membership_max_nodes > 0 && c->membership_max_nodes < c->node_count) {
+      *error = "membership_max_nodes (" + std::to_string(c->membership_max_nodes) +
+               ") is less than node_count (" + std::to_string(c->node_count) + ")";
       return false;
     }
     if (c->listen.empty()) {
@@ -582,11 +597,16 @@ bool finalize_config(DaemonConfig* c, std::string* error) {
   return true;
 }
 
+int cluster_indices(const DaemonConfig& config) {
+  return std::max(config.node_count, config.membership_max_nodes);
+}
+
 ClusterConfig cluster_config(const DaemonConfig& config) {
   ClusterConfig c;
   c.cluster = config.cluster;
   c.node_index = config.node_index;
-  c.node_count = config.node_count;
+  c.node_count = cluster_indices(config);
+  c.first_nodes = config.node_count;
   c.nodes = config.nodes;
   c.coordinator = config.coordinator;
   c.listen = config.listen;
@@ -594,6 +614,7 @@ ClusterConfig cluster_config(const DaemonConfig& config) {
   c.peer_silence_ms = config.peer_silence_ms;
   c.secret = config.cluster_secret;
   c.min_nodes = config.membership_min_nodes > 0 ? config.membership_min_nodes : config.node_count;
+  // (node_count is the first epoch's nodes, Horovod's -np: the default --min-np as well.)
   return c;
 }
 

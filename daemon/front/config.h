@@ -47,6 +47,9 @@ struct DaemonConfig {
   int64_t membership_lease_s = 5;
   // The fewest nodes an epoch re-forms on after the first (the survivors); 0: node_count.
   int membership_min_nodes = 0;
+  // The most nodes the cluster holds (its node indices; later nodes join up to it, the first
+  // epoch forms with node_count); 0: node_count. cluster_indices() reads both.
+  int membership_max_nodes = 0;
   std::vector<std::string> nodes;
   std::string coordinator;
   std::string listen;  // what the coordinator binds (default: its entry in nodes)
@@ -114,5 +117,7 @@ DaemonConfig parse_command_line(int argc, char** argv);
 bool finalize_config(DaemonConfig* config, std::string* error);
 // The part of config the control plane reads (daemon/cluster/ knows no DaemonConfig).
 ClusterConfig cluster_config(const DaemonConfig& config);
+// The node indices of the cluster: node_count, or membership_max_nodes when more.
+int cluster_indices(const DaemonConfig& config);
 
 }  // namespace px

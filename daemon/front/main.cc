@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     px::EtcdMembership::Settings settings;
     settings.url = config.membership;
     settings.address = config.listen;
-    settings.node_count = config.node_count;
+    settings.node_count = px::cluster_indices(config);
     settings.lease_s = config.membership_lease_s;
     settings.startup_timeout_ms = config.startup_timeout_ms;
     std::string error;

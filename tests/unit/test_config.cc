@@ -722,6 +722,22 @@ TEST_CASE("config: cross-field checks of finalize_config") {
     DaemonConfig alone = parse({"--membership", "etcd://h:2379/p", "--node-count", "2", "--listen",
                                 "h:1", "--membership-min-nodes", "1"});
     CHECK(cluster_config(alone).min_nodes == 1);
+    // The most nodes: node indices past node_count, which the first epoch forms with (and
+    // the fewest by default); at least node_count, and only with membership.
+    DaemonConfig grows = parse({"--membership", "etcd://h:2379/p", "--node-count", "2", "--listen",
+                                "h:1", "--membership-max-nodes", "4"});
+    CHECK(cluster_indices(grows) == 4);
+    CHECK(cluster_config(grows).node_count == 4);
+    CHECK(cluster_config(grows).first_nodes == 2);
+    CHECK(cluster_config(grows).min_nodes == 2);
+    CHECK(cluster_indices(alone) == 2);
+    grows.membership_max_nodes = 1;
+    CHECK_FALSE(finalize_config(&grows, &error));
+    CHECK(contains(error, "membership_max_nodes (1) is less than node_count (2)"));
+    DaemonConfig static_max;
+    static_max.membership_max_nodes = 3;
+    CHECK_FALSE(finalize_config(&static_max, &error));
+    CHECK(contains(error, "membership_max_nodes needs membership"));
     survivors.membership_min_nodes = 5;
     CHECK_FALSE(finalize_config(&survivors, &error));
     CHECK(contains(error, "membership_min_nodes (5) is more than node_count (4)"));

@@ -341,6 +341,63 @@ def test_elastic_job_resets_with_membership_changed_when_a_node_joins(etcd, tmp_
     assert newcomer["runs"] == [runs[2]], (newcomer["runs"], runs)
 
 
+def test_elastic_job_grows_past_node_count_up_to_max_nodes(etcd, tmp_path):
+    """node_count 2, membership_max_nodes 3: the first epoch forms with two nodes; a third
+    daemon started mid-job takes index 2, the cluster re-forms on three and the job resets
+    (PX_ERR_MEMBERSHIP) and goes on as a world of 3, its table resharded over three."""
+    steps = 150
+    name = f"grows-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
+    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    checkpoints = str(tmp_path / "checkpoints")
+    os.makedirs(checkpoints)
+
+    def start_daemon(slot: int) -> Daemon:
+        return Daemon("--cluster", name, "--membership", url, "--node-count", "2",
+                      "--membership-max-nodes", "3", "--listen", listens[slot],
+                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
+                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+
+    daemons = [start_daemon(0), start_daemon(1)]
+    files = [str(tmp_path / f"progress{i}") for i in range(3)]
+    workers = [start_worker(daemons[i], name, files[i], steps) for i in range(2)]
+    try:
+        wait_for_checkpoint_and_step(workers[1], files[1], checkpoints, 10)
+        joined_at = progress(files[0])
+        daemons.append(start_daemon(2))
+        workers.append(start_worker(daemons[2], name, files[2], steps))
+        results = results_of(workers)
+    finally:
+        stop_all(workers, daemons)
+
+    assert joined_at < steps, "the job ended before the join: make it longer"
+    first, newcomer = results[0], results[2]
+    runs = first["runs"]
+    assert len(runs) == 2 and runs[0] == [0, 0], runs
+    resumed, restored = runs[1]
+    print(f"joined at {joined_at}; resumed from {resumed}; table restored at {restored}")
+    assert 0 < restored <= resumed < steps, runs
+    # Ranks 0-1 (1 + 2) up to the resumed step, 0-2 (1 + 2 + 3) after it.
+    before, after = range(1, resumed + 1), range(resumed + 1, steps + 1)
+    expected = -0.001 * (3 * sum(before) + 6 * sum(after))
+    expected_mean = -0.001 * (1.5 * sum(before) + 2 * sum(after))
+    weights = {s: 3 for s in range(1, restored + 1)}
+    weights.update({s: 6 for s in after})
+    for r in results[:2]:
+        assert r["runs"] == runs, (r["runs"], runs)
+        assert r["step"] == steps and r["resets"] == 1, r["stderr"]
+        assert r["worlds"] == [2, 3], r
+        assert "parallax.elastic: reset 1 after: PX_ERR_MEMBERSHIP" in r["stderr"], r["stderr"]
+    for r in results:
+        assert np.allclose(r["params"], expected, rtol=0, atol=1e-9), (r["params"][0], expected)
+        assert np.allclose(r["mean_params"], expected_mean, rtol=0, atol=1e-9), \
+            (r["mean_params"][0], expected_mean)
+        assert np.allclose(r["table"], expected_table(weights), rtol=0, atol=1e-3), \
+            (r["table"], runs)
+    assert newcomer["resets"] == 0 and newcomer["worlds"] == [3], newcomer
+    assert newcomer["runs"] == [runs[1]], (newcomer["runs"], runs)
+
+
 def test_elastic_run_gives_up_after_reset_timeout_and_names_bad_values(tmp_path):
     """No daemon to reach: run re-raises once reset_timeout has passed (it does not count
     the failed connects as resets); an unknown State value is a clear AttributeError."""
