@@ -88,6 +88,25 @@ def etcd():
     e.stop()
 
 
+class ElasticCluster:
+    """The daemons of one test's cluster on `etcd`: a job name of its own, a control port per
+    slot, a lease of 2 s and a periodic checkpoint every second into one shared folder."""
+
+    def __init__(self, etcd: Etcd, tmp_path, prefix: str, slots: int, *flags: str):
+        self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.url = f"etcd://{etcd.endpoint}/parallax-tests/{self.name}"
+        self.listens = [f"127.0.0.1:{p}" for p in free_ports(slots)]
+        self.checkpoints = str(tmp_path / "checkpoints")
+        os.makedirs(self.checkpoints)
+        self.flags = flags
+
+    def start(self, slot: int, wait: bool = True) -> Daemon:
+        return Daemon("--cluster", self.name, "--membership", self.url, "--listen",
+                      self.listens[slot], "--membership-lease-s", "2", "--peer-silence-ms",
+                      "6000", "--checkpoint-dir", self.checkpoints, "--checkpoint-interval-s",
+                      "1", *self.flags, wait=wait)
+
+
 def start_worker(daemon: Daemon, job: str, progress: str, steps: int = STEPS) -> subprocess.Popen:
     env = daemon.env(job)
     env.update(PARALLAX_LOCAL_RANK="0", PARALLAX_LOCAL_SIZE="1")
@@ -150,18 +169,8 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
     """Two nodes and a spare daemon (beyond node_count, it waits for an index): node 1 lost,
     the spare takes its index once its lease expires, and a worker started on it goes on
     with the survivor."""
-    name = f"elastic-{uuid.uuid4().hex[:8]}"
-    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
-
-    checkpoints = str(tmp_path / "checkpoints")
-    os.makedirs(checkpoints)
-
-    def start_daemon(slot: int, wait: bool = True) -> Daemon:
-        return Daemon("--cluster", name, "--membership", url, "--node-count", "2", "--listen",
-                      listens[slot], "--membership-lease-s", "2", "--peer-silence-ms", "6000",
-                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1",
-                      wait=wait)
+    cluster = ElasticCluster(etcd, tmp_path, "elastic", 3, "--node-count", "2")
+    name, checkpoints, start_daemon = cluster.name, cluster.checkpoints, cluster.start
 
     daemons = [start_daemon(0), start_daemon(1)]
     files = [str(tmp_path / f"progress{i}") for i in range(3)]
@@ -218,16 +227,10 @@ def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path, nod
     """`nodes` nodes, membership_min_nodes one fewer: one lost for good, the others re-form
     without waiting for a replacement (with 2 nodes, the survivor goes on alone: an epoch of
     one) and the job goes on as a world of nodes - 1 from its last commit."""
-    name = f"survivors-{uuid.uuid4().hex[:8]}"
-    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(nodes)]
-    checkpoints = str(tmp_path / "checkpoints")
-    os.makedirs(checkpoints)
-    daemons = [Daemon("--cluster", name, "--membership", url, "--node-count", str(nodes),
-                      "--membership-min-nodes", str(nodes - 1), "--listen", listens[slot],
-                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
-                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
-               for slot in range(nodes)]
+    cluster = ElasticCluster(etcd, tmp_path, "survivors", nodes, "--node-count", str(nodes),
+                             "--membership-min-nodes", str(nodes - 1))
+    name, checkpoints = cluster.name, cluster.checkpoints
+    daemons = [cluster.start(slot) for slot in range(nodes)]
     files = [str(tmp_path / f"progress{i}") for i in range(nodes)]
     workers = [start_worker(daemons[i], name, files[i]) for i in range(nodes)]
     last = nodes - 1
@@ -283,17 +286,9 @@ def test_elastic_job_resets_with_membership_changed_when_a_node_joins(etcd, tmp_
     run ends with PX_ERR_MEMBERSHIP (nothing lost): they reset again, and a worker on the
     new node joins them from the synced state."""
     steps = 200
-    name = f"joins-{uuid.uuid4().hex[:8]}"
-    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    checkpoints = str(tmp_path / "checkpoints")
-    os.makedirs(checkpoints)
-
-    def start_daemon(slot: int) -> Daemon:
-        return Daemon("--cluster", name, "--membership", url, "--node-count", "3",
-                      "--membership-min-nodes", "2", "--listen", listens[slot],
-                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
-                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+    cluster = ElasticCluster(etcd, tmp_path, "joins", 3, "--node-count", "3",
+                             "--membership-min-nodes", "2")
+    name, checkpoints, start_daemon = cluster.name, cluster.checkpoints, cluster.start
 
     daemons = [start_daemon(slot) for slot in range(3)]
     files = [str(tmp_path / f"progress{i}") for i in range(4)]
@@ -346,17 +341,9 @@ def test_elastic_job_grows_past_node_count_up_to_max_nodes(etcd, tmp_path):
     daemon started mid-job takes index 2, the cluster re-forms on three and the job resets
     (PX_ERR_MEMBERSHIP) and goes on as a world of 3, its table resharded over three."""
     steps = 150
-    name = f"grows-{uuid.uuid4().hex[:8]}"
-    url = f"etcd://{etcd.endpoint}/parallax-tests/{name}"
-    listens = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    checkpoints = str(tmp_path / "checkpoints")
-    os.makedirs(checkpoints)
-
-    def start_daemon(slot: int) -> Daemon:
-        return Daemon("--cluster", name, "--membership", url, "--node-count", "2",
-                      "--membership-max-nodes", "3", "--listen", listens[slot],
-                      "--membership-lease-s", "2", "--peer-silence-ms", "6000",
-                      "--checkpoint-dir", checkpoints, "--checkpoint-interval-s", "1")
+    cluster = ElasticCluster(etcd, tmp_path, "grows", 3, "--node-count", "2",
+                             "--membership-max-nodes", "3")
+    name, checkpoints, start_daemon = cluster.name, cluster.checkpoints, cluster.start
 
     daemons = [start_daemon(0), start_daemon(1)]
     files = [str(tmp_path / f"progress{i}") for i in range(3)]
