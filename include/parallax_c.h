@@ -55,7 +55,8 @@ extern "C" {
  * table groups (px_register_sparse_group, px_pull_rows_group, px_prefetch_rows_group,
  * px_push_rows_group); 1.13: px_dense_options, px_register_dense_ex (a 16-bit wire for
  * dense allreduce); 1.14: px_sparse_options.cache_rows and cache_staleness (a hot-row cache
- * for PX_BOUNDED tables), px_var_stats' cache counters; 1.15: PX_ERR_MEMBERSHIP */
+ * for PX_BOUNDED tables), px_var_stats' cache counters; 1.15: PX_ERR_MEMBERSHIP,
+ * px_connect_options_init_abi (px_connect_options_init is a macro over it) */
 #define PX_ABI_VERSION_MINOR 15
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
@@ -395,14 +396,24 @@ PX_API const char* px_status_name(px_status status);
 PX_API const char* px_last_error(void);
 
 /* --- connection ------------------------------------------------------------------- */
-/* Fills options with the defaults (every field from the environment, see px_connect_options). */
+/* Fills options with the defaults (every field from the environment, see px_connect_options)
+ * and abi_version with the caller's header's PX_ABI_VERSION: px_connect_options_init is a
+ * macro over px_connect_options_init_abi, as zlib's deflateInit is, because the library
+ * cannot know which header its caller was built with. The daemon tells a caller only the
+ * statuses its ABI version has (an older one gets PX_ERR_PEER_LOST for PX_ERR_MEMBERSHIP).
+ * The function of the same name is what callers built before 1.15 link to: it sets 1.14. */
 PX_API void px_connect_options_init(px_connect_options* options);
+/* (1.15) px_connect_options_init for a caller of ABI version caller_abi (PX_ABI_VERSION of
+ * its header; bindings pass their own). */
+PX_API void px_connect_options_init_abi(px_connect_options* options, uint32_t caller_abi);
+#define px_connect_options_init(options) px_connect_options_init_abi((options), PX_ABI_VERSION)
 /* (1.10) Reads the environment as px_connect would (px_launch_info). PX_ERR_INVALID, naming
  * the variable, for a value that is not a count, a Slurm tasks-per-node list without this
  * node, or a torchrun run id of "none" without MASTER_ADDR and MASTER_PORT. */
 PX_API px_status px_launch_info_from_env(px_launch_info* out_info);
 /* Connects to parallaxd and waits until all local_size workers of the job have connected.
- * options may be NULL (all defaults). */
+ * options may be NULL (all defaults, as a caller of ABI 1.14: pass options filled by
+ * px_connect_options_init to be told statuses added since, PX_ERR_MEMBERSHIP). */
 PX_API px_status px_connect(const px_connect_options* options, px_client** out_client);
 /* Frees the client, its variables, requests and arena memory. Outstanding operations of
  * this worker fail with PX_ERR_PEER_LOST on the other workers. NULL is allowed. */

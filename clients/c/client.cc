@@ -21,6 +21,11 @@ using px::succeed;
 
 namespace px {
 
+// The ABI version a caller is taken for when it does not say (px_connect without options,
+// or the px_connect_options_init symbol of callers built before 1.15): the last minor
+// before PX_ERR_MEMBERSHIP, so that no status it cannot know reaches it.
+constexpr uint32_t kAbiBeforeMembership = (1u << 16) | 14u;
+
 Client::~Client() {
   if (socket_fd >= 0) ::close(socket_fd);
   if (epoll_fd >= 0) ::close(epoll_fd);
@@ -271,13 +276,19 @@ px_var* table_handle(const std::shared_ptr<Client>& client, Var* group, const st
 
 extern "C" {
 
-PX_API void px_connect_options_init(px_connect_options* options) {
+PX_API void px_connect_options_init_abi(px_connect_options* options, uint32_t caller_abi) {
   if (!options) return;
   std::memset(options, 0, sizeof *options);
   options->struct_size = sizeof *options;
-  options->abi_version = PX_ABI_VERSION;
+  options->abi_version = caller_abi;
   options->local_rank = -1;
   options->wait_for_daemon = -1;
+}
+
+// The symbol callers built before 1.15 call (the header's macro of that name replaces it
+// since): they know the statuses of 1.14 only.
+PX_API void(px_connect_options_init)(px_connect_options* options) {
+  px_connect_options_init_abi(options, px::kAbiBeforeMembership);
 }
 
 PX_API px_status px_launch_info_from_env(px_launch_info* out_info) {
@@ -304,7 +315,8 @@ PX_API px_status px_connect(const px_connect_options* options, px_client** out_c
   if (!out_client) return fail(PX_ERR_INVALID, "px_connect: out_client is NULL");
   *out_client = nullptr;
   px_connect_options defaults;
-  px_connect_options_init(&defaults);
+  // No options: the caller may have been built against any 1.x header.
+  px_connect_options_init_abi(&defaults, px::kAbiBeforeMembership);
   px_connect_options o = defaults;
   if (options) {
     if (options->struct_size < offsetof(px_connect_options, socket_path))

@@ -115,11 +115,16 @@ static_assert(offsetof(px::CompletionEntry, flags) == 12);
 
 TEST_CASE("abi layout: the *_init functions fill struct_size and the documented defaults") {
   px_connect_options c;
-  px_connect_options_init(&c);
+  px_connect_options_init(&c);  // the macro: this header's version
   CHECK(c.struct_size == sizeof c);
   CHECK(c.abi_version == PX_ABI_VERSION);
   CHECK(c.local_rank == -1);
   CHECK(c.wait_for_daemon == -1);
+  // The function of that name, which callers built before 1.15 call: a 1.14 caller.
+  px_connect_options legacy;
+  (px_connect_options_init)(&legacy);
+  CHECK(legacy.abi_version == ((1u << 16) | 14u));
+  CHECK(legacy.struct_size == sizeof legacy);
   px_op_options o;
   px_op_options_init(&o);
   CHECK(o.struct_size == sizeof o);

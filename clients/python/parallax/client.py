@@ -107,7 +107,8 @@ class Client:
         # Arguments left None stay unset: libparallax reads the environment for them
         # (resolve_settings shows what it finds) and warns of a launcher's differing rank.
         options = _lib.ConnectOptions()
-        _lib.lib.px_connect_options_init(ctypes.byref(options))
+        # As this package's ABI version: the daemon tells it the statuses it knows.
+        _lib.lib.px_connect_options_init_abi(ctypes.byref(options), _lib.ABI_VERSION)
         self._socket_bytes = socket.encode() if socket else None
         self._job_bytes = job.encode() if job else None
         options.socket_path = self._socket_bytes

@@ -102,8 +102,9 @@ impl ConnectOptions {
         };
         let mut o = unsafe {
             let mut o = std::mem::MaybeUninit::<sys::px_connect_options>::uninit();
-            // SAFETY: px_connect_options_init writes every field.
-            sys::px_connect_options_init(o.as_mut_ptr());
+            // SAFETY: px_connect_options_init_abi writes every field. As this crate's ABI
+            // version: the daemon tells it the statuses it knows.
+            sys::px_connect_options_init_abi(o.as_mut_ptr(), sys::PX_ABI_VERSION);
             o.assume_init()
         };
         o.socket_path = socket.as_ref().map_or(ptr::null(), |s| s.as_ptr());

@@ -245,6 +245,7 @@ extern "C" {
 
     // connection
     pub fn px_connect_options_init(options: *mut px_connect_options);
+    pub fn px_connect_options_init_abi(options: *mut px_connect_options, caller_abi: u32);
     pub fn px_connect(
         options: *const px_connect_options,
         out_client: *mut *mut px_client,

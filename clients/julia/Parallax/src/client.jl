@@ -48,7 +48,7 @@ function connect(; socket::Union{Nothing,AbstractString} = nothing,
                  arena_bytes::Union{Nothing,Integer} = nothing,
                  wait_for_daemon::Union{Nothing,Bool} = nothing)
     init = Ref{PxConnectOptions}()
-    px_connect_options_init(init)
+    px_connect_options_init_abi(init, PX_ABI_VERSION)  # the daemon tells it the statuses it knows
     sock = socket === nothing ? nothing : cstring_arg("socket path", socket)
     jobname = job === nothing ? nothing : cstring_arg("job name", job)
     fields = Dict{Symbol,Any}()

@@ -222,6 +222,9 @@ px_last_error() = ccall((:px_last_error, libparallax()), Cstring, ())
 # --- connection ----------------------------------------------------------------------
 px_connect_options_init(o::Ref{PxConnectOptions}) =
     ccall((:px_connect_options_init, libparallax()), Cvoid, (Ref{PxConnectOptions},), o)
+px_connect_options_init_abi(o::Ref{PxConnectOptions}, caller_abi::Integer) =
+    ccall((:px_connect_options_init_abi, libparallax()), Cvoid, (Ref{PxConnectOptions}, UInt32),
+          o, caller_abi)
 px_connect(o::Ref{PxConnectOptions}, out::Ref{Ptr{Cvoid}}) =
     ccall((:px_connect, libparallax()), Cint, (Ref{PxConnectOptions}, Ref{Ptr{Cvoid}}), o, out)
 px_launch_info_from_env(out::Ref{PxLaunchInfo}) =
