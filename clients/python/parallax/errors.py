@@ -46,9 +46,10 @@ class PeerLost(ParallaxError, ConnectionError):
     """PX_ERR_PEER_LOST: another worker, node or this node's daemon is gone."""
 
 
-class MembershipChanged(ParallaxError):
+class MembershipChanged(PeerLost):
     """PX_ERR_MEMBERSHIP: nodes joined the cluster (membership on etcd), so this run of the
-    job ended; connect again and re-read the world (parallax.elastic.run does both)."""
+    job ended; connect again and re-read the world (parallax.elastic.run does both). A
+    PeerLost, as joins were before ABI 1.15, so code that catches PeerLost goes on working."""
 
 
 class Mismatch(ParallaxError, ValueError):

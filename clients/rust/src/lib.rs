@@ -62,8 +62,10 @@ pub use sparse::{
 /// Statistics the daemon keeps for a variable on this node (`px_var_stats`).
 pub type VarStats = sys::px_var_stats;
 
-/// A `px_status`. `Ok` is listed for completeness; an [`Error`] never carries it.
+/// A `px_status`. `Ok` is listed for completeness; an [`Error`] never carries it. Later ABI
+/// versions add statuses (1.15: `Membership`), so a `match` needs a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Status {
     /// `PX_OK`
     Ok,
