@@ -77,7 +77,7 @@ std::unique_ptr<EtcdMembership> EtcdMembership::register_node(const Settings& se
       *error = "membership: all " + std::to_string(settings.node_count) + " node indices under " +
                url.prefix + " in etcd stayed held for " +
                std::to_string(settings.startup_timeout_ms) +
-               " ms: the cluster is full (node_count)";
+               " ms: the cluster is full (node_count, or membership_max_nodes)";
       return nullptr;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));

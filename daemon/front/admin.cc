@@ -71,7 +71,7 @@ DaemonState collect_daemon_state(Server& server) {
   s.socket = c.socket_path;
   s.cluster = c.cluster;
   s.node_index = c.node_index;
-  s.node_count = cluster_indices(c);
+  s.node_count = c.node_count;  // the configured count (the peers below: every index)
   s.node_label = server.cluster() ? server.node_label() : "node 0";
   s.step_stall_ms = c.step_stall_ms;
   if (FabricEndpoint* fabric = server.fabric())

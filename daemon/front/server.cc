@@ -266,10 +266,14 @@ void Server::variable_conflict(Job& job, Variable& var, const Fingerprint& other
 void Server::on_node_lost(const std::string& why, px_status status) {
   if (!cluster_broken_.empty()) return;
   cluster_broken_ = why;
-  PX_LOG_ERROR_AT(peer_fields(lost_node_),
-                  "%s; every job on this node fails; new jobs wait until the node is back and the "
-                  "cluster re-forms",
-                  why.c_str());
+  if (status == PX_ERR_MEMBERSHIP)
+    PX_LOG_WARN("%s; every job on this node ends; its workers connect again as a new run",
+                why.c_str());
+  else
+    PX_LOG_ERROR_AT(peer_fields(lost_node_),
+                    "%s; every job on this node fails; new jobs wait until the node is back and "
+                    "the cluster re-forms",
+                    why.c_str());
   // Marked before the fabric fails their transfers, so that every step they fail is told
   // with the job's status (sessions map it), whichever path fails it first.
   std::vector<std::shared_ptr<Job>> breaking;
@@ -527,7 +531,7 @@ px_status Server::join_job(const std::shared_ptr<Session>& session, const std::s
   if (!job->broken().empty()) {
     *error = "job '" + name + "' cannot take new workers: " + job->broken() +
              "; disconnect its remaining workers and start again";
-    return PX_ERR_PEER_LOST;
+    return job->broken_status();
   }
   if (job->ready()) {
     *error = "job '" + name + "' already has all " + std::to_string(local_size) + " local workers";

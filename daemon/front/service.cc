@@ -95,7 +95,7 @@ std::string Service::status_line() const {
       std::string line =
           std::to_string(server_.jobs_.size()) + " jobs, " + std::to_string(workers) + " workers";
       if (server_.cluster_) {
-        line += "; " + node() + " of " + std::to_string(server_.config_.node_count) +
+        line += "; " + node() + " of " + std::to_string(cluster_indices(server_.config_)) +
                 " in cluster '" + server_.config_.cluster + "', ";
         line += !server_.cluster_broken_.empty() ? "broken: " + server_.cluster_broken_
                 : server_.cluster_->ready()      ? "formed"
