@@ -41,7 +41,8 @@ class Daemon:
         such as a spare for a node index; wait_started() then)."""
         self.dir = tempfile.mkdtemp(prefix="pxpy-")
         self.socket = os.path.join(self.dir, "parallaxd.sock")
-        self.log = open(os.path.join(self.dir, "parallaxd.log"), "w+")
+        # Appending: the daemon shares the file's offset, which log_text() moves to read.
+        self.log = open(os.path.join(self.dir, "parallaxd.log"), "a+")
         self.proc = subprocess.Popen([_require("PARALLAXD"), "--foreground", "--socket",
                                       self.socket, "--log-level", "warn", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)

@@ -300,6 +300,7 @@ def test_elastic_job_resets_with_membership_changed_when_a_node_joins(etcd, tmp_
         # Training again on two (steps past the loss are committed only after the re-form).
         wait_for_progress(workers[0], files[0], lost_at + 5)
         joined_at = progress(files[0])
+        assert joined_at < steps - 50, "too close to the end for a join: make it longer"
         daemons.append(start_daemon(2))
         workers.append(start_worker(daemons[3], name, files[3], steps))
         results = results_of([workers[0], workers[1], workers[3]])
@@ -351,6 +352,7 @@ def test_elastic_job_grows_past_node_count_up_to_max_nodes(etcd, tmp_path):
     try:
         wait_for_checkpoint_and_step(workers[1], files[1], checkpoints, 10)
         joined_at = progress(files[0])
+        assert joined_at < steps - 50, "too close to the end for a join: make it longer"
         daemons.append(start_daemon(2))
         workers.append(start_worker(daemons[2], name, files[2], steps))
         results = results_of(workers)
