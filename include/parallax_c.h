@@ -396,16 +396,15 @@ PX_API const char* px_status_name(px_status status);
 PX_API const char* px_last_error(void);
 
 /* --- connection ------------------------------------------------------------------- */
-/* Fills options with the defaults (every field from the environment, see px_connect_options)
- * and abi_version with the caller's header's PX_ABI_VERSION: px_connect_options_init is a
- * macro over px_connect_options_init_abi, as zlib's deflateInit is, because the library
- * cannot know which header its caller was built with. The daemon tells a caller only the
- * statuses its ABI version has (an older one gets PX_ERR_PEER_LOST for PX_ERR_MEMBERSHIP).
- * The function of the same name is what callers built before 1.15 link to: it sets 1.14. */
-PX_API void px_connect_options_init(px_connect_options* options);
-/* (1.15) px_connect_options_init for a caller of ABI version caller_abi (PX_ABI_VERSION of
- * its header; bindings pass their own). */
+/* (1.15) Fills options with the defaults (every field from the environment, see
+ * px_connect_options) and abi_version with caller_abi, the PX_ABI_VERSION of the caller's
+ * header (bindings pass their own). The daemon tells a caller only the statuses its ABI
+ * version has (an older one gets PX_ERR_PEER_LOST for PX_ERR_MEMBERSHIP). */
 PX_API void px_connect_options_init_abi(px_connect_options* options, uint32_t caller_abi);
+/* Fills options with the defaults, for this header's ABI version: a macro over
+ * px_connect_options_init_abi, as zlib's deflateInit is, because the library cannot know
+ * which header its caller was built with. (libparallax still exports a function of this
+ * name, which callers built before 1.15 call: it takes them for ABI 1.14 callers.) */
 #define px_connect_options_init(options) px_connect_options_init_abi((options), PX_ABI_VERSION)
 /* (1.10) Reads the environment as px_connect would (px_launch_info). PX_ERR_INVALID, naming
  * the variable, for a value that is not a count, a Slurm tasks-per-node list without this

@@ -42,6 +42,9 @@ inline uint32_t test_abi_minor() {
   return old && socket && std::string(old) == socket ? 14 : PX_ABI_VERSION_MINOR;
 }
 
+// The function callers built before 1.15 call (the header's macro of that name replaces it).
+extern "C" void(px_connect_options_init)(px_connect_options* options);
+
 inline px_client* connect_default() {
   px_client* client = nullptr;
   px_connect_options o;

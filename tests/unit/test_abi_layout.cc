@@ -113,6 +113,9 @@ static_assert(offsetof(px::CompletionEntry, flags) == 12);
 
 }  // namespace
 
+// The function callers built before 1.15 call (the header's macro of that name replaces it).
+extern "C" void(px_connect_options_init)(px_connect_options* options);
+
 TEST_CASE("abi layout: the *_init functions fill struct_size and the documented defaults") {
   px_connect_options c;
   px_connect_options_init(&c);  // the macro: this header's version

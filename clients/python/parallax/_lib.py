@@ -127,7 +127,6 @@ _SIGNATURES = {
     "px_strerror": (c_char_p, [c_int]),
     "px_status_name": (c_char_p, [c_int]),
     "px_last_error": (c_char_p, []),
-    "px_connect_options_init": (None, [POINTER(ConnectOptions)]),
     "px_connect_options_init_abi": (None, [POINTER(ConnectOptions), c_uint32]),
     "px_connect": (c_int, [POINTER(ConnectOptions), _PP]),
     "px_launch_info_from_env": (c_int, [POINTER(LaunchInfo)]),

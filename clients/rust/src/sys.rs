@@ -244,7 +244,6 @@ extern "C" {
     pub fn px_last_error() -> *const c_char;
 
     // connection
-    pub fn px_connect_options_init(options: *mut px_connect_options);
     pub fn px_connect_options_init_abi(options: *mut px_connect_options, caller_abi: u32);
     pub fn px_connect(
         options: *const px_connect_options,

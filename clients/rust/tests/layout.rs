@@ -88,13 +88,6 @@ fn init_functions_fill_sizes_and_defaults() {
     assert_eq!(c.struct_size as usize, size_of::<sys::px_connect_options>());
     assert_eq!(c.abi_version, sys::PX_ABI_VERSION);
     assert_eq!((c.local_rank, c.wait_for_daemon), (-1, -1));
-    // The symbol callers built before 1.15 link to takes them for 1.14 callers.
-    let mut legacy = MaybeUninit::<sys::px_connect_options>::uninit();
-    let legacy = unsafe {
-        sys::px_connect_options_init(legacy.as_mut_ptr());
-        legacy.assume_init()
-    };
-    assert_eq!(legacy.abi_version, (1 << 16) | 14);
 
     let mut o = MaybeUninit::<sys::px_op_options>::uninit();
     let o = unsafe {

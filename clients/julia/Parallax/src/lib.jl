@@ -220,8 +220,6 @@ px_status_name(status) = ccall((:px_status_name, libparallax()), Cstring, (Cint,
 px_last_error() = ccall((:px_last_error, libparallax()), Cstring, ())
 
 # --- connection ----------------------------------------------------------------------
-px_connect_options_init(o::Ref{PxConnectOptions}) =
-    ccall((:px_connect_options_init, libparallax()), Cvoid, (Ref{PxConnectOptions},), o)
 px_connect_options_init_abi(o::Ref{PxConnectOptions}, caller_abi::Integer) =
     ccall((:px_connect_options_init_abi, libparallax()), Cvoid, (Ref{PxConnectOptions}, UInt32),
           o, caller_abi)
