@@ -20,11 +20,13 @@
 `run` connects a `Client` (settings from the environment, as `Client()` takes them),
 brings every worker to the same state (`State.sync`) and calls the function. When a node
 is lost mid-run (`PeerLost`: a worker, a daemon or a whole node gone), or nodes join
-(`MembershipChanged`), it closes the client, puts the state back to its last `commit()`, connects again (a new run of the same
-job, which starts once the cluster has re-formed: with membership on etcd a daemon started
-in the lost one's place takes its index, or with membership_min_nodes the survivors
-re-form without it; docs/elastic.md), syncs and calls the function again. A worker started in a lost one's place runs the same script: `sync` gives it the
-state of the worker that committed the most.
+(`MembershipChanged`, itself a `PeerLost`), it closes the client, puts the state back to
+its last `commit()`, connects again (a new run of the same job, which starts once the
+cluster has re-formed: with membership on etcd a daemon started in the lost one's place
+takes its index, or with membership_min_nodes the survivors re-form without it;
+docs/elastic.md), syncs and calls the function again. A worker started in a lost one's
+place runs the same script: `sync` gives it the state of the worker that committed the
+most.
 
 Create what belongs to a run inside the function: variables, and `parallax.torch`'s
 wrappers and layers (run makes its client their default), so that each run builds them
@@ -44,7 +46,7 @@ import time
 from typing import Any, Callable, Optional
 
 from .client import Client
-from .errors import ConnectError, DeadlineExceeded, MembershipChanged, PeerLost
+from .errors import ConnectError, DeadlineExceeded, PeerLost
 
 import numpy as np
 
@@ -53,8 +55,8 @@ __all__ = ["State", "run", "RESET_ERRORS"]
 # What ends a run and starts a reset: a lost worker, daemon or node (this node's daemon gone
 # may read as a failed connection). A failed connect or a deadline while the job re-forms
 # is retried within reset_timeout.
-RESET_ERRORS = (PeerLost, MembershipChanged, ConnectError)
-_RETRY_ERRORS = (PeerLost, MembershipChanged, ConnectError, DeadlineExceeded)
+RESET_ERRORS = (PeerLost, ConnectError)  # PeerLost covers MembershipChanged (nodes joined)
+_RETRY_ERRORS = (PeerLost, ConnectError, DeadlineExceeded)
 
 
 class State:
