@@ -82,6 +82,19 @@ void ShardStore::export_rows(ShardFileData* out) const {
   }
 }
 
+void ShardStore::export_partition(uint32_t p, ShardFileData* out) const {
+  out->dim = dim_;
+  out->column_begin = columns_.begin;
+  out->column_slice = dim_ != table_dim_;
+  out->slots = static_cast<uint32_t>(slots_);
+  out->rows.clear();
+  const Partition& part = partitions_[static_cast<size_t>(slot_of_[p])];
+  for (uint64_t i = 0; i < map_.rows_in(p); ++i)
+    out->rows.push_back(static_cast<int64_t>(i * map_.partitions() + p));
+  out->values = part.values;
+  out->state = part.state;
+}
+
 uint64_t ShardStore::import_rows(const ShardView& data) {
   // The columns both the file and this store hold: [first, last) of the table.
   uint64_t first = std::max<uint64_t>(data.column_begin, columns_.begin);

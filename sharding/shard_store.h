@@ -43,6 +43,11 @@ class ShardStore {
 
   // Every owned row (by global number) with its values and optimizer state.
   void export_rows(ShardFileData* out) const;
+  // The same of one owned partition's rows.
+  void export_partition(uint32_t partition, ShardFileData* out) const;
+  // An owned row's values (dim) and optimizer state (slots x dim), as they are now.
+  const float* values_of(int64_t row) const { return row_values(row); }
+  const float* state_of(int64_t row) const { return const_cast<ShardStore*>(this)->row_state(row); }
   // Takes the values of data that fall in this store: the rows it owns, the columns it
   // holds (the rest belong to other nodes). Returns how many values (row x column cells) it
   // took. data must have this store's state slots and lie within the table's columns.

@@ -31,6 +31,9 @@ class StepJournal {
   // per step (a step's rows are unique).
   void save(int64_t row, const float* values, const float* state);
 
+  // Forgets every step (the rows changed outside one: a load).
+  void clear() { records_.clear(); }
+
   // Whether a unit that applied `applied` push steps can go back to having applied `to`:
   // the records of steps to .. applied-1 are all kept.
   bool can_roll_back(uint64_t applied, uint64_t to) const;

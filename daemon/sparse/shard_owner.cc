@@ -253,7 +253,11 @@ void ShardOwner::handle_valid(ShardRequest r) {
       auto shared = std::make_shared<ShardRequest>(std::move(r));
       queue_->push(
           shared->count * dim_ > kInlineValues,
-          [this, shared] { store_.load(shared->rows, shared->count, shared->values); },
+          [this, shared] {
+            store_.load(shared->rows, shared->count, shared->values);
+            // Rows changed outside a step: no journal leads back past them any more.
+            for (StepJournal& journal : journals_) journal.clear();
+          },
           [shared] { shared->done(PX_OK, ""); });
       return;
     }
@@ -409,6 +413,30 @@ void ShardOwner::export_at(uint64_t steps,
   r.exported = std::make_shared<ShardFileData>();
   r.done = [exported = r.exported, done](px_status, const std::string&) { done(exported); };
   handle(std::move(r));
+}
+
+void ShardOwner::keep_journal(size_t depth) {
+  if (replicated_ || columns_) return;
+  journals_.assign(units_.size(), StepJournal(dim_, store_.state_slots(), depth));
+}
+
+void ShardOwner::hand_over(std::function<void(std::vector<HandoverUnit>)> done) {
+  // The steps as counted now, on the loop: the work queued before the export applies them.
+  auto units = std::make_shared<std::vector<HandoverUnit>>(held_.size());
+  for (size_t i = 0; i < held_.size(); ++i) {
+    (*units)[i].partition = held_[i];
+    (*units)[i].applied = units_[i].applied_steps;
+    (*units)[i].applies = units_[i].applies;
+  }
+  queue_->push(
+      true,
+      [this, units] {
+        for (size_t i = 0; i < units->size(); ++i) {
+          store_.export_partition((*units)[i].partition, &(*units)[i].rows);
+          if (!journals_.empty()) (*units)[i].journal = journals_[i].records();
+        }
+      },
+      [units, done] { done(std::move(*units)); });
 }
 
 uint64_t ShardOwner::applies() const {
@@ -573,6 +601,8 @@ void ShardOwner::apply_sync_steps(Unit& unit) {
 // ascending, so the sum is a merge applied row by row; anything else is coalesced first.
 void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t push_step) {
   uint64_t step = ++unit.applies;
+  StepJournal* journal =
+      journals_.empty() ? nullptr : &journals_[static_cast<size_t>(&unit - units_.data())];
   double learning_rate = rates_ ? rates_->at(push_step) : options_.learning_rate;
   size_t values = 0;
   for (auto& b : batches) values += b.count * dim_;
@@ -580,13 +610,15 @@ void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t p
   auto touched = std::make_shared<uint64_t>(0);
   queue_->push(
       values > kInlineValues,
-      [this, shared, step, touched, learning_rate] {
+      [this, shared, step, touched, learning_rate, journal, push_step] {
+        if (journal) journal->begin(push_step);
         std::vector<RowBatch> parts;
         for (auto& b : *shared) parts.push_back({b.rows, b.count, b.values});
         float divisor = options_.mean ? static_cast<float>(world_size_) : 1.0f;
         auto apply_row = [&](int64_t row, float* sum) {
           if (options_.mean)
             for (size_t c = 0; c < dim_; ++c) sum[c] /= divisor;
+          if (journal) journal->save(row, store_.values_of(row), store_.state_of(row));
           store_.apply(&row, 1, sum, step, learning_rate);
           ++*touched;
         };

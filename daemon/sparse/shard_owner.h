@@ -27,7 +27,9 @@
 #include "daemon/sparse/shard_request.h"
 #include "parallax_c.h"
 #include "sharding/checkpoint.h"
+#include "sharding/handover.h"
 #include "sharding/shard_store.h"
+#include "sharding/step_journal.h"
 #include "transport/collectives/collective_transport.h"
 #include "transport/fabric/sparse_wire.h"
 
@@ -70,6 +72,13 @@ class ShardOwner {
   uint64_t held_values() const { return store_.owned_rows() * dim_; }
   uint64_t applies() const;
   void continue_from(uint64_t steps, uint64_t applies);
+
+  // A table handed to the job's next run at an epoch's end (sharding/handover.h). keep_journal:
+  // from now on each partition keeps the pre-images of its last `depth` push steps (ps and
+  // hybrid; set before the first step). hand_over: this node's partitions, their rows once
+  // the work queued before is done, with their push steps and journals (done on the loop).
+  void keep_journal(size_t depth);
+  void hand_over(std::function<void(std::vector<HandoverUnit>)> done);
 
   // The table's learning rates by push step (px_set_sparse_lr); without, the registered one.
   void set_learning_rates(std::shared_ptr<const LearningRates> rates) { rates_ = std::move(rates); }
@@ -139,6 +148,7 @@ class ShardOwner {
   std::shared_ptr<SerialQueue> queue_;
   // Queue order makes later work see what was counted when it was queued.
   std::vector<Unit> units_;
+  std::vector<StepJournal> journals_;       // by unit, with keep_journal; used on the queue only
   std::vector<int32_t> unit_of_partition_;  // ps/hybrid: -1 where not owned
   std::vector<uint32_t> held_;              // ps/hybrid: the partitions held, ascending
   std::deque<ShardRequest> waiting_pulls_;

@@ -3,9 +3,11 @@
 // partition are answered then, whatever the other partitions are waiting for.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/common/thread_pool.h"
@@ -21,10 +23,10 @@ struct Harness {
   PartitionMap map{40, 4, 2};  // node 0 holds partitions 0 and 2 (rows = 0, 2 mod 4)
   std::unique_ptr<ShardOwner> owner;
 
-  Harness() {
+  explicit Harness(int node = 0) {
     options.learning_rate = 1.0;
     owner = std::make_unique<ShardOwner>(
-        "test", map, 0, 2, options, 4, pool,
+        "test", map, node, 2, options, 4, pool,
         [this](std::function<void()> fn) { posted.push_back(std::move(fn)); });
   }
   void drain() {
@@ -200,6 +202,87 @@ TEST_CASE("a request for a group of partitions is counted and applied per partit
   h.drain();
   REQUIRE(after.done);
   CHECK(out == std::vector<float>{-6, -6, -3, -3});
+}
+
+}  // namespace px
+
+namespace px {
+
+TEST_CASE("a node's partitions handed over go back to the cut every partition applied") {
+  // Two nodes' owners: node 0 holds partitions 0 and 2, node 1 partitions 1 and 3. Push step
+  // 0 reaches every partition from both nodes; in step 1 a lost node 1 sent its push to
+  // partitions 0 and 1 only, so partitions 2 and 3 wait at 1 and partitions 0 and 1 are at 2.
+  Harness n0(0), n1(1), ref0(0), ref1(1);
+  for (Harness* h : {&n0, &n1}) h->owner->keep_journal(2);
+  auto push = [](Harness& h, int from, uint32_t p, uint64_t step) {
+    int64_t row = static_cast<int64_t>(p) + 4 * (from + 1);
+    float g = static_cast<float>(step + 1 + from);
+    h.owner->handle(make(SparseOp::kPush, from, p, step, {row}, {g, g}, nullptr, nullptr));
+  };
+  for (int from : {0, 1}) {
+    for (uint32_t p : {0u, 2u}) {
+      push(n0, from, p, 0);
+      push(ref0, from, p, 0);
+    }
+    for (uint32_t p : {1u, 3u}) {
+      push(n1, from, p, 0);
+      push(ref1, from, p, 0);
+    }
+    push(n0, from, 0, 1);
+    push(n1, from, 1, 1);
+  }
+  push(n0, 0, 2, 1);  // node 0's own push of step 1 reached partition 2, node 1's did not
+  push(n1, 0, 3, 1);
+  auto units_of = [](Harness& h) {
+    std::vector<HandoverUnit> units;
+    bool done = false;
+    h.owner->hand_over([&](std::vector<HandoverUnit> u) {
+      units = std::move(u);
+      done = true;
+    });
+    for (int i = 0; i < 2000 && !done; ++i) {
+      h.drain();
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(done);
+    return units;
+  };
+  auto part = [](int node, std::vector<HandoverUnit> units) {
+    HandoverData d;
+    d.epoch = 5;
+    d.node = static_cast<uint32_t>(node);
+    d.nodes = 2;
+    d.partitions = 4;
+    d.dim = 2;
+    d.slots = 0;
+    d.units = std::move(units);
+    return d;
+  };
+  std::vector<HandoverUnit> u0 = units_of(n0), u1 = units_of(n1);
+  REQUIRE(u0.size() == 2);
+  CHECK(u0[0].partition == 0);
+  CHECK(u0[0].applied == 2);
+  CHECK(u0[1].applied == 1);
+  CHECK(u0[0].journal.size() == 2);
+  HandoverPlan plan = plan_handover({part(0, u0), part(1, u1)});
+  REQUIRE_MESSAGE(plan.ok, plan.why);
+  CHECK(plan.cut == 1);
+  CHECK(plan.rolled_back == 2);
+  CHECK(plan.applies == 1);
+  std::vector<HandoverUnit> r0 = units_of(ref0), r1 = units_of(ref1);
+  std::vector<const ShardFileData*> expected = {&r0[0].rows, &r1[0].rows, &r0[1].rows, &r1[1].rows};
+  REQUIRE(plan.rows.size() == 4);
+  for (size_t p = 0; p < 4; ++p) {
+    CHECK(plan.rows[p].rows == expected[p]->rows);
+    CHECK(plan.rows[p].values == expected[p]->values);
+  }
+  // Rows changed outside a step: the journal no longer leads back.
+  Outcome load;
+  n0.owner->handle(make(SparseOp::kLoad, 0, kAllPartitions, 0, {0}, {7, 7}, nullptr, &load));
+  std::vector<HandoverUnit> loaded = units_of(n0);
+  CHECK(load.status == PX_OK);
+  CHECK(loaded[0].journal.empty());
+  CHECK_FALSE(plan_handover({part(0, loaded), part(1, u1)}).ok);
 }
 
 }  // namespace px
