@@ -234,7 +234,9 @@ typedef struct px_var_stats {
   /* Sparse variables (ABI 1.4): the push steps of the checkpoint this node's daemon restored
    * the table from when the job registered it (a checkpoint's count includes the steps of
    * the run it was restored from); 0 if it was not restored. A trainer resumes at that
-   * push step. */
+   * push step. With membership on etcd, a table handed over from the job's last run
+   * (docs/elastic.md) counts the push steps it holds from there, known once the table has
+   * started: after its first pull, push or read completes. */
   uint64_t restored_steps;
   /* Sparse variables with prefetch (ABI 1.6): rows this node's shards served to other
    * nodes' pulls ahead of the previous push step (no node had pulled them in that step). */

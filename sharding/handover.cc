@@ -158,7 +158,7 @@ bool decode_handover(const char* bytes, size_t size, HandoverData* data, std::st
   return true;
 }
 
-HandoverPlan plan_handover(std::vector<HandoverData> handed) {
+HandoverPlan plan_handover(std::vector<HandoverData> handed, uint64_t uncommitted) {
   HandoverPlan plan;
   if (handed.empty()) return plan.why = "no node held the table", plan;
   uint64_t epoch = 0;
@@ -186,6 +186,7 @@ HandoverPlan plan_handover(std::vector<HandoverData> handed) {
              plan;
   uint64_t cut = UINT64_MAX;
   for (const HandoverUnit* u : source) cut = std::min(cut, u->applied);
+  cut -= std::min(cut, uncommitted);
   plan.cut = cut;
   plan.restored_steps = first.restored_steps + cut;
   for (const HandoverUnit* u : source) {

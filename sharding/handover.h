@@ -7,9 +7,9 @@
 // journal of its last few steps (step_journal.h). When the job's next run registers the
 // table, every node of the new epoch hands in its part (a handover image, below) and every
 // node plans alike from all of them (plan_handover): each partition from its own node, or
-// from the copy where that node is gone; every partition back to the last push step all of
-// them applied (the cut). Nothing after the cut is kept: a push step some partitions
-// applied and others did not is undone where it was applied, as the step under way is.
+// from the copy where that node is gone; every partition back to the same push step (the
+// cut, below). Nothing after the cut is kept: a push step some partitions applied and
+// others did not is undone where it was applied, as the step under way is.
 // A partition no node holds, or one too far ahead to go back, leaves the table to the
 // periodic checkpoint, and the plan says why.
 #pragma once
@@ -67,6 +67,14 @@ struct HandoverPlan {
 // handed: what each node of the new epoch handed in (empty images left out). Only the
 // newest epoch's parts count (a node's older part is a run before it). Every node, given
 // the same parts in the same order, plans the same.
-HandoverPlan plan_handover(std::vector<HandoverData> handed);
+//
+// uncommitted: the push steps taken back beyond the last one every partition applied. A
+// worker's push is done when sent, and its step is committed after (parallax.elastic's
+// State.commit()); an epoch that ends between the two leaves the newest push step applied
+// everywhere and committed nowhere, which the next run would push again. Taking it back
+// (1, the daemon's choice) loses at most that step where it was committed, rather than
+// applying it twice where it was not: a worker pushes step k+1 only after committing k,
+// so every partition applied at most one step past the last commit.
+HandoverPlan plan_handover(std::vector<HandoverData> handed, uint64_t uncommitted = 1);
 
 }  // namespace px

@@ -41,6 +41,7 @@ Server::Server(DaemonConfig config, std::unique_ptr<EtcdMembership> membership)
   uv_async_init(&loop_, &async_, on_async);
   async_.data = this;
   scheduler_.sparse().set_restore_dir(config_.restore_dir);
+  scheduler_.sparse().set_handover(!config_.membership.empty());
   scheduler_.sparse().set_route_choice(config_.route_estimate_steps, config_.route_auto_sequence);
   observer_ = std::make_unique<Observer>(&loop_, observer_options(config_), observer_hooks(*this));
 }
@@ -282,6 +283,10 @@ void Server::on_node_lost(const std::string& why, px_status status) {
       job->mark_broken(why, status);
       breaking.push_back(job);
     }
+  // Their sparse tables' partitions as they stand, for their next runs (table_handover.cc).
+  for (auto& job : breaking)
+    for (auto& var : job->variables())
+      if (var->sparse) scheduler_.sparse().keep_for_next_run(var->sparse, job->epoch());
   if (fabric_) fabric_->fail_all(why);
   // No JobEnd will come; fail_all cancelled their receives.
   for (auto& [id, job] : ended_here_) free_job_state(*job);

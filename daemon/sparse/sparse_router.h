@@ -18,6 +18,7 @@
 #include "daemon/sparse/shard_owner.h"
 #include "daemon/sparse/sparse_channel.h"
 #include "sharding/column_split.h"
+#include "sharding/handover.h"
 #include "sharding/partition_map.h"
 #include "sharding/partition_search.h"
 #include "sharding/request_groups.h"
@@ -29,6 +30,10 @@
 namespace px {
 
 struct SparseRun;
+
+// The push steps a handed-over partition can go back (sharding/step_journal.h): partitions
+// stand at most a step or two apart when a node is lost mid-step.
+constexpr size_t kHandoverJournalSteps = 3;
 
 // What the route model (route_model.h) measures, over the pull steps since the last
 // estimate: unique rows, and how many fell on each node under the ps map and under
@@ -180,7 +185,16 @@ class SparseRouter {
                   const std::string& dir, StatusCallback done);
 
   // Cluster: every node registered the variable alike; its bulk messages use global_id.
+  // A table handed over (below) starts once every node's part is in.
   void start_variable(Variable& var, uint32_t global_id);
+
+  // Elastic handover (table_handover.cc, sharding/handover.h): with membership on, a
+  // synchronous ps table's partitions are kept when its run ends with an epoch, and the
+  // job's next run takes them rather than the periodic checkpoint.
+  void set_handover(bool on) { handover_ = on; }
+  bool hands_over(const SparseTable& table) const;
+  // The table's run ends with epoch `epoch`: what this node holds of it is kept for the next.
+  void keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch);
 
   // A pull or push step every local worker submitted.
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
@@ -239,6 +253,13 @@ class SparseRouter {
                               std::string* why_partitions, bool initialise = true);
   // The values of a row each node holds on options' route: the row, or its column slice.
   static std::vector<size_t> row_widths(uint64_t dim, int nodes, const SparseOptions& options);
+  // The new run's side of a handover: every node's part exchanged, planned alike, the rows
+  // taken; then the channel starts and the operations waiting for it go.
+  void take_over(const std::shared_ptr<SparseTable>& table);
+  void exchange_parts(const std::shared_ptr<SparseTable>& table,
+                      std::shared_ptr<const HandoverData> mine);
+  void use_plan(const std::shared_ptr<SparseTable>& table, std::shared_ptr<HandoverPlan> plan);
+  void start_channel(SparseTable& table);
   void send(const std::shared_ptr<Run>& run);
   void sum_group(Run& run, int group);
   void request(const std::shared_ptr<Run>& run, int group);
@@ -268,6 +289,15 @@ class SparseRouter {
   std::string restore_dir_;
   uint64_t route_estimate_steps_ = 32;
   std::vector<std::string> route_sequence_;
+  // Handover: what this node kept of each table (job, variable) at the last epoch's end. A
+  // part is exported on the owner's queue; a run that asks before it is ready waits.
+  bool handover_ = false;
+  struct KeptPart {
+    uint64_t epoch = 0;
+    std::shared_ptr<HandoverData> data;  // null until exported
+    std::vector<std::function<void()>> waiting;
+  };
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<KeptPart>> kept_;
 };
 
 }  // namespace px

@@ -112,6 +112,7 @@ std::vector<size_t> SparseRouter::lay_out(SparseTable& table, const SparseOption
   table.owner->set_learning_rates(table.learning_rates);
   table.replicated = table.owner->replicated();
   table.columns = table.owner->column_slice();
+  if (hands_over(table)) table.owner->keep_journal(kHandoverJournalSteps);
   table.column_ranges.clear();
   table.search.reset();
   table.request_groups.clear();
@@ -243,6 +244,7 @@ void SparseRouter::checkpoint(std::shared_ptr<Job> job, Variable& var, uint64_t 
 void SparseRouter::start_variable(Variable& var, uint32_t global_id) {
   var.sparse->global_id = global_id;
   var.sparse->owner->attach(fabric_, global_id, chunk_bytes_);
+  if (fabric_ && hands_over(*var.sparse)) return take_over(var.sparse);
   var.sparse->channel->start(global_id);
 }
 

@@ -33,7 +33,8 @@ struct FakeUnit {
       unit.rows.state.push_back(0.0f);
     }
   }
-  // Push step `applied`: adds step + 1 to the values of the rows at `positions`.
+  // Push step `applied`: adds step + 1 to the values of the rows at `positions` (unique, as
+  // a step's rows are).
   void step(const std::vector<size_t>& positions) {
     journal.begin(unit.applied);
     for (size_t i : positions) {
@@ -158,12 +159,11 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
     own.emplace_back(p, p * 10, 3);
     copies.emplace_back(p, p * 10, 3);
   }
-  std::vector<std::vector<float>> at2(4);
+  std::vector<std::vector<float>> at1(4), at2(4);
   for (uint32_t p = 0; p < 4; ++p) {
-    for (FakeUnit* u : {&own[p], &copies[p]}) {
-      u->step({0});
-      u->step({p % 3, 1});
-    }
+    for (FakeUnit* u : {&own[p], &copies[p]}) u->step({0});
+    at1[p] = own[p].unit.rows.values;
+    for (FakeUnit* u : {&own[p], &copies[p]}) u->step({p % 3 == 1 ? 2u : p % 3, 1});
     at2[p] = own[p].unit.rows.values;
     if (p != 2)
       for (FakeUnit* u : {&own[p], &copies[p]}) u->step({1, 2});
@@ -173,8 +173,8 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
   SUBCASE("both nodes hand in: their own partitions, partitions 0, 1, 3 back one step") {
     HandoverPlan plan = plan_handover(
         {part(3, 0, 2, {own[0].handed(), own[2].handed(), copies[1].handed(), copies[3].handed()}),
-         part(3, 1, 2,
-              {own[1].handed(), own[3].handed(), copies[0].handed(), copies[2].handed()})});
+         part(3, 1, 2, {own[1].handed(), own[3].handed(), copies[0].handed(), copies[2].handed()})},
+        0);
     REQUIRE_MESSAGE(plan.ok, plan.why);
     CHECK(plan.cut == 2);
     CHECK(plan.restored_steps == 12);
@@ -184,23 +184,34 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
     REQUIRE(plan.rows.size() == 4);
     for (const ShardFileData& rows : plan.rows) CHECK(rows.values == at2[rows.rows[0] / 10]);
   }
+  SUBCASE("by default one step more goes back: it may be committed nowhere") {
+    HandoverPlan plan = plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()}),
+                                       part(3, 1, 2, {own[1].handed(), own[3].handed()})});
+    REQUIRE_MESSAGE(plan.ok, plan.why);
+    CHECK(plan.cut == 1);
+    CHECK(plan.restored_steps == 11);
+    CHECK(plan.rolled_back == 4);
+    for (const ShardFileData& rows : plan.rows) CHECK(rows.values == at1[rows.rows[0] / 10]);
+  }
   SUBCASE("node 1 lost: its partitions come from node 0's copies") {
-    HandoverPlan plan = plan_handover({part(
-        3, 0, 2, {own[0].handed(), own[2].handed(), copies[1].handed(), copies[3].handed()})});
+    HandoverPlan plan = plan_handover(
+        {part(3, 0, 2, {own[0].handed(), own[2].handed(), copies[1].handed(), copies[3].handed()})},
+        0);
     REQUIRE_MESSAGE(plan.ok, plan.why);
     CHECK(plan.cut == 2);
     CHECK(plan.from_replicas == 2);
     for (const ShardFileData& rows : plan.rows) CHECK(rows.values == at2[rows.rows[0] / 10]);
   }
   SUBCASE("no copies and a node lost: the checkpoint, and why") {
-    HandoverPlan plan = plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()})});
+    HandoverPlan plan = plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()})}, 0);
     CHECK_FALSE(plan.ok);
     CHECK(plan.why == "partition 1 of epoch 3 is held by no node of this one");
   }
   SUBCASE("an older epoch's part is left out") {
     HandoverData old = part(2, 0, 3, {});
     HandoverPlan plan = plan_handover({old, part(3, 0, 2, {own[0].handed(), own[2].handed()}),
-                                       part(3, 1, 2, {own[1].handed(), own[3].handed()})});
+                                       part(3, 1, 2, {own[1].handed(), own[3].handed()})},
+                                      0);
     REQUIRE_MESSAGE(plan.ok, plan.why);
     CHECK(plan.epoch == 3);
   }
@@ -211,7 +222,8 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
     own[0].step({0});
     own[0].step({0});  // 7 steps, 3 kept: back to 4 at the most
     HandoverPlan plan = plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()}),
-                                       part(3, 1, 2, {own[1].handed(), own[3].handed()})});
+                                       part(3, 1, 2, {own[1].handed(), own[3].handed()})},
+                                      0);
     CHECK_FALSE(plan.ok);
     CHECK(plan.why ==
           "partition 0 applied 7 push steps, too far past the 2 every partition "
@@ -220,7 +232,8 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
   SUBCASE("parts that disagree on the table") {
     HandoverData other = part(3, 1, 2, {own[1].handed(), own[3].handed()});
     other.restored_steps = 11;
-    HandoverPlan plan = plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()}), other});
+    HandoverPlan plan =
+        plan_handover({part(3, 0, 2, {own[0].handed(), own[2].handed()}), other}, 0);
     CHECK_FALSE(plan.ok);
     CHECK(plan.why == "the nodes' parts of epoch 3 disagree");
   }

@@ -264,7 +264,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
   CHECK(u0[0].applied == 2);
   CHECK(u0[1].applied == 1);
   CHECK(u0[0].journal.size() == 2);
-  HandoverPlan plan = plan_handover({part(0, u0), part(1, u1)});
+  HandoverPlan plan = plan_handover({part(0, u0), part(1, u1)}, 0);
   REQUIRE_MESSAGE(plan.ok, plan.why);
   CHECK(plan.cut == 1);
   CHECK(plan.rolled_back == 2);
@@ -282,7 +282,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
   std::vector<HandoverUnit> loaded = units_of(n0);
   CHECK(load.status == PX_OK);
   CHECK(loaded[0].journal.empty());
-  CHECK_FALSE(plan_handover({part(0, loaded), part(1, u1)}).ok);
+  CHECK_FALSE(plan_handover({part(0, loaded), part(1, u1)}, 0).ok);
 }
 
 }  // namespace px

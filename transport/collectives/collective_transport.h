@@ -60,6 +60,7 @@ enum class TagKind : uint64_t {
   kRouteMove = 10,      // PX_ROUTE_AUTO: a move's row counts, then rows (step: 2 x move + part)
   kReduceScatter = 11,  // dense px_reduce_scatter
   kAlltoall = 12,       // dense px_alltoall(v): per node pair a counts header, then the blocks
+  kHandover = 13,       // a sparse table's parts from the last run (step: 0 sizes, 1 parts)
 };
 
 inline uint64_t make_tag(TagKind kind, uint32_t var_id, uint64_t step) {

@@ -41,7 +41,8 @@ def train(client, state):
     grad = client.dense("grad", N, "float64")
     mean = client.dense("mean", N, "float64", op="mean")
     table = client.sparse("table", ROWS, 4, optimizer="sgd", lr=1.0)
-    runs.append([state.step, table.stats().restored_steps])
+    run = [state.step, None]
+    runs.append(run)
     g = np.empty(N)
     m = np.empty(N)
     rows = np.empty((1, 4), dtype=np.float32)
@@ -49,6 +50,8 @@ def train(client, state):
         g.fill(float((state.step + 1) * (client.rank + 1)))
         rows.fill(float((state.step + 1) * (client.rank + 1)))
         table.push(np.array([state.step % ROWS]), rows).wait()
+        if run[1] is None:  # known once the table started (a handover from the last run)
+            run[1] = table.stats().restored_steps
         m.fill(float((state.step + 1) * (client.rank + 1)))
         grad.allreduce(g).wait()
         mean.allreduce(m).wait()
