@@ -43,8 +43,10 @@ class Daemon:
         self.socket = os.path.join(self.dir, "parallaxd.sock")
         # Appending: the daemon shares the file's offset, which log_text() moves to read.
         self.log = open(os.path.join(self.dir, "parallaxd.log"), "a+")
+        # PX_TEST_LOG_LEVEL and PX_KEEP_LOGS: docs/building.md.
+        level = os.environ.get("PX_TEST_LOG_LEVEL", "warn")
         self.proc = subprocess.Popen([_require("PARALLAXD"), "--foreground", "--socket",
-                                      self.socket, "--log-level", "warn", *args],
+                                      self.socket, "--log-level", level, *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         if wait:
             self.wait_started(20)
@@ -80,7 +82,8 @@ class Daemon:
             code = "none: still running 10 s after SIGTERM, killed"
         text = self.log_text()
         self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not os.environ.get("PX_KEEP_LOGS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
         if code != 0 and not killed_by_test:
             raise AssertionError(f"parallaxd did not exit cleanly ({code}); its log:\n{text[-4000:]}")
 
