@@ -160,7 +160,8 @@ void SparseChannel::request(int to, uint32_t partition, uint32_t groups, SparseO
   // Remote: the reply's receives first (so the reply never waits as an unexpected
   // message), then the request's messages; done once every part finished.
   auto call = std::make_shared<Call>();
-  size_t width = widths_[static_cast<size_t>(to)];  // values per row node `to` holds
+  // Values per row node `to` holds (and, a copy's, their optimizer state).
+  size_t width = sparse_row_values(op, widths_[static_cast<size_t>(to)], state_slots_);
   SparseRequestHeader header{};
   header.op = static_cast<uint16_t>(op);
   header.priority = priority;
@@ -296,6 +297,12 @@ void SparseChannel::on_first(int peer, bool ok, size_t bytes, const std::string&
     if (((peek.flags & kLayoutOdd) != 0) != layout_odd_)
       width = next_widths_[static_cast<size_t>(node_)];
   }
+  if (bytes >= sizeof(SparseRequestHeader)) {
+    SparseRequestHeader peek;
+    std::memcpy(&peek, p.first.data(), sizeof peek);
+    if (peek.op == static_cast<uint16_t>(SparseOp::kReplicate))
+      width = sparse_row_values(SparseOp::kReplicate, width, state_slots_);
+  }
   SparseRequestHeader h{};
   std::string bad = check_sparse_request(p.first.data(), bytes, peer, width, &h, step_value_bytes_);
   if (!bad.empty()) {
@@ -387,7 +394,8 @@ void SparseChannel::deliver_ready(int peer) {
       PX_LOG_WARN_AT(peer_fields(peer), "sparse %s request from %s dropped: %s",
                      sparse_op_name(static_cast<SparseOp>(in->header.op)),
                      node_label_(peer).c_str(), in->error.c_str());
-      if (in->header.op != static_cast<uint16_t>(SparseOp::kPush)) reply(peer, in, PX_ERR_PROTOCOL);
+      if (sparse_op_answered(static_cast<SparseOp>(in->header.op)))
+        reply(peer, in, PX_ERR_PROTOCOL);
       continue;
     }
     ShardRequest r;
@@ -402,7 +410,7 @@ void SparseChannel::deliver_ready(int peer) {
     r.out =
         sparse_op_returns_rows(r.op) ? in->reply.data() + kReplyHeadroom / sizeof(float) : nullptr;
     r.keep_alive = in;
-    if (r.op != SparseOp::kPush) {
+    if (sparse_op_answered(r.op)) {
       auto self = shared_from_this();
       r.done = [self, peer, in](px_status status, const std::string&) {
         if (in->ahead) return self->reply_rest(peer, in, status);

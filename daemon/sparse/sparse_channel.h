@@ -58,6 +58,9 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   // widths; requests for it (from nodes that moved first) are received with them and wait.
   // switch_layout: nothing is in flight on the old layout; the owner of the new one gets
   // the waiting requests and every later one, and requests go out for the new layout.
+  // Copies of partitions (px_sparse_options.replicas): the optimizer state slots a
+  // replicate request carries per value besides the value (shard_replica.h).
+  void set_state_slots(size_t slots) { state_slots_ = slots; }
   void expect_layout(std::vector<size_t> widths);
   void switch_layout(std::shared_ptr<ShardOwner> owner);
   const std::vector<size_t>& widths() const { return widths_; }
@@ -110,6 +113,7 @@ class SparseChannel : public std::enable_shared_from_this<SparseChannel> {
   WireDtype wire_;
   size_t step_value_bytes_;  // wire_value_bytes(wire_)
   bool prefetch_;            // pulls may be served ahead: ask for compact replies
+  size_t state_slots_ = 0;   // set_state_slots
   std::shared_ptr<ShardOwner> owner_;
   PostToLoop post_;
   std::function<std::string(int)> node_label_;

@@ -12,6 +12,11 @@
 //               (a hot-row cache's held gradient sums, daemon/sparse/hot_row_cache.h; step:
 //               the sender's push steps all sent before it, which a read or checkpoint of
 //               a cached table waits for from every node)
+//   replicate   payload: int64 rows[count], float values[count][dim] then state
+//               [count][slots][dim]                       (no reply)
+//               (a partition's rows after a push step, from its owner to the node after
+//               it, which keeps a copy: px_sparse_options.replicas, daemon/sparse/
+//               shard_replica.h; step: the push step, partition: the partition)
 // A reply is one stream (part 0): the status, then the rows, so a pull of a partition is
 // one message each way when it fits a chunk (a pull served ahead: two, SparseReplyHeader). The
 // requester receives it into its rows buffer and the kReplyHeadroom bytes just before it. Every
@@ -29,7 +34,8 @@ enum class SparseOp : uint32_t {
   kLoad = 3,
   kRead = 4,
   kCheckpoint = 5,
-  kFlush = 6
+  kFlush = 6,
+  kReplicate = 7
 };
 
 // Pulls and pushes on the ps/hybrid routes go per group of the owner's partitions (each
@@ -79,10 +85,19 @@ inline bool sparse_rows_inline(uint64_t count) {
   return sizeof(SparseRequestHeader) + count * sizeof(int64_t) <= kRequestMessageBytes;
 }
 inline bool sparse_op_valid(uint32_t op) {
-  return op >= 1 && op <= 6;
+  return op >= 1 && op <= 7;
 }
 inline bool sparse_op_carries_values(SparseOp op) {
-  return op == SparseOp::kPush || op == SparseOp::kLoad || op == SparseOp::kFlush;
+  return op == SparseOp::kPush || op == SparseOp::kLoad || op == SparseOp::kFlush ||
+         op == SparseOp::kReplicate;
+}
+// Pushes and copies get no reply: the sender goes on once they are sent.
+inline bool sparse_op_answered(SparseOp op) {
+  return op != SparseOp::kPush && op != SparseOp::kReplicate;
+}
+// The values a request carries per row: its width, and a copy's optimizer state besides.
+inline uint64_t sparse_row_values(SparseOp op, uint64_t width, uint64_t slots) {
+  return op == SparseOp::kReplicate ? width * (1 + slots) : width;
 }
 inline bool sparse_op_returns_rows(SparseOp op) {
   return op == SparseOp::kPull || op == SparseOp::kRead;
@@ -106,7 +121,7 @@ inline uint64_t sparse_rest_bytes(uint64_t pending, uint64_t dim, uint64_t step_
 // 0: no reply.
 inline uint64_t sparse_reply_bytes(SparseOp op, uint64_t count, uint64_t dim,
                                    uint64_t step_value_bytes = 4) {
-  if (op == SparseOp::kPush) return 0;
+  if (!sparse_op_answered(op)) return 0;
   return sizeof(SparseReplyHeader) +
          (sparse_op_returns_rows(op) ? count * dim * sparse_value_bytes(op, step_value_bytes) : 0);
 }
@@ -124,6 +139,8 @@ inline const char* sparse_op_name(SparseOp op) {
       return "checkpoint";
     case SparseOp::kFlush:
       return "flush";
+    case SparseOp::kReplicate:
+      return "replicate";
   }
   return "?";
 }
