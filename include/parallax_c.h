@@ -56,8 +56,9 @@ extern "C" {
  * px_push_rows_group); 1.13: px_dense_options, px_register_dense_ex (a 16-bit wire for
  * dense allreduce); 1.14: px_sparse_options.cache_rows and cache_staleness (a hot-row cache
  * for PX_BOUNDED tables), px_var_stats' cache counters; 1.15: PX_ERR_MEMBERSHIP,
- * px_connect_options_init_abi (px_connect_options_init is a macro over it) */
-#define PX_ABI_VERSION_MINOR 15
+ * px_connect_options_init_abi (px_connect_options_init is a macro over it); 1.16:
+ * px_sparse_options.replicas (a copy of each node's partitions on the next node) */
+#define PX_ABI_VERSION_MINOR 16
 /* The header's ABI version as one number: (major << 16) | minor (px_abi_version: the
  * library's). */
 #define PX_ABI_VERSION ((uint32_t)((PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR))
@@ -381,6 +382,15 @@ typedef struct px_sparse_options {
    * hot-row cache". 0 rows: no cache (default); cache_staleness >= 1 with a cache. */
   uint32_t cache_rows;
   uint32_t cache_staleness; /* (1.14) pull steps a kept copy serves; >= 1 with a cache */
+  /* (1.16) Copies of each row kept: 1 (default) or 2. With 2, each node keeps a copy of the
+   * partitions of the node before it in the cluster's epoch, updated after every push step,
+   * so that when a node is lost the job's next run is handed its partitions from the copy
+   * instead of going back to the periodic checkpoint (docs/elastic.md, "Sparse tables
+   * across a reset"). Needs membership on etcd (parallaxd --membership) and PX_SYNC, on the
+   * ps, hybrid, auto or alltoall (rows) route, without a hot-row cache. Each push step then
+   * also sends the rows it changed, values and optimizer state, to the next node. */
+  uint32_t replicas;
+  uint32_t reserved2; /* zero */
 } px_sparse_options;
 
 /* --- versions and errors ----------------------------------------------------------- */

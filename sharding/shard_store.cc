@@ -82,6 +82,11 @@ void ShardStore::export_rows(ShardFileData* out) const {
   }
 }
 
+void ShardStore::overwrite(int64_t row, const float* values, const float* state) {
+  std::copy(values, values + dim_, row_values(row));
+  std::copy(state, state + slots_ * dim_, row_state(row));
+}
+
 void ShardStore::export_partition(uint32_t p, ShardFileData* out) const {
   out->dim = dim_;
   out->column_begin = columns_.begin;

@@ -57,6 +57,9 @@ class ShardStore {
   void gather(const int64_t* rows, size_t n, float* out) const;
   // Asks for a row (and its optimizer state) to be brought into cache: about to be applied.
   void prefetch(int64_t row);
+  // Sets an owned row's values (dim) and optimizer state (slots x dim): a copy taking its
+  // owner's rows after a step (daemon/sparse/shard_replica.h).
+  void overwrite(int64_t row, const float* values, const float* state);
   // Overwrites rows (the last of equal rows wins); optimizer state is kept.
   void load(const int64_t* rows, size_t n, const float* values);
   // Applies aggregated gradients (n x dim, rows unique) with the optimizer; step is the

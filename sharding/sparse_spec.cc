@@ -122,6 +122,18 @@ bool SparseOptions::validate(std::string* error) const {
                  route_name(route) + ")");
     if (prefetch) return bad("a hot-row cache and prefetch cannot be combined");
   }
+  if (replicas < 1 || replicas > 2) return bad("replicas must be 1 or 2");
+  // Copies follow a partition step by step: only a synchronous table has such steps, and
+  // only the partitioned routes have partitions (the replicated ones hold every row on
+  // every node already).
+  if (replicas > 1) {
+    if (consistency != Consistency::kSync) return bad("replicas need PX_SYNC");
+    if (route != Route::kHybrid && route != Route::kPs && route != Route::kAuto &&
+        !(route == Route::kAlltoall && alltoall_split == Split::kRows))
+      return bad(std::string("replicas need the ps, hybrid, auto or alltoall (rows) route (not ") +
+                 route_name(route) + (route == Route::kAlltoall ? " by columns)" : ")"));
+    if (cache_rows > 0) return bad("replicas and a hot-row cache cannot be combined");
+  }
   return true;
 }
 
@@ -173,6 +185,7 @@ std::string SparseOptions::canonical() const {
   if (cache_rows > 0)
     s += " cache(rows=" + std::to_string(cache_rows) +
          ",staleness=" + std::to_string(cache_staleness) + ")";
+  if (replicas > 1) s += " replicas=" + std::to_string(replicas);
   return s;
 }
 

@@ -54,6 +54,9 @@ struct SparseOptions {
   // of other nodes kept per node (0: none), and how many pull steps a kept copy serves.
   uint32_t cache_rows = 0;
   uint32_t cache_staleness = 0;
+  // Copies of each row kept (px_sparse_options.replicas): 2 keeps a copy of each node's
+  // partitions on the next node (daemon/sparse/shard_replica.h).
+  uint32_t replicas = 1;
 
   bool column_split() const {
     return route == Route::kAlltoall && alltoall_split == Split::kColumns;

@@ -220,7 +220,7 @@ px_status register_sparse(px_client* handle, const char* fn, const char* name, p
       static_cast<uint32_t>(o.consistency), o.staleness, o.partitions,
       static_cast<uint32_t>(o.route), static_cast<uint32_t>(o.nonfinite),
       static_cast<uint32_t>(o.alltoall_split), static_cast<uint32_t>(o.wire_dtype), o.prefetch,
-      o.cache_rows, o.cache_staleness);
+      o.cache_rows, o.cache_staleness, o.replicas);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> names_offset;
   flatbuffers::Offset<flatbuffers::Vector<uint64_t>> rows_offset;
   if (n_tables > 0) {
@@ -600,6 +600,8 @@ PX_API void px_sparse_options_init(px_sparse_options* o) {
   o->prefetch = d.prefetch ? 1 : 0;
   o->cache_rows = d.cache_rows;
   o->cache_staleness = d.cache_staleness;
+  o->replicas = d.replicas;
+  o->reserved2 = 0;
 }
 
 PX_API px_status px_register_sparse(px_client* handle, const char* name, px_dtype dtype,

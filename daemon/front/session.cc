@@ -451,8 +451,16 @@ void Session::handle_register_sparse(const control::RegisterSparse& request) {
   options.prefetch = o->prefetch() == 1;
   options.cache_rows = o->cache_rows();
   options.cache_staleness = o->cache_staleness();
+  options.replicas = std::max<uint32_t>(1, o->replicas());
   std::string error;
   if (!options.validate(&error)) return reply_register(PX_ERR_INVALID, what + ": " + error, 0);
+  // Copies serve only a next run handed over, which membership on etcd makes.
+  if (options.replicas > 1 && !server_.scheduler().sparse().handover_on())
+    return reply_register(PX_ERR_INVALID,
+                          what +
+                              ": replicas need membership on etcd (parallaxd --membership): "
+                              "a static cluster's next run comes back from the checkpoint",
+                          0);
   Fingerprint fingerprint;
   fingerprint.count = rows;
   fingerprint.sparse = true;

@@ -278,6 +278,7 @@ void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
   uint32_t kept = t.search && t.search->decided() ? t.search->chosen() : t.kept_per_node;
   std::string why;
   lay_out(t, options_for(t, t.move.to), &why, false);  // every cell comes from the exports
+  wire_copies(table);  // on ps again: the copies start from the same exports
   if (t.options.route == Route::kPs) {
     t.search.reset();  // its trials are numbered from step 0: the earlier choice stays
     t.kept_per_node = kept ? kept : PartitionSearch::kInitialPerNode;
@@ -288,7 +289,10 @@ void SparseRouter::lay_out_moved(const std::shared_ptr<SparseTable>& table,
   offload_.run(
       true,
       [owner, moved, taken] {
-        for (const ShardView& view : moved->views) *taken += owner->import_rows(view);
+        for (const ShardView& view : moved->views) {
+          *taken += owner->import_rows(view);
+          if (ShardReplica* copy = owner->replica()) copy->import_rows(view);
+        }
       },
       [this, table, owner, moved, taken, applies, from, why, attempt] {
         SparseTable& t = *table;

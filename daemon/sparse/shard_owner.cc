@@ -133,6 +133,7 @@ void ShardOwner::set_names(std::string job, std::string variable) {
 
 void ShardOwner::handle(ShardRequest r) {
   PX_ASSERT_LOOP_THREAD();
+  if (r.op == SparseOp::kReplicate) return take_copy(std::move(r));
   std::string why;
   std::vector<ShardRequest> parts;
   bool ok = true;
@@ -249,6 +250,8 @@ void ShardOwner::handle_valid(ShardRequest r) {
       return push(std::move(r));
     case SparseOp::kFlush:
       return flush(std::move(r));
+    case SparseOp::kReplicate:  // (handle() takes them before any check)
+      return take_copy(std::move(r));
     case SparseOp::kLoad: {
       auto shared = std::make_shared<ShardRequest>(std::move(r));
       queue_->push(
@@ -415,6 +418,29 @@ void ShardOwner::export_at(uint64_t steps,
   handle(std::move(r));
 }
 
+void ShardOwner::take_copy(ShardRequest r) {
+  std::string why = "this node keeps no copy of another node's partitions";
+  if (!replica_ || !replica_->check(r, &why)) {
+    LogFields fields = job_fields(job_, variable_);
+    fields.peer = r.from_node;
+    // No reply: a copy is sent without one. The copy stays behind, and a handover that
+    // needs it says so.
+    PX_LOG_ERROR_AT(fields, "%s: refusing a copy from node %d: %s", label_.c_str(), r.from_node,
+                    why.c_str());
+    return;
+  }
+  replica_->count(r);
+  auto shared = std::make_shared<ShardRequest>(std::move(r));
+  queue_->push(
+      shared->count * dim_ > kInlineValues, [this, shared] { replica_->apply(*shared); },
+      [shared] {});
+}
+
+void ShardOwner::keep_copy_of(const PartitionMap& map, int node, size_t journal_steps) {
+  if (replicated_ || columns_) return;
+  replica_ = std::make_unique<ShardReplica>(map, node, table_dim_, options_, journal_steps);
+}
+
 void ShardOwner::keep_journal(size_t depth) {
   if (replicated_ || columns_) return;
   journals_.assign(units_.size(), StepJournal(dim_, store_.state_slots(), depth));
@@ -428,13 +454,21 @@ void ShardOwner::hand_over(std::function<void(std::vector<HandoverUnit>)> done) 
     (*units)[i].applied = units_[i].applied_steps;
     (*units)[i].applies = units_[i].applies;
   }
+  // A copy's optimizer applications: its steps past those of the run's start, as this
+  // node's own partitions count them (a synchronous table applies once a step).
+  std::vector<uint64_t> copied = replica_ ? replica_->counted() : std::vector<uint64_t>{};
+  uint64_t offset = units_.empty() ? 0 : units_[0].applies - units_[0].applied_steps;
   queue_->push(
       true,
-      [this, units] {
-        for (size_t i = 0; i < units->size(); ++i) {
+      [this, units, copied, offset] {
+        size_t own = units->size();
+        for (size_t i = 0; i < own; ++i) {
           store_.export_partition((*units)[i].partition, &(*units)[i].rows);
           if (!journals_.empty()) (*units)[i].journal = journals_[i].records();
         }
+        if (!replica_) return;
+        for (HandoverUnit& u : replica_->export_units(copied, offset))
+          units->push_back(std::move(u));
       },
       [units, done] { done(std::move(*units)); });
 }
@@ -446,6 +480,7 @@ uint64_t ShardOwner::applies() const {
 }
 
 void ShardOwner::continue_from(uint64_t steps, uint64_t applies) {
+  if (replica_) replica_->continue_from(steps);
   for (Unit& u : units_) {
     u.applied_steps = steps;
     u.applies = applies;
@@ -503,7 +538,7 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
   // Files hold whole rows or (column-wise alltoall) a slice of columns of every row they
   // list: this node takes the cells it holds from whichever files have them, so the count
   // of cells taken says whether the checkpoint covered them.
-  uint64_t taken = 0;
+  uint64_t taken = 0, copied = 0;
   for (const std::string& file : manifest.shard_files) {
     ShardFileData data;
     if (!read_shard_file(dir + "/" + file, &data, error)) return false;
@@ -514,12 +549,19 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
       return false;
     }
     taken += store_.import_rows(view_of(data));
+    if (replica_) copied += replica_->import_rows(view_of(data));
   }
   uint64_t wanted = store_.owned_rows() * dim_;
   if (taken != wanted) {
     *error = "the checkpoint holds " + std::to_string(taken) + " of the " + std::to_string(wanted) +
              " values (" + std::to_string(store_.owned_rows()) + " rows x " + std::to_string(dim_) +
              " columns) this node holds";
+    return false;
+  }
+  if (replica_ && copied != replica_->held_values()) {
+    *error = "the checkpoint holds " + std::to_string(copied) + " of the " +
+             std::to_string(replica_->held_values()) + " values of node " +
+             std::to_string(replica_->of_node()) + "'s partitions this node keeps a copy of";
     return false;
   }
   for (Unit& u : units_) u.applies = manifest.optimizer_steps;
@@ -601,8 +643,12 @@ void ShardOwner::apply_sync_steps(Unit& unit) {
 // ascending, so the sum is a merge applied row by row; anything else is coalesced first.
 void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t push_step) {
   uint64_t step = ++unit.applies;
-  StepJournal* journal =
-      journals_.empty() ? nullptr : &journals_[static_cast<size_t>(&unit - units_.data())];
+  size_t unit_index = static_cast<size_t>(&unit - units_.data());
+  StepJournal* journal = journals_.empty() ? nullptr : &journals_[unit_index];
+  // The rows the step changes, as they then are, for the next node's copy.
+  std::shared_ptr<ReplicaRows> copy;
+  if (send_copy_ && !replicated_ && !columns_) copy = std::make_shared<ReplicaRows>();
+  uint32_t partition = copy ? held_[unit_index] : 0;
   double learning_rate = rates_ ? rates_->at(push_step) : options_.learning_rate;
   size_t values = 0;
   for (auto& b : batches) values += b.count * dim_;
@@ -610,7 +656,7 @@ void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t p
   auto touched = std::make_shared<uint64_t>(0);
   queue_->push(
       values > kInlineValues,
-      [this, shared, step, touched, learning_rate, journal, push_step] {
+      [this, shared, step, touched, learning_rate, journal, push_step, copy] {
         if (journal) journal->begin(push_step);
         std::vector<RowBatch> parts;
         for (auto& b : *shared) parts.push_back({b.rows, b.count, b.values});
@@ -620,16 +666,30 @@ void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t p
             for (size_t c = 0; c < dim_; ++c) sum[c] /= divisor;
           if (journal) journal->save(row, store_.values_of(row), store_.state_of(row));
           store_.apply(&row, 1, sum, step, learning_rate);
+          if (copy) copy->rows.push_back(row);
           ++*touched;
         };
-        if (merge_sorted(parts, dim_, apply_row, [this](int64_t row) { store_.prefetch(row); }))
-          return;
-        CoalescedRows sum;
-        coalesce(parts, dim_, false, &sum);
-        for (size_t i = 0; i < sum.rows.size(); ++i)
-          apply_row(sum.rows[i], sum.values.data() + i * dim_);
+        if (!merge_sorted(parts, dim_, apply_row, [this](int64_t row) { store_.prefetch(row); })) {
+          CoalescedRows sum;
+          coalesce(parts, dim_, false, &sum);
+          for (size_t i = 0; i < sum.rows.size(); ++i)
+            apply_row(sum.rows[i], sum.values.data() + i * dim_);
+        }
+        if (!copy) return;
+        size_t n = copy->rows.size(), slots = store_.state_slots();
+        copy->values.resize(n * dim_ * (1 + slots));
+        float* state = copy->values.data() + n * dim_;
+        for (size_t i = 0; i < n; ++i) {
+          std::memcpy(copy->values.data() + i * dim_, store_.values_of(copy->rows[i]),
+                      dim_ * sizeof(float));
+          std::memcpy(state + i * slots * dim_, store_.state_of(copy->rows[i]),
+                      slots * dim_ * sizeof(float));
+        }
       },
-      [this, shared, touched] { rows_applied_ += *touched; });
+      [this, shared, touched, copy, partition, push_step] {
+        rows_applied_ += *touched;
+        if (copy) send_copy_(partition, push_step, copy);
+      });
 }
 
 // Other nodes' pulls are served before this node's own: their replies still have the

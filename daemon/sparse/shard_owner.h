@@ -24,6 +24,7 @@
 #include "daemon/common/status_join.h"
 #include "daemon/sparse/learning_rates.h"
 #include "daemon/sparse/replicated_exchange.h"
+#include "daemon/sparse/shard_replica.h"
 #include "daemon/sparse/shard_request.h"
 #include "parallax_c.h"
 #include "sharding/checkpoint.h"
@@ -79,6 +80,15 @@ class ShardOwner {
   // the work queued before is done, with their push steps and journals (done on the loop).
   void keep_journal(size_t depth);
   void hand_over(std::function<void(std::vector<HandoverUnit>)> done);
+  // Copies (px_sparse_options.replicas 2, shard_replica.h). keep_copy_of: this node keeps a
+  // copy of `node`'s partitions under map (ps and hybrid; before the first step), which
+  // restores, route moves and hand_over include. send_copies: after each push step, the
+  // rows it changed go to send (on the loop), for the next node's copy.
+  void keep_copy_of(const PartitionMap& map, int node, size_t journal_steps);
+  using SendCopy =
+      std::function<void(uint32_t partition, uint64_t step, std::shared_ptr<ReplicaRows> rows)>;
+  void send_copies(SendCopy send) { send_copy_ = std::move(send); }
+  ShardReplica* replica() { return replica_.get(); }
 
   // The table's learning rates by push step (px_set_sparse_lr); without, the registered one.
   void set_learning_rates(std::shared_ptr<const LearningRates> rates) { rates_ = std::move(rates); }
@@ -113,6 +123,7 @@ class ShardOwner {
   Unit* unit_of(const ShardRequest& r);
   bool split(ShardRequest& r, std::vector<ShardRequest>* parts, std::string* why);
   void handle_valid(ShardRequest r);
+  void take_copy(ShardRequest r);  // a replicate request from the node this one copies
   bool valid(const ShardRequest& r, std::string* why);
   bool pull_ready(const Unit& unit, uint64_t step) const;
   // Prefetch: notes a pull's rows; whether pull `step` may be served ahead of push step-1.
@@ -148,7 +159,9 @@ class ShardOwner {
   std::shared_ptr<SerialQueue> queue_;
   // Queue order makes later work see what was counted when it was queued.
   std::vector<Unit> units_;
-  std::vector<StepJournal> journals_;       // by unit, with keep_journal; used on the queue only
+  std::vector<StepJournal> journals_;  // by unit, with keep_journal; used on the queue only
+  std::unique_ptr<ShardReplica> replica_;
+  SendCopy send_copy_;
   std::vector<int32_t> unit_of_partition_;  // ps/hybrid: -1 where not owned
   std::vector<uint32_t> held_;              // ps/hybrid: the partitions held, ascending
   std::deque<ShardRequest> waiting_pulls_;

@@ -193,6 +193,7 @@ class SparseRouter {
   // job's next run takes them rather than the periodic checkpoint.
   void set_handover(bool on) { handover_ = on; }
   bool hands_over(const SparseTable& table) const;
+  bool handover_on() const { return handover_; }
   // The table's run ends with epoch `epoch`: what this node holds of it is kept for the next.
   void keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch);
 
@@ -260,6 +261,9 @@ class SparseRouter {
                       std::shared_ptr<const HandoverData> mine);
   void use_plan(const std::shared_ptr<SparseTable>& table, std::shared_ptr<HandoverPlan> plan);
   void start_channel(SparseTable& table);
+  // px_sparse_options.replicas 2 on a table handed over: its owner keeps a copy of the
+  // previous node's partitions and sends the next node its rows after each push step.
+  void wire_copies(const std::shared_ptr<SparseTable>& table);
   void send(const std::shared_ptr<Run>& run);
   void sum_group(Run& run, int group);
   void request(const std::shared_ptr<Run>& run, int group);

@@ -70,6 +70,7 @@ std::shared_ptr<SparseTable> SparseRouter::create(const Job& job, const Variable
   table->channel = std::make_shared<SparseChannel>(
       fabric_, world.node_index, world.node_count, widths, chunk_bytes_, table->owner,
       offload_.post(), std::move(node_label), options.wire, options.prefetch);
+  wire_copies(table);
   if (options.cache_rows > 0 && world.node_count > 1) {
     table->cache =
         std::make_unique<HotRowCache>(shape.dim, options.cache_rows, options.cache_staleness,

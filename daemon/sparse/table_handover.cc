@@ -233,6 +233,26 @@ void SparseRouter::use_plan(const std::shared_ptr<SparseTable>& table,
       });
 }
 
+void SparseRouter::wire_copies(const std::shared_ptr<SparseTable>& table) {
+  SparseTable& t = *table;
+  if (t.options.replicas < 2 || t.nodes < 2 || !hands_over(t)) return;
+  t.channel->set_state_slots(optimizer_state_slots(t.options.optimizer));
+  t.owner->keep_copy_of(t.map, (t.node + t.nodes - 1) % t.nodes, kHandoverJournalSteps);
+  // The owner may outlive the table (a handover's export holds it): the channel is weak.
+  std::weak_ptr<SparseChannel> weak = t.channel;
+  int next = (t.node + 1) % t.nodes;
+  t.owner->send_copies(
+      [weak, next](uint32_t partition, uint64_t step, std::shared_ptr<ReplicaRows> rows) {
+        std::shared_ptr<SparseChannel> channel = weak.lock();
+        if (!channel) return;
+        // A copy that cannot be sent (the next node is gone) fails the job elsewhere; the
+        // copy there is what it is.
+        channel->request(next, partition, 0, SparseOp::kReplicate, step, 0, rows->rows.size(),
+                         rows->rows.data(), rows->values.data(), nullptr, rows,
+                         [](px_status, const std::string&) {});
+      });
+}
+
 void SparseRouter::start_channel(SparseTable& table) {
   table.channel->start(table.global_id);
   if (!table.var) return;

@@ -11,7 +11,7 @@
 
 namespace {
 
-static_assert(PX_ABI_VERSION == ((1u << 16) | 15u), "ABI 1.15");
+static_assert(PX_ABI_VERSION == ((1u << 16) | 16u), "ABI 1.16");
 
 // Enums are 32 bits wide whatever the compiler would choose (each has a 0x7fffffff member).
 static_assert(sizeof(px_status) == 4 && sizeof(px_dtype) == 4 && sizeof(px_reduce_op) == 4 &&
@@ -89,7 +89,7 @@ static_assert(offsetof(px_var_stats, request_partitions) == 96);
 static_assert(offsetof(px_var_stats, search_steps_left) == 104);
 static_assert(offsetof(px_var_stats, restored_steps) == 112);
 
-static_assert(sizeof(px_sparse_options) == 136);
+static_assert(sizeof(px_sparse_options) == 144);
 static_assert(offsetof(px_sparse_options, optimizer) == 4);
 static_assert(offsetof(px_sparse_options, learning_rate) == 8);
 static_assert(offsetof(px_sparse_options, initializer) == 48);
@@ -104,7 +104,8 @@ static_assert(offsetof(px_sparse_options, wire_dtype) == 116);
 static_assert(offsetof(px_sparse_options, prefetch) == 120);    // (1.6)
 static_assert(offsetof(px_sparse_options, cache_rows) == 128);  // (1.14)
 static_assert(offsetof(px_sparse_options, cache_staleness) == 132);
-static_assert(sizeof(px_dense_options) == 8);  // (1.13)
+static_assert(offsetof(px_sparse_options, replicas) == 136);  // (1.16)
+static_assert(sizeof(px_dense_options) == 8);                 // (1.13)
 static_assert(offsetof(px_dense_options, wire_dtype) == 4);
 
 // The shared-memory entries libparallax and parallaxd exchange.
@@ -136,6 +137,11 @@ TEST_CASE("abi layout: the *_init functions fill struct_size and the documented 
   CHECK(o.priority == 0);
   CHECK(o.stream == nullptr);
   CHECK(o.root == 0);
+  px_sparse_options s;
+  px_sparse_options_init(&s);
+  CHECK(s.struct_size == sizeof s);
+  CHECK(s.replicas == 1);  // (1.16) no copies
+  CHECK(s.reserved2 == 0);
   CHECK(px_abi_version() == PX_ABI_VERSION);
   for (int s = 0; s <= PX_ERR_MEMBERSHIP; ++s) {
     std::string name = px_status_name(static_cast<px_status>(s));

@@ -17,7 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_int64, c_uint32, c_uint64, c_void_p)
 
 ABI_MAJOR = 1
-ABI_MINOR = 15
+ABI_MINOR = 16
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 
 ARENA_MIN_BYTES = 1 << 20
@@ -114,7 +114,8 @@ class SparseOptions(Structure):
                 ("aggregation", c_int32), ("consistency", c_int32), ("staleness", c_uint32),
                 ("partitions", c_uint32), ("route", c_int32), ("nonfinite", c_int32),
                 ("alltoall_split", c_int32), ("wire_dtype", c_int32), ("prefetch", c_uint32),
-                ("reserved1", c_uint32), ("cache_rows", c_uint32), ("cache_staleness", c_uint32)]
+                ("reserved1", c_uint32), ("cache_rows", c_uint32), ("cache_staleness", c_uint32),
+                ("replicas", c_uint32), ("reserved2", c_uint32)]
 
 
 _P = c_void_p  # opaque handles travel as void*

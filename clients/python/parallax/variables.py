@@ -287,7 +287,7 @@ def _sparse_options(*, optimizer: str = "sgd", lr: Optional[float] = None,
                     partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
                     alltoall_split: str = "rows", wire_dtype: str = "f32",
                     prefetch: bool = False, cache_rows: int = 0,
-                    cache_staleness: int = 0) -> _lib.SparseOptions:
+                    cache_staleness: int = 0, replicas: int = 1) -> _lib.SparseOptions:
     """px_sparse_options from SparseVariable's keyword options."""
     o = _lib.SparseOptions()
     _lib.lib.px_sparse_options_init(ctypes.byref(o))
@@ -311,6 +311,7 @@ def _sparse_options(*, optimizer: str = "sgd", lr: Optional[float] = None,
     o.prefetch = 1 if prefetch else 0
     o.cache_rows = int(cache_rows)
     o.cache_staleness = int(cache_staleness)
+    o.replicas = int(replicas)
     return o
 
 
@@ -330,7 +331,10 @@ class SparseVariable(_Variable):
     step, see prefetch(); a push step may then push only rows its own pull step pulled);
     cache_rows, cache_staleness (a "bounded" table of the ps or hybrid route: each node keeps
     up to cache_rows hot rows of other nodes and serves them for cache_staleness pull steps,
-    holding its gradients of them as long; docs/sparse.md, "The hot-row cache").
+    holding its gradients of them as long; docs/sparse.md, "The hot-row cache");
+    replicas (2: each node keeps a copy of the partitions of the node before it, so that a
+    lost node's partitions are handed to the job's next run from the copy; membership on
+    etcd and a "sync" table; docs/elastic.md, "Sparse tables across a reset"; default 1).
     The n-th pull is pull step n and the n-th push push step n, on every local worker.
     Indices and rows may be CUDA tensors of one device (PX_MEMORY_CUDA, ordered on its
     current torch stream): both inside px_alloc_ex memory, e.g. from
@@ -347,7 +351,8 @@ class SparseVariable(_Variable):
                  aggregation: str = "sum", consistency: str = "sync", staleness: int = 0,
                  partitions: int = 0, route: str = "hybrid", nonfinite: str = "reject",
                  alltoall_split: str = "rows", wire_dtype: str = "f32",
-                 prefetch: bool = False, cache_rows: int = 0, cache_staleness: int = 0):
+                 prefetch: bool = False, cache_rows: int = 0, cache_staleness: int = 0,
+                 replicas: int = 1):
         super().__init__(client, name)
         self.rows, self.dim = int(rows), int(dim)
         self.options = _sparse_options(
@@ -356,7 +361,8 @@ class SparseVariable(_Variable):
             init_low=init_low, init_high=init_high, init_std=init_std, aggregation=aggregation,
             consistency=consistency, staleness=staleness, partitions=partitions, route=route,
             nonfinite=nonfinite, alltoall_split=alltoall_split, wire_dtype=wire_dtype,
-            prefetch=prefetch, cache_rows=cache_rows, cache_staleness=cache_staleness)
+            prefetch=prefetch, cache_rows=cache_rows, cache_staleness=cache_staleness,
+            replicas=replicas)
         self._learning_rate = self.options.learning_rate
         self._register()
 

@@ -239,6 +239,13 @@ impl SparseOptions {
         self.raw.cache_staleness = staleness;
         self
     }
+    /// Copies of each row kept (ABI 1.16): 2 keeps a copy of each node's partitions on the
+    /// next node, so that a lost node's partitions are handed to the job's next run
+    /// (membership on etcd, `Consistency::Sync`; docs/elastic.md). 1: none (the default).
+    pub fn replicas(mut self, copies: u32) -> Self {
+        self.raw.replicas = copies;
+        self
+    }
     /// The C struct.
     pub fn to_raw(&self) -> sys::px_sparse_options {
         self.raw

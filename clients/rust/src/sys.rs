@@ -10,7 +10,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 pub const PX_ABI_VERSION_MAJOR: u32 = 1;
-pub const PX_ABI_VERSION_MINOR: u32 = 15;
+pub const PX_ABI_VERSION_MINOR: u32 = 16;
 pub const PX_ABI_VERSION: u32 = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR;
 
 pub const PX_ARENA_MIN_BYTES: u64 = 1 << 20;
@@ -234,6 +234,9 @@ pub struct px_sparse_options {
     // 1.14: a hot-row cache.
     pub cache_rows: u32,
     pub cache_staleness: u32,
+    // 1.16: copies of each node's partitions on the next node.
+    pub replicas: u32,
+    pub reserved2: u32,
 }
 
 extern "C" {

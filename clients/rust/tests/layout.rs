@@ -61,7 +61,7 @@ fn struct_layouts_match_the_header() {
 
     assert_eq!(size_of::<sys::px_dense_options>(), 8);
     assert_eq!(offset!(sys::px_dense_options, wire_dtype), 4);
-    assert_eq!(size_of::<sys::px_sparse_options>(), 136);
+    assert_eq!(size_of::<sys::px_sparse_options>(), 144);
     assert_eq!(offset!(sys::px_sparse_options, optimizer), 4);
     assert_eq!(offset!(sys::px_sparse_options, learning_rate), 8);
     assert_eq!(offset!(sys::px_sparse_options, initializer), 48);
@@ -76,6 +76,7 @@ fn struct_layouts_match_the_header() {
     assert_eq!(offset!(sys::px_sparse_options, prefetch), 120);
     assert_eq!(offset!(sys::px_sparse_options, cache_rows), 128);
     assert_eq!(offset!(sys::px_sparse_options, cache_staleness), 132);
+    assert_eq!(offset!(sys::px_sparse_options, replicas), 136);
 }
 
 #[test]
@@ -120,11 +121,13 @@ fn init_functions_fill_sizes_and_defaults() {
     assert_eq!(s.cache_rows, 0);
     let cached = parallax::SparseOptions::new().cache(64, 2).to_raw();
     assert_eq!((cached.cache_rows, cached.cache_staleness), (64, 2));
+    assert_eq!(s.replicas, 1);
+    assert_eq!(parallax::SparseOptions::new().replicas(2).to_raw().replicas, 2);
 }
 
 #[test]
 fn abi_version_and_status_names() {
-    assert_eq!(parallax::abi_version(), (1, 15));
+    assert_eq!(parallax::abi_version(), (1, 16));
     for raw in 0..=16 {
         let s = parallax::Status::from_raw(raw);
         assert_eq!(s.raw(), raw);

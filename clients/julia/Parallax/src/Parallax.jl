@@ -1,7 +1,7 @@
 """
     Parallax
 
-Julia bindings to libparallax, the C ABI (1.15) of the `parallaxd` communication daemon:
+Julia bindings to libparallax, the C ABI (1.16) of the `parallaxd` communication daemon:
 dense collectives (allreduce, broadcast, allgather(v)) and sparse tables held by the
 daemons (pull/push rows), through `ccall` only.
 

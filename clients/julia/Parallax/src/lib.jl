@@ -7,7 +7,7 @@
 # DenseArray (and an ArenaBuffer, via unsafe_convert) can be passed.
 
 const PX_ABI_VERSION_MAJOR = 1
-const PX_ABI_VERSION_MINOR = 15
+const PX_ABI_VERSION_MINOR = 16
 const PX_ABI_VERSION = (PX_ABI_VERSION_MAJOR << 16) | PX_ABI_VERSION_MINOR
 const PX_ARENA_MIN_BYTES = UInt64(1) << 20
 const PX_ARENA_MAX_BYTES = UInt64(16) << 30
@@ -198,6 +198,8 @@ struct PxSparseOptions  # 128 bytes
     reserved1::UInt32
     cache_rows::UInt32  # 1.14: a hot-row cache
     cache_staleness::UInt32
+    replicas::UInt32  # 1.16: copies of each node's partitions on the next node
+    reserved2::UInt32
 end
 
 # A copy of an immutable struct with some fields replaced: with(o; root = 2).

@@ -395,7 +395,9 @@ step, and its rows no node pulled in this step are served at once, EmbRace's rel
 dependency; a worker's push step n may then only push rows its own pull step n pulled,
 else `PX_ERR_INVALID`; `:ps`, `:hybrid` and `:alltoall` routes; default `false`),
 `cache_rows` and `cache_staleness` (ABI 1.14: a hot-row cache on a `:bounded` table of the
-`:ps` or `:hybrid` route; 0 rows: none). Every
+`:ps` or `:hybrid` route; 0 rows: none), `replicas` (ABI 1.16: 2 keeps a copy of each
+node's partitions on the next node, handed to the job's next run when a node is lost;
+membership on etcd and `:sync`; default 1). Every
 worker registers the table with the same options, else `PX_ERR_MISMATCH`.
 """
 function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::Integer; options...)
@@ -403,7 +405,7 @@ function register_sparse(c::Client, name::AbstractString, rows::Integer, dim::In
     px_sparse_options_init(init)
     fields = Dict{Symbol,Any}()
     for (k, v) in options
-        k in (:struct_size, :reserved0, :reserved1) && throw(ArgumentError("register_sparse: $k is not an option"))
+        k in (:struct_size, :reserved0, :reserved1, :reserved2) && throw(ArgumentError("register_sparse: $k is not an option"))
         Base.hasfield(PxSparseOptions, k) ||
             throw(ArgumentError("register_sparse: unknown option $k"))
         fields[k] = haskey(SYMBOL_OPTIONS, k) ? lookup(SYMBOL_OPTIONS[k][2], SYMBOL_OPTIONS[k][1], v) : v

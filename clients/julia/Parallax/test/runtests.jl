@@ -48,7 +48,7 @@ end
         c = client(jobname("one"))
         w = world(c)
         @test (w.rank, w.world_size, w.local_size) == (0, 1, 1)
-        @test Parallax.abi_version() == (1, 15)
+        @test Parallax.abi_version() == (1, 16)
 
         v = register_dense(c, "v", Float32, 3; op = :sum)
         buf = Float32[1, 2, 3]

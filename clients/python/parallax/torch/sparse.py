@@ -54,7 +54,8 @@ from .session import default_client
 _SPARSE_OPTIONS = ("optimizer", "lr", "beta1", "beta2", "epsilon", "initial_accumulator",
                    "initializer", "seed", "init_low", "init_high", "init_std", "aggregation",
                    "consistency", "staleness", "partitions", "route", "nonfinite",
-                   "alltoall_split", "wire_dtype", "prefetch", "cache_rows", "cache_staleness")
+                   "alltoall_split", "wire_dtype", "prefetch", "cache_rows", "cache_staleness",
+                   "replicas")
 
 
 class _Table:
