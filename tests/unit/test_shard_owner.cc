@@ -286,3 +286,76 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
 }
 
 }  // namespace px
+
+namespace px {
+
+TEST_CASE("a copy takes its owner's rows step by step and refuses any other node's") {
+  // Node 1 keeps a copy of node 0's partitions (0 and 2); node 0 sends it the rows of each
+  // push step it applied, values and state (SGD: none).
+  Harness owner(0), keeper(1);
+  keeper.owner->keep_copy_of(keeper.map, 0, 2);
+  std::vector<std::pair<uint32_t, uint64_t>> sent;
+  owner.owner->send_copies(
+      [&](uint32_t partition, uint64_t step, std::shared_ptr<ReplicaRows> rows) {
+        sent.push_back({partition, step});
+        ShardRequest r;
+        r.from_node = 0;
+        r.op = SparseOp::kReplicate;
+        r.partition = partition;
+        r.step = step;
+        r.count = rows->rows.size();
+        r.rows = rows->rows.data();
+        r.values = rows->values.data();
+        r.keep_alive = rows;
+        keeper.owner->handle(std::move(r));
+      });
+  for (uint64_t step = 0; step < 2; ++step)
+    for (int from : {0, 1}) {
+      float g = static_cast<float>(step + 1);
+      owner.owner->handle(make(SparseOp::kPush, from, 0, step, {4}, {g, g}, nullptr, nullptr));
+      owner.owner->handle(make(SparseOp::kPush, from, 2, step, {}, {}, nullptr, nullptr));
+    }
+  for (int i = 0; i < 100; ++i) {
+    owner.drain();
+    keeper.drain();
+  }
+  REQUIRE(sent.size() == 4);  // two steps of two partitions
+  // A copy from a node this one does not copy, and one out of step order: refused.
+  std::vector<int64_t> row = {4};
+  std::vector<float> values = {9, 9};
+  for (auto [from, step] : {std::pair<int, uint64_t>{1, 2}, {0, 5}}) {
+    ShardRequest bad;
+    bad.from_node = from;
+    bad.op = SparseOp::kReplicate;
+    bad.partition = 0;
+    bad.step = step;
+    bad.count = 1;
+    bad.rows = row.data();
+    bad.values = values.data();
+    keeper.owner->handle(std::move(bad));
+  }
+  std::vector<HandoverUnit> units;
+  bool done = false;
+  keeper.owner->hand_over([&](std::vector<HandoverUnit> u) {
+    units = std::move(u);
+    done = true;
+  });
+  for (int i = 0; i < 2000 && !done; ++i) {
+    keeper.drain();
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(done);
+  REQUIRE(units.size() == 4);  // its own partitions 1 and 3, then the copies of 0 and 2
+  CHECK_FALSE(units[0].replica);
+  CHECK(units[2].replica);
+  CHECK(units[2].partition == 0);
+  CHECK(units[2].applied == 2);
+  CHECK(units[2].journal.size() == 2);
+  // Row 4 (local index 1 of partition 0) after steps 1 and 2, both nodes pushing: -(2 + 4).
+  REQUIRE(units[2].rows.rows.size() == 10);
+  CHECK(units[2].rows.rows[1] == 4);
+  CHECK(units[2].rows.values[2] == -6.0f);
+  CHECK(units[2].rows.values[3] == -6.0f);
+}
+
+}  // namespace px
