@@ -113,7 +113,8 @@ class Node:
             [PYTHON, os.path.join(ROOT, "tools", "lm", "train.py"), "--elastic", "--steps",
              str(args.steps), "--step-log", self.steps_path, "--json",
              f"{scratch}/result.json", "--log-every", "100",
-             *(["--global-batch", str(args.global_batch)] if args.global_batch else [])],
+             *(["--global-batch", str(args.global_batch)] if args.global_batch else []),
+             "--replicas", str(args.replicas)],
             env=env, stdout=open(f"{scratch}/{tag}.out", "w"),
             stderr=open(f"{scratch}/{tag}.err", "w"))
         self.killed = False
@@ -150,6 +151,9 @@ def main():
     parser.add_argument("--events", type=int, default=50)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=1, choices=(1, 2),
+                        help="the tables' replicas (train.py --replicas): 2 hands a lost "
+                             "node's partitions over from a copy instead of the checkpoint")
     parser.add_argument("--global-batch", type=int, default=48,
                         help="sequences per step over all workers (train.py --global-batch; "
                              "divides by 2, 3 and 4); 0: 16 per worker")
@@ -269,6 +273,7 @@ def main():
         summary = {
             "scenario": "elastic_lm", "nodes": args.nodes, "min_nodes": args.min_nodes,
             "steps": args.steps, "global_batch": args.global_batch, "seed": args.seed,
+            "replicas": args.replicas,
             "events": len(events), "by_kind": by_kind,
             "hangs": sum(1 for e in events if not e["recovered"]),
             "unaccounted": [e["event"] for e in events if not e["accounted"]],

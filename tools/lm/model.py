@@ -34,6 +34,7 @@ class LMConfig:
     staleness: int = 0
     cache_rows: int = 0          # a hot-row cache per node (bounded tables; 0: none)
     cache_staleness: int = 0
+    replicas: int = 1  # 2: each node keeps a copy of another's partitions (elastic runs)
 
 
 class Body(nn.Module):
@@ -63,7 +64,7 @@ def _table_options(cfg: LMConfig) -> dict:
     # "mean" makes the push the gradient of the global batch's mean loss, as DDP's average.
     return dict(optimizer="adagrad", lr=cfg.table_lr, initial_accumulator=0.1, epsilon=1e-10,
                 aggregation="mean", route=cfg.route, wire_dtype=cfg.wire_dtype,
-                prefetch=cfg.prefetch, **consistency_options(cfg))
+                prefetch=cfg.prefetch, replicas=cfg.replicas, **consistency_options(cfg))
 
 
 def consistency_options(cfg: LMConfig) -> dict:

@@ -57,6 +57,9 @@ def parse_args():
                    help="a hot-row cache of ROWS rows per node and table (bounded tables)")
     p.add_argument("--row-cache-staleness", type=int, default=0, metavar="STEPS",
                    help="pull steps a cached copy serves (and gradients are held)")
+    p.add_argument("--replicas", type=int, default=1, choices=(1, 2),
+                   help="2: the daemons keep a copy of each node's partitions of both tables, "
+                        "handed to the next run when a node is lost (needs membership on etcd)")
     p.add_argument("--prefetch", action="store_true",
                    help="pull each step's rows during the previous step's backward "
                         "(px_prefetch_rows; the same result)")
@@ -88,7 +91,8 @@ def parse_args():
     args = p.parse_args()
     if args.global_batch < 0:
         p.error(f"--global-batch: {args.global_batch} is not a number of sequences (0 or more)")
-    for flag, value in (("--global-batch", args.global_batch), ("--step-log", args.step_log)):
+    for flag, value in (("--global-batch", args.global_batch), ("--step-log", args.step_log),
+                        ("--replicas", args.replicas > 1)):
         if value and not args.elastic:
             p.error(f"{flag} applies to --elastic runs only")
     return args
@@ -358,7 +362,7 @@ def main() -> None:
                    num_sampled=args.sampled, route=args.route, wire_dtype=args.wire_dtype,
                    prefetch=args.prefetch, consistency=args.consistency,
                    staleness=args.staleness, cache_rows=args.row_cache,
-                   cache_staleness=args.row_cache_staleness)
+                   cache_staleness=args.row_cache_staleness, replicas=args.replicas)
     if args.parallelize and args.prefetch:
         sys.exit("train.py: --prefetch needs ParallaxLM's prefetch(), not --parallelize")
     if args.reference:
