@@ -537,9 +537,12 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
   }
   // Files hold whole rows or (column-wise alltoall) a slice of columns of every row they
   // list: this node takes the cells it holds from whichever files have them, so the count
-  // of cells taken says whether the checkpoint covered them.
-  uint64_t taken = 0, copied = 0;
+  // of cells taken says whether the checkpoint covered them. A replicated route's nodes
+  // each wrote the whole table: the first file covers it, and the others are not read
+  // (taken, they would count every cell once a node).
+  uint64_t wanted = store_.owned_rows() * dim_, taken = 0, copied = 0;
   for (const std::string& file : manifest.shard_files) {
+    if (taken >= wanted && (!replica_ || copied >= replica_->held_values())) break;
     ShardFileData data;
     if (!read_shard_file(dir + "/" + file, &data, error)) return false;
     bool columns_fit = data.column_slice ? data.column_begin + data.dim <= table_dim_
@@ -551,7 +554,6 @@ bool ShardOwner::restore(const std::string& dir, const ManifestData& manifest, s
     taken += store_.import_rows(view_of(data));
     if (replica_) copied += replica_->import_rows(view_of(data));
   }
-  uint64_t wanted = store_.owned_rows() * dim_;
   if (taken != wanted) {
     *error = "the checkpoint holds " + std::to_string(taken) + " of the " + std::to_string(wanted) +
              " values (" + std::to_string(store_.owned_rows()) + " rows x " + std::to_string(dim_) +

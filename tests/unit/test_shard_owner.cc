@@ -12,6 +12,7 @@
 
 #include "daemon/common/thread_pool.h"
 #include "daemon/sparse/shard_owner.h"
+#include "tests/unit/temp_dir.h"
 
 namespace px {
 namespace {
@@ -356,6 +357,45 @@ TEST_CASE("a copy takes its owner's rows step by step and refuses any other node
   CHECK(units[2].rows.rows[1] == 4);
   CHECK(units[2].rows.values[2] == -6.0f);
   CHECK(units[2].rows.values[3] == -6.0f);
+}
+
+}  // namespace px
+
+namespace px {
+
+TEST_CASE("a replicated route's table restores from a checkpoint every node wrote whole") {
+  // Three nodes of the allgatherv route each wrote the whole 40-row table: the restore
+  // takes it once (it counted every cell three times, and refused, before).
+  test::TempDir dir;
+  ShardFileData whole;
+  whole.dim = 2;
+  for (int64_t row = 0; row < 40; ++row) {
+    whole.rows.push_back(row);
+    whole.values.push_back(static_cast<float>(row));
+    whole.values.push_back(static_cast<float>(-row));
+  }
+  ManifestData manifest;
+  manifest.rows = 40;
+  manifest.dim = 2;
+  manifest.optimizer_steps = 7;
+  manifest.nodes = 3;
+  std::string error;
+  for (int node = 0; node < 3; ++node) {
+    manifest.shard_files.push_back("t.node" + std::to_string(node) + ".shard");
+    REQUIRE_MESSAGE(write_shard_file(dir.path() + "/" + manifest.shard_files.back(), whole, &error),
+                    error);
+  }
+  Harness h;
+  h.options.route = Route::kAllgatherv;
+  ShardOwner owner("test", h.map, 1, 2, h.options, 3, h.pool,
+                   [&h](std::function<void()> fn) { h.posted.push_back(std::move(fn)); });
+  REQUIRE_MESSAGE(owner.restore(dir.path(), manifest, &error), error);
+  std::vector<float> out;
+  Outcome read;
+  owner.handle(make(SparseOp::kRead, 1, kAllPartitions, 0, {39}, {}, &out, &read));
+  h.drain();
+  REQUIRE(read.done);
+  CHECK(out == std::vector<float>{39, -39});
 }
 
 }  // namespace px
