@@ -414,6 +414,26 @@ int scenario_errors(px_client* c) {
   bad = o;
   bad.struct_size = 0;
   expect_status(register_with(c, "size", PX_F32, 10, bad, &v), PX_ERR_INVALID, "struct_size 0");
+  // Copies (1.16): 1 or 2, on a synchronous ps table, with membership on etcd (this daemon
+  // has none).
+  bad = o;
+  bad.replicas = 3;
+  expect_status(register_with(c, "replicas3", PX_F32, 10, bad, &v), PX_ERR_INVALID, "replicas 3");
+  expect_contains(last_message(), "replicas must be 1 or 2");
+  bad.replicas = 2;
+  bad.consistency = PX_ASYNC;
+  expect_status(register_with(c, "replicas-async", PX_F32, 10, bad, &v), PX_ERR_INVALID,
+                "replicas of an async table");
+  expect_contains(last_message(), "replicas need PX_SYNC");
+  bad.consistency = PX_SYNC;
+  bad.route = PX_ROUTE_ALLGATHERV;
+  expect_status(register_with(c, "replicas-ag", PX_F32, 10, bad, &v), PX_ERR_INVALID,
+                "replicas on allgatherv");
+  expect_contains(last_message(), "(not allgatherv)");
+  bad.route = PX_ROUTE_PS;
+  expect_status(register_with(c, "replicas-static", PX_F32, 10, bad, &v), PX_ERR_INVALID,
+                "replicas without membership");
+  expect_contains(last_message(), "replicas need membership on etcd");
 
   // Options that differ across workers.
   px_sparse_options mine = o;
