@@ -254,14 +254,21 @@ void ShardOwner::handle_valid(ShardRequest r) {
       return take_copy(std::move(r));
     case SparseOp::kLoad: {
       auto shared = std::make_shared<ShardRequest>(std::move(r));
+      // The next node's copy takes the loaded rows too (not a step: kLoadCopyStep).
+      std::shared_ptr<ReplicaRows> copy;
+      if (send_copy_ && !replicated_ && !columns_) copy = std::make_shared<ReplicaRows>();
       queue_->push(
           shared->count * dim_ > kInlineValues,
-          [this, shared] {
+          [this, shared, copy] {
             store_.load(shared->rows, shared->count, shared->values);
             // Rows changed outside a step: no journal leads back past them any more.
             for (StepJournal& journal : journals_) journal.clear();
+            if (copy) copy_rows(shared->rows, shared->count, copy.get());
           },
-          [shared] { shared->done(PX_OK, ""); });
+          [this, shared, copy] {
+            if (copy) send_copy_(kAllPartitions, kLoadCopyStep, copy);
+            shared->done(PX_OK, "");
+          });
       return;
     }
   }
@@ -434,6 +441,17 @@ void ShardOwner::take_copy(ShardRequest r) {
   queue_->push(
       shared->count * dim_ > kInlineValues, [this, shared] { replica_->apply(*shared); },
       [shared] {});
+}
+
+void ShardOwner::copy_rows(const int64_t* rows, size_t n, ReplicaRows* copy) const {
+  size_t slots = store_.state_slots();
+  copy->rows.assign(rows, rows + n);
+  copy->values.resize(n * dim_ * (1 + slots));
+  float* state = copy->values.data() + n * dim_;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(copy->values.data() + i * dim_, store_.values_of(rows[i]), dim_ * sizeof(float));
+    std::memcpy(state + i * slots * dim_, store_.state_of(rows[i]), slots * dim_ * sizeof(float));
+  }
 }
 
 void ShardOwner::keep_copy_of(const PartitionMap& map, int node, size_t journal_steps) {
@@ -678,15 +696,8 @@ void ShardOwner::apply(Unit& unit, std::vector<ShardRequest> batches, uint64_t p
             apply_row(sum.rows[i], sum.values.data() + i * dim_);
         }
         if (!copy) return;
-        size_t n = copy->rows.size(), slots = store_.state_slots();
-        copy->values.resize(n * dim_ * (1 + slots));
-        float* state = copy->values.data() + n * dim_;
-        for (size_t i = 0; i < n; ++i) {
-          std::memcpy(copy->values.data() + i * dim_, store_.values_of(copy->rows[i]),
-                      dim_ * sizeof(float));
-          std::memcpy(state + i * slots * dim_, store_.state_of(copy->rows[i]),
-                      slots * dim_ * sizeof(float));
-        }
+        std::vector<int64_t> rows = std::move(copy->rows);
+        copy_rows(rows.data(), rows.size(), copy.get());
       },
       [this, shared, touched, copy, partition, push_step] {
         rows_applied_ += *touched;

@@ -124,6 +124,8 @@ class ShardOwner {
   bool split(ShardRequest& r, std::vector<ShardRequest>* parts, std::string* why);
   void handle_valid(ShardRequest r);
   void take_copy(ShardRequest r);  // a replicate request from the node this one copies
+  // The rows (owned here) as a copy sends them: their values and state now (queue).
+  void copy_rows(const int64_t* rows, size_t n, ReplicaRows* copy) const;
   bool valid(const ShardRequest& r, std::string* why);
   bool pull_ready(const Unit& unit, uint64_t step) const;
   // Prefetch: notes a pull's rows; whether pull `step` may be served ahead of push step-1.

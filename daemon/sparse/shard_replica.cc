@@ -23,6 +23,15 @@ bool ShardReplica::check(const ShardRequest& r, std::string* why) const {
            std::to_string(of_node_) + "'s";
     return false;
   }
+  if (r.step == kLoadCopyStep) {
+    for (size_t i = 0; i < r.count; ++i)
+      if (!store_.owns(r.rows[i])) {
+        *why = "a load's row " + std::to_string(r.rows[i]) + ", which node " +
+               std::to_string(of_node_) + " does not hold";
+        return false;
+      }
+    return true;
+  }
   if (r.partition >= unit_of_partition_.size() || unit_of_partition_[r.partition] < 0) {
     *why = "a copy of partition " + std::to_string(r.partition) + ", which node " +
            std::to_string(of_node_) + " does not hold";
@@ -44,10 +53,19 @@ bool ShardReplica::check(const ShardRequest& r, std::string* why) const {
 }
 
 void ShardReplica::count(const ShardRequest& r) {
+  if (r.step == kLoadCopyStep) return;
   applied_[static_cast<size_t>(unit_of_partition_[r.partition])] = r.step + 1;
 }
 
 void ShardReplica::apply(const ShardRequest& r) {
+  if (r.step == kLoadCopyStep) {
+    // As at the owner: rows changed outside a step, so no journal leads back past them.
+    for (StepJournal& journal : journals_) journal.clear();
+    const float* state = r.values + r.count * dim_;
+    for (size_t i = 0; i < r.count; ++i)
+      store_.overwrite(r.rows[i], r.values + i * dim_, state + i * slots_ * dim_);
+    return;
+  }
   StepJournal& journal = journals_[static_cast<size_t>(unit_of_partition_[r.partition])];
   journal.begin(r.step);
   const float* values = r.values;

@@ -24,6 +24,10 @@
 
 namespace px {
 
+// A replicate request's step that is not one: rows a load set (any of the owner's
+// partitions; partition kAllPartitions), which the copy takes outside its steps.
+constexpr uint64_t kLoadCopyStep = UINT64_MAX;
+
 // The rows a push step changed, as its owner sends them to the copy: rows[n], then their
 // values (n x dim), then their optimizer state (n x slots x dim).
 struct ReplicaRows {
@@ -39,7 +43,8 @@ class ShardReplica {
 
   int of_node() const { return of_node_; }
   // A replicate request: from the node copied, a partition it holds, rows of it, the next
-  // step of that partition (each step once, in order). False with why otherwise.
+  // step of that partition (each step once, in order); or a load's rows of any partition
+  // it holds (kLoadCopyStep). False with why otherwise.
   bool check(const ShardRequest& r, std::string* why) const;
   // Counts a checked request's step (loop), then apply() overwrites the rows (queue).
   void count(const ShardRequest& r);

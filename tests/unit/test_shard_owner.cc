@@ -39,6 +39,22 @@ struct Harness {
   }
 };
 
+// What the owner hands over (its export runs on the pool: waited for here).
+std::vector<HandoverUnit> handed_units(Harness& h) {
+  std::vector<HandoverUnit> units;
+  bool done = false;
+  h.owner->hand_over([&](std::vector<HandoverUnit> u) {
+    units = std::move(u);
+    done = true;
+  });
+  for (int i = 0; i < 2000 && !done; ++i) {
+    h.drain();
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(done);
+  return units;
+}
+
 struct Outcome {
   bool done = false;
   px_status status = PX_OK;
@@ -234,20 +250,6 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
   }
   push(n0, 0, 2, 1);  // node 0's own push of step 1 reached partition 2, node 1's did not
   push(n1, 0, 3, 1);
-  auto units_of = [](Harness& h) {
-    std::vector<HandoverUnit> units;
-    bool done = false;
-    h.owner->hand_over([&](std::vector<HandoverUnit> u) {
-      units = std::move(u);
-      done = true;
-    });
-    for (int i = 0; i < 2000 && !done; ++i) {
-      h.drain();
-      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    REQUIRE(done);
-    return units;
-  };
   auto part = [](int node, std::vector<HandoverUnit> units) {
     HandoverData d;
     d.epoch = 5;
@@ -259,7 +261,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
     d.units = std::move(units);
     return d;
   };
-  std::vector<HandoverUnit> u0 = units_of(n0), u1 = units_of(n1);
+  std::vector<HandoverUnit> u0 = handed_units(n0), u1 = handed_units(n1);
   REQUIRE(u0.size() == 2);
   CHECK(u0[0].partition == 0);
   CHECK(u0[0].applied == 2);
@@ -270,7 +272,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
   CHECK(plan.cut == 1);
   CHECK(plan.rolled_back == 2);
   CHECK(plan.applies == 1);
-  std::vector<HandoverUnit> r0 = units_of(ref0), r1 = units_of(ref1);
+  std::vector<HandoverUnit> r0 = handed_units(ref0), r1 = handed_units(ref1);
   std::vector<const ShardFileData*> expected = {&r0[0].rows, &r1[0].rows, &r0[1].rows, &r1[1].rows};
   REQUIRE(plan.rows.size() == 4);
   for (size_t p = 0; p < 4; ++p) {
@@ -280,7 +282,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
   // Rows changed outside a step: the journal no longer leads back.
   Outcome load;
   n0.owner->handle(make(SparseOp::kLoad, 0, kAllPartitions, 0, {0}, {7, 7}, nullptr, &load));
-  std::vector<HandoverUnit> loaded = units_of(n0);
+  std::vector<HandoverUnit> loaded = handed_units(n0);
   CHECK(load.status == PX_OK);
   CHECK(loaded[0].journal.empty());
   CHECK_FALSE(plan_handover({part(0, loaded), part(1, u1)}, 0).ok);
@@ -290,7 +292,7 @@ TEST_CASE("a node's partitions handed over go back to the cut every partition ap
 
 namespace px {
 
-TEST_CASE("a copy takes its owner's rows step by step and refuses any other node's") {
+TEST_CASE("a copy takes its owner's rows step by step, loads too, and refuses any other node's") {
   // Node 1 keeps a copy of node 0's partitions (0 and 2); node 0 sends it the rows of each
   // push step it applied, values and state (SGD: none).
   Harness owner(0), keeper(1);
@@ -321,6 +323,17 @@ TEST_CASE("a copy takes its owner's rows step by step and refuses any other node
     keeper.drain();
   }
   REQUIRE(sent.size() == 4);  // two steps of two partitions
+  // A load is copied too, outside the steps.
+  Outcome load;
+  owner.owner->handle(make(SparseOp::kLoad, 0, kAllPartitions, 0, {8}, {7, 7}, nullptr, &load));
+  for (int i = 0; i < 100; ++i) {
+    owner.drain();
+    keeper.drain();
+  }
+  CHECK(load.status == PX_OK);
+  REQUIRE(sent.size() == 5);
+  CHECK(sent[4].first == kAllPartitions);
+  CHECK(sent[4].second == kLoadCopyStep);
   // A copy from a node this one does not copy, and one out of step order: refused.
   std::vector<int64_t> row = {4};
   std::vector<float> values = {9, 9};
@@ -335,28 +348,20 @@ TEST_CASE("a copy takes its owner's rows step by step and refuses any other node
     bad.values = values.data();
     keeper.owner->handle(std::move(bad));
   }
-  std::vector<HandoverUnit> units;
-  bool done = false;
-  keeper.owner->hand_over([&](std::vector<HandoverUnit> u) {
-    units = std::move(u);
-    done = true;
-  });
-  for (int i = 0; i < 2000 && !done; ++i) {
-    keeper.drain();
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(done);
+  std::vector<HandoverUnit> units = handed_units(keeper);
   REQUIRE(units.size() == 4);  // its own partitions 1 and 3, then the copies of 0 and 2
   CHECK_FALSE(units[0].replica);
   CHECK(units[2].replica);
   CHECK(units[2].partition == 0);
   CHECK(units[2].applied == 2);
-  CHECK(units[2].journal.size() == 2);
-  // Row 4 (local index 1 of partition 0) after steps 1 and 2, both nodes pushing: -(2 + 4).
+  CHECK(units[2].journal.empty());  // the load: no journal leads back past it
+  // Row 4 (local index 1 of partition 0) after steps 1 and 2, both nodes pushing: -(2 + 4);
+  // row 8 (index 2) as loaded.
   REQUIRE(units[2].rows.rows.size() == 10);
   CHECK(units[2].rows.rows[1] == 4);
   CHECK(units[2].rows.values[2] == -6.0f);
   CHECK(units[2].rows.values[3] == -6.0f);
+  CHECK(units[2].rows.values[4] == 7.0f);
 }
 
 }  // namespace px
