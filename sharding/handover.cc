@@ -172,12 +172,15 @@ HandoverPlan plan_handover(std::vector<HandoverData> handed, uint64_t uncommitte
     if (d.nodes != first.nodes || d.partitions != first.partitions || d.dim != first.dim ||
         d.slots != first.slots || d.restored_steps != first.restored_steps)
       return plan.why = "the nodes' parts of epoch " + std::to_string(epoch) + " disagree", plan;
-  // Each partition from its own node where that node handed it in, else from a copy.
+  // Each partition from its own node where that node handed it in, else from a copy. A
+  // replicated route's table (every node's own) from the node that applied the most: the
+  // cut is then the furthest every node's pushes reached.
   std::vector<const HandoverUnit*> source(first.partitions, nullptr);
   for (const HandoverData& d : handed)
     for (const HandoverUnit& u : d.units) {
       const HandoverUnit*& s = source[u.partition];
-      if (!s || (s->replica && !u.replica)) s = &u;
+      if (!s || (s->replica && !u.replica) || (s->replica == u.replica && u.applied > s->applied))
+        s = &u;
     }
   for (uint32_t p = 0; p < first.partitions; ++p)
     if (!source[p])

@@ -460,15 +460,17 @@ void ShardOwner::keep_copy_of(const PartitionMap& map, int node, size_t journal_
 }
 
 void ShardOwner::keep_journal(size_t depth) {
-  if (replicated_ || columns_) return;
+  if (columns_) return;
   journals_.assign(units_.size(), StepJournal(dim_, store_.state_slots(), depth));
 }
 
 void ShardOwner::hand_over(std::function<void(std::vector<HandoverUnit>)> done) {
   // The steps as counted now, on the loop: the work queued before the export applies them.
-  auto units = std::make_shared<std::vector<HandoverUnit>>(held_.size());
-  for (size_t i = 0; i < held_.size(); ++i) {
-    (*units)[i].partition = held_[i];
+  // A replicated route's whole table is one unit, the one partition of its store.
+  std::vector<uint32_t> held = replicated_ ? std::vector<uint32_t>{0} : held_;
+  auto units = std::make_shared<std::vector<HandoverUnit>>(held.size());
+  for (size_t i = 0; i < held.size(); ++i) {
+    (*units)[i].partition = held[i];
     (*units)[i].applied = units_[i].applied_steps;
     (*units)[i].applies = units_[i].applies;
   }

@@ -75,9 +75,10 @@ class ShardOwner {
   void continue_from(uint64_t steps, uint64_t applies);
 
   // A table handed to the job's next run at an epoch's end (sharding/handover.h). keep_journal:
-  // from now on each partition keeps the pre-images of its last `depth` push steps (ps and
-  // hybrid; set before the first step). hand_over: this node's partitions, their rows once
-  // the work queued before is done, with their push steps and journals (done on the loop).
+  // from now on each partition keeps the pre-images of its last `depth` push steps (set
+  // before the first step; not on the column-wise route). hand_over: this node's partitions
+  // (a replicated route's: the whole table as partition 0 of 1), their rows once the work
+  // queued before is done, with their push steps and journals (done on the loop).
   void keep_journal(size_t depth);
   void hand_over(std::function<void(std::vector<HandoverUnit>)> done);
   // Copies (px_sparse_options.replicas 2, shard_replica.h). keep_copy_of: this node keeps a

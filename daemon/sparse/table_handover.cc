@@ -41,10 +41,10 @@ uint64_t largest_part(const SparseTable& t) {
 }  // namespace
 
 bool SparseRouter::hands_over(const SparseTable& t) const {
-  // The replicated routes and the column-wise alltoall apply steps as one unit and hold no
-  // partitions (a PX_ROUTE_AUTO table moved there is not kept; its next run starts on ps
-  // again); a hot-row cache applies sums outside steps.
-  return handover_ && !t.replicated && !t.columns && t.options.consistency == Consistency::kSync &&
+  // The column-wise alltoall holds a slice of every row, which no one node can hand in for
+  // a lost one; a hot-row cache applies sums outside steps. A replicated route's table is
+  // one unit, the whole table, which every node holds.
+  return handover_ && !t.columns && t.options.consistency == Consistency::kSync &&
          t.options.cache_rows == 0;
 }
 
@@ -60,7 +60,7 @@ void SparseRouter::keep_for_next_run(const std::shared_ptr<SparseTable>& table, 
   data->epoch = epoch;
   data->node = static_cast<uint32_t>(table->node);
   data->nodes = static_cast<uint32_t>(table->nodes);
-  data->partitions = table->map.partitions();
+  data->partitions = table->replicated ? 1 : table->map.partitions();
   data->dim = table->shape.dim;
   data->slots = static_cast<uint32_t>(optimizer_state_slots(table->options.optimizer));
   data->restored_steps = table->restored_steps;
@@ -235,7 +235,8 @@ void SparseRouter::use_plan(const std::shared_ptr<SparseTable>& table,
 
 void SparseRouter::wire_copies(const std::shared_ptr<SparseTable>& table) {
   SparseTable& t = *table;
-  if (t.options.replicas < 2 || t.nodes < 2 || !hands_over(t)) return;
+  // (A replicated route's table is on every node already.)
+  if (t.options.replicas < 2 || t.nodes < 2 || t.replicated || !hands_over(t)) return;
   t.channel->set_state_slots(optimizer_state_slots(t.options.optimizer));
   t.owner->keep_copy_of(t.map, (t.node + t.nodes - 1) % t.nodes, kHandoverJournalSteps);
   // The owner may outlive the table (a handover's export holds it): the channel is weak.

@@ -238,3 +238,27 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
     CHECK(plan.why == "the nodes' parts of epoch 3 disagree");
   }
 }
+
+TEST_CASE("a replicated route's table comes from the node that applied the most") {
+  // Every node holds the whole table (one partition); node 1 applied a step node 0 did not
+  // get to yet.
+  FakeUnit a(0, 0, 3), b(0, 0, 3);
+  for (FakeUnit* u : {&a, &b}) u->step({0, 1});
+  std::vector<float> at1 = a.unit.rows.values;
+  b.step({1, 2});
+  auto whole = [](uint32_t node, const FakeUnit& u) {
+    HandoverData d = part(4, node, 2, {u.handed()});
+    d.partitions = 1;
+    return d;
+  };
+  HandoverPlan exact = plan_handover({whole(0, a), whole(1, b)}, 0);
+  REQUIRE_MESSAGE(exact.ok, exact.why);
+  CHECK(exact.cut == 2);
+  CHECK(exact.rows[0].values == b.unit.rows.values);
+  // By default one step back, taken through node 1's journal.
+  HandoverPlan plan = plan_handover({whole(0, a), whole(1, b)});
+  REQUIRE_MESSAGE(plan.ok, plan.why);
+  CHECK(plan.cut == 1);
+  CHECK(plan.rolled_back == 1);
+  CHECK(plan.rows[0].values == at1);
+}

@@ -11,8 +11,8 @@ its moment). Each step also pushes the same gradient into row `step % ROWS` of a
 table (SGD, lr 1) the daemons hold and checkpoint: after a reset the table comes back
 from the newest checkpoint, so the steps since it are lost there. Each run records the
 step it starts from and the push steps the table was restored at; the rows are printed at
-the end for the test to check against exactly those steps. ELASTIC_TABLE_REPLICAS: the
-table's replicas (1 unless set).
+the end for the test to check against exactly those steps. ELASTIC_TABLE_REPLICAS and
+ELASTIC_TABLE_ROUTE: the table's replicas and route (1 and "hybrid" unless set).
 """
 
 import json
@@ -42,7 +42,8 @@ def train(client, state):
     grad = client.dense("grad", N, "float64")
     mean = client.dense("mean", N, "float64", op="mean")
     table = client.sparse("table", ROWS, 4, optimizer="sgd", lr=1.0,
-                          replicas=int(os.environ.get("ELASTIC_TABLE_REPLICAS", "1")))
+                          replicas=int(os.environ.get("ELASTIC_TABLE_REPLICAS", "1")),
+                          route=os.environ.get("ELASTIC_TABLE_ROUTE", "hybrid"))
     run = [state.step, None]
     runs.append(run)
     g = np.empty(N)
