@@ -12,7 +12,7 @@ constexpr uint32_t kHandoverVersion = 1;
 
 struct ImageHeader {
   uint32_t magic, version;
-  uint64_t epoch;
+  uint64_t epoch, run;
   uint32_t node, nodes, partitions, slots;
   uint64_t dim, restored_steps, units;
 };
@@ -53,8 +53,9 @@ class Writer {
 // Both the size and the bytes: out null only counts.
 size_t write_image(const HandoverData& d, char* out) {
   Writer w(out);
-  ImageHeader h{kHandoverMagic, kHandoverVersion, d.epoch, d.node,           d.nodes,
-                d.partitions,   d.slots,          d.dim,   d.restored_steps, d.units.size()};
+  ImageHeader h{kHandoverMagic, kHandoverVersion, d.epoch,       d.run,
+                d.node,         d.nodes,          d.partitions,  d.slots,
+                d.dim,          d.restored_steps, d.units.size()};
   w.put(&h, sizeof h);
   for (const HandoverUnit& u : d.units) {
     UnitHeader uh{u.partition, u.replica ? 1u : 0u, u.applied,
@@ -120,6 +121,7 @@ bool decode_handover(const char* bytes, size_t size, HandoverData* data, std::st
     return *why = "handover image claims " + std::to_string(h.units) + " partitions", false;
   HandoverData d;
   d.epoch = h.epoch;
+  d.run = h.run;
   d.node = h.node;
   d.nodes = h.nodes;
   d.partitions = h.partitions;
@@ -161,11 +163,14 @@ bool decode_handover(const char* bytes, size_t size, HandoverData* data, std::st
 HandoverPlan plan_handover(std::vector<HandoverData> handed, uint64_t uncommitted) {
   HandoverPlan plan;
   if (handed.empty()) return plan.why = "no node held the table", plan;
-  uint64_t epoch = 0;
-  for (const HandoverData& d : handed) epoch = std::max(epoch, d.epoch);
+  std::pair<uint64_t, uint64_t> newest{0, 0};
+  for (const HandoverData& d : handed) newest = std::max(newest, {d.epoch, d.run});
   handed.erase(std::remove_if(handed.begin(), handed.end(),
-                              [epoch](const HandoverData& d) { return d.epoch != epoch; }),
+                              [newest](const HandoverData& d) {
+                                return std::pair<uint64_t, uint64_t>{d.epoch, d.run} != newest;
+                              }),
                handed.end());
+  uint64_t epoch = newest.first;
   plan.epoch = epoch;
   const HandoverData& first = handed.front();
   for (const HandoverData& d : handed)

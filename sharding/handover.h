@@ -35,6 +35,7 @@ struct HandoverUnit {
 
 struct HandoverData {
   uint64_t epoch = 0;  // the epoch the run was in
+  uint64_t run = 0;    // the run (its id in that epoch): a later run of one epoch is newer
   uint32_t node = 0;   // this node's rank in that epoch
   uint32_t nodes = 0;
   uint32_t partitions = 0;
@@ -65,8 +66,8 @@ struct HandoverPlan {
 };
 
 // handed: what each node of the new epoch handed in (empty images left out). Only the
-// newest epoch's parts count (a node's older part is a run before it). Every node, given
-// the same parts in the same order, plans the same.
+// newest run's parts count, by epoch and then run (a node's older part is of a run before). Every
+// node, given the same parts in the same order, plans the same.
 //
 // uncommitted: the push steps taken back beyond the last one every partition applied. A
 // worker's push is done when sent, and its step is committed after (parallax.elastic's

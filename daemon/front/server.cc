@@ -283,10 +283,6 @@ void Server::on_node_lost(const std::string& why, px_status status) {
       job->mark_broken(why, status);
       breaking.push_back(job);
     }
-  // Their sparse tables' partitions as they stand, for their next runs (table_handover.cc).
-  for (auto& job : breaking)
-    for (auto& var : job->variables())
-      if (var->sparse) scheduler_.sparse().keep_for_next_run(var->sparse, job->epoch());
   if (fabric_) fabric_->fail_all(why);
   // No JobEnd will come; fail_all cancelled their receives.
   for (auto& [id, job] : ended_here_) free_job_state(*job);
@@ -296,6 +292,13 @@ void Server::on_node_lost(const std::string& why, px_status status) {
 
 void Server::break_job(Job& job, const std::string& why, Break how, px_status status) {
   job.mark_broken(why, status);
+  // Its sparse tables' partitions as they stand, for the job's next run
+  // (table_handover.cc): after a node's loss or join, or a worker's (often a lost node's
+  // first news: its daemon reports its worker's death before it dies itself).
+  if (job.barrier_id() != 0)
+    for (auto& var : job.variables())
+      if (var->sparse)
+        scheduler_.sparse().keep_for_next_run(var->sparse, job.epoch(), job.barrier_id());
   scheduler_.fail_job(job, status, why);
   if (how == Break::kFailure) stop_job_traffic(job, why);
   // Steps waiting for the nodes to agree on a variable see the broken job and fail.

@@ -194,8 +194,9 @@ class SparseRouter {
   void set_handover(bool on) { handover_ = on; }
   bool hands_over(const SparseTable& table) const;
   bool handover_on() const { return handover_; }
-  // The table's run ends with epoch `epoch`: what this node holds of it is kept for the next.
-  void keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch);
+  // The table's run (`run` of epoch `epoch`) broke: what this node holds of it is kept for
+  // the job's next run, for ten minutes at the most.
+  void keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch, uint64_t run);
 
   // A pull or push step every local worker submitted.
   void run_step(std::shared_ptr<Job> job, Variable& var, Opcode opcode, uint64_t step,
@@ -297,7 +298,7 @@ class SparseRouter {
   // part is exported on the owner's queue; a run that asks before it is ready waits.
   bool handover_ = false;
   struct KeptPart {
-    uint64_t epoch = 0;
+    int64_t kept_ns = 0;                 // monotonic
     std::shared_ptr<HandoverData> data;  // null until exported
     std::vector<std::function<void()>> waiting;
   };

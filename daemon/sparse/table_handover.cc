@@ -1,10 +1,10 @@
 // A synchronous ps table handed from one run of a job to the next when the cluster
 // re-forms (sharding/handover.h has the plan and why it is one cut).
 //
-// The old run's side (keep_for_next_run, at the epoch's end): the owner exports what this
-// node holds (its partitions, their push steps and journals) once the work queued before is
-// done, and the router keeps it, by job and variable, until the next run registers the
-// table or the next epoch ends.
+// The old run's side (keep_for_next_run, when a run breaks: a node lost or joined, a worker
+// lost): the owner exports what this node holds (its partitions, their push steps and
+// journals) once the work queued before is done, and the router keeps it, by job and
+// variable, until the job's next run registers the table, for ten minutes at the most.
 //
 // The new run's side (take_over, when every node registered the table): every node of the
 // new epoch all-gathers its part (an empty one when it kept none: a node that joined, a
@@ -20,10 +20,14 @@
 #include "daemon/sparse/sparse_router.h"
 #include "sharding/optimizer.h"
 #include "transport/collectives/ring_allgatherv.h"
+#include "transport/ipc/control_channel.h"  // monotonic_ns
 #include "transport/kernels/uninit_vector.h"
 
 namespace px {
 namespace {
+
+// How long a broken run's parts wait for the job's next run.
+constexpr int64_t kKeptPartNs = 600'000'000'000;
 
 std::pair<std::string, std::string> key_of(const SparseTable& t) {
   return {t.job_name, t.var_name};
@@ -48,16 +52,20 @@ bool SparseRouter::hands_over(const SparseTable& t) const {
          t.options.cache_rows == 0;
 }
 
-void SparseRouter::keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch) {
+void SparseRouter::keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch,
+                                     uint64_t run) {
   if (!hands_over(*table) || !table->owner) return;
-  // Parts of an earlier epoch whose run did not come back are of no use now.
+  // A job that does not come back within kKeptPartNs is not waited for: its parts go.
+  int64_t now = monotonic_ns();
   for (auto it = kept_.begin(); it != kept_.end();)
-    it = it->second->epoch < epoch && it->second->data ? kept_.erase(it) : std::next(it);
+    it = now - it->second->kept_ns > kKeptPartNs && it->second->data ? kept_.erase(it)
+                                                                     : std::next(it);
   auto part = std::make_shared<KeptPart>();
-  part->epoch = epoch;
+  part->kept_ns = now;
   kept_[key_of(*table)] = part;
   auto data = std::make_shared<HandoverData>();
   data->epoch = epoch;
+  data->run = run;
   data->node = static_cast<uint32_t>(table->node);
   data->nodes = static_cast<uint32_t>(table->nodes);
   data->partitions = table->replicated ? 1 : table->map.partitions();

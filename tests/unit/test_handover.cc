@@ -146,7 +146,8 @@ TEST_CASE("a handover image round trips, and a damaged one is refused") {
   // A partition past the table's.
   std::vector<uint64_t> damaged = words;
   uint32_t partition = 9;
-  std::memcpy(reinterpret_cast<char*>(damaged.data()) + 56, &partition, sizeof partition);
+  // The first partition's number: after the 64-byte image header.
+  std::memcpy(reinterpret_cast<char*>(damaged.data()) + 64, &partition, sizeof partition);
   CHECK_FALSE(decode_handover(reinterpret_cast<char*>(damaged.data()), size, &out, &why));
   CHECK(why.find("partition 9") != std::string::npos);
 }
@@ -214,6 +215,14 @@ TEST_CASE("a plan takes each partition from its node or its copy, back to one cu
                                       0);
     REQUIRE_MESSAGE(plan.ok, plan.why);
     CHECK(plan.epoch == 3);
+  }
+  SUBCASE("an earlier run of the same epoch is left out") {
+    HandoverData earlier = part(3, 0, 2, {own[0].handed(), own[2].handed()});
+    HandoverData later = part(3, 1, 2, {own[1].handed(), own[3].handed()});
+    later.run = 2;
+    HandoverPlan plan = plan_handover({earlier, later}, 0);
+    CHECK_FALSE(plan.ok);  // run 2's part alone does not hold partitions 0 and 2
+    CHECK(plan.why == "partition 0 of epoch 3 is held by no node of this one");
   }
   SUBCASE("a partition too far ahead to go back") {
     own[2].journal = StepJournal(kDim, kSlots, 3);  // its journal lost: no records

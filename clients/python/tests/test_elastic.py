@@ -134,9 +134,11 @@ def wait_for_checkpoint_and_step(worker, progress_file: str, checkpoints: str, s
         time.sleep(0.05)
 
 
-def lose_node(worker, daemon) -> None:
-    """A node lost: its daemon and its worker die together."""
+def lose_node(worker, daemon, daemon_after: float = 0) -> None:
+    """A node lost: its daemon and its worker die together (the daemon daemon_after seconds
+    after the worker)."""
     worker.send_signal(signal.SIGKILL)
+    time.sleep(daemon_after)
     daemon.proc.send_signal(signal.SIGKILL)
     worker.wait(10)
 
@@ -224,16 +226,18 @@ def test_elastic_job_goes_on_after_a_node_is_lost_and_replaced(etcd, tmp_path):
         assert np.allclose(r["table"], expected_rows, rtol=0, atol=1e-3), (r["table"], after)
 
 
-@pytest.mark.parametrize("nodes, replicas, route",
-                         [(3, 1, "hybrid"), (2, 1, "hybrid"), (3, 2, "ps"), (3, 1, "allgatherv")])
+@pytest.mark.parametrize("nodes, replicas, route, worker_first",
+                         [(3, 1, "hybrid", False), (2, 1, "hybrid", False), (3, 2, "ps", False),
+                          (3, 2, "ps", True), (3, 1, "allgatherv", False)])
 def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path, nodes, replicas,
-                                                             route):
+                                                             route, worker_first):
     """`nodes` nodes, membership_min_nodes one fewer: one lost for good, the others re-form
     without waiting for a replacement (with 2 nodes, the survivor goes on alone: an epoch of
     one) and the job goes on as a world of nodes - 1 from its last commit. With 2 replicas
     the lost node's partitions come from the next node's copy, and on the allgatherv route
     every survivor holds the whole table: either way the table is handed over rather than
-    restored from the checkpoint."""
+    restored from the checkpoint. worker_first: the lost node's worker dies 0.3 s before its
+    daemon, which reports it (the job breaks) before the node is lost."""
     cluster = ElasticCluster(etcd, tmp_path, "survivors", nodes, "--node-count", str(nodes),
                              "--membership-min-nodes", str(nodes - 1))
     name, checkpoints = cluster.name, cluster.checkpoints
@@ -244,7 +248,7 @@ def test_elastic_job_goes_on_on_the_survivors_of_a_lost_node(etcd, tmp_path, nod
     last = nodes - 1
     try:
         wait_for_checkpoint_and_step(workers[last], files[last], checkpoints, 10)
-        lose_node(workers[last], daemons[last])
+        lose_node(workers[last], daemons[last], 0.3 if worker_first else 0)
         lost_at = progress(files[0])
         results = results_of(workers[:last])
     finally:
