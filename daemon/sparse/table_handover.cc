@@ -1,13 +1,13 @@
-// A synchronous ps table handed from one run of a job to the next when the cluster
-// re-forms (sharding/handover.h has the plan and why it is one cut).
+// A synchronous sparse table handed from one run of a job to the next, rather than restored
+// from the periodic checkpoint (sharding/handover.h has the plan and why it is one cut).
 //
 // The old run's side (keep_for_next_run, when a run breaks: a node lost or joined, a worker
 // lost): the owner exports what this node holds (its partitions, their push steps and
 // journals) once the work queued before is done, and the router keeps it, by job and
 // variable, until the job's next run registers the table, for ten minutes at the most.
 //
-// The new run's side (take_over, when every node registered the table): every node of the
-// new epoch all-gathers its part (an empty one when it kept none: a node that joined, a
+// The new run's side (take_over, when every node registered the table): every node of its
+// epoch all-gathers its part (an empty one when it kept none: a node that joined, a
 // first run), then every node plans alike from the same parts. A plan that holds takes every
 // row from them and the table goes on from the cut: restored_steps counts it. One that does
 // not leaves the table as its registration restored it (the periodic checkpoint, or the
