@@ -217,8 +217,9 @@ HandoverPlan plan_handover(std::vector<HandoverData> handed, uint64_t uncommitte
         auto it = at.find(row);
         if (it == at.end()) return void(stray = true);
         std::memcpy(rows.values.data() + it->second * dim, values, dim * sizeof(float));
-        std::memcpy(rows.state.data() + it->second * slots * dim, state,
-                    slots * dim * sizeof(float));
+        if (slots > 0)  // (SGD keeps no state: its arrays are empty, their data() null)
+          std::memcpy(rows.state.data() + it->second * slots * dim, state,
+                      slots * dim * sizeof(float));
       });
       if (stray)
         return plan.why = "partition " + std::to_string(u->partition) +

@@ -450,7 +450,9 @@ void ShardOwner::copy_rows(const int64_t* rows, size_t n, ReplicaRows* copy) con
   float* state = copy->values.data() + n * dim_;
   for (size_t i = 0; i < n; ++i) {
     std::memcpy(copy->values.data() + i * dim_, store_.values_of(rows[i]), dim_ * sizeof(float));
-    std::memcpy(state + i * slots * dim_, store_.state_of(rows[i]), slots * dim_ * sizeof(float));
+    // (SGD keeps no state: its state arrays are empty, their data() null.)
+    if (slots > 0)
+      std::memcpy(state + i * slots * dim_, store_.state_of(rows[i]), slots * dim_ * sizeof(float));
   }
 }
 
