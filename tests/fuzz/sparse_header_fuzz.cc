@@ -41,7 +41,7 @@ void check_sizes(const SparseRequestHeader& h, size_t bytes, int peer, uint64_t 
   u128 index_bytes = u128(h.count) * 8;
   u128 value_bytes = u128(h.count) * dim * 4;
   u128 payload = index_bytes + (sparse_op_carries_values(op) ? value_bytes : 0);
-  u128 reply = op == SparseOp::kPush ? 0 : 8 + (sparse_op_returns_rows(op) ? value_bytes : 0);
+  u128 reply = !sparse_op_answered(op) ? 0 : 8 + (sparse_op_returns_rows(op) ? value_bytes : 0);
   PX_FUZZ_CHECK(value_bytes <= kMaxVariableBytes);
   PX_FUZZ_CHECK(payload == h.payload_bytes);
   PX_FUZZ_CHECK(reply == sparse_reply_bytes(op, h.count, dim));
