@@ -1,16 +1,17 @@
-// A sparse table handed from one run of a job to the next at an epoch's end, instead of
+// A sparse table handed from one run of a job to the next when a run breaks, instead of
 // going back to the periodic checkpoint.
 //
-// When a cluster re-forms (a node lost or joined), each node keeps what it held of a ps or
-// hybrid table: its own partitions and, with replicas, a copy of the partitions of the node
-// before it in the epoch. Each partition comes with the push steps it applied and the
-// journal of its last few steps (step_journal.h). When the job's next run registers the
-// table, every node of the new epoch hands in its part (a handover image, below) and every
-// node plans alike from all of them (plan_handover): each partition from its own node, or
-// from the copy where that node is gone; every partition back to the same push step (the
-// cut, below). Nothing after the cut is kept: a push step some partitions applied and
-// others did not is undone where it was applied, as the step under way is.
-// A partition no node holds, or one too far ahead to go back, leaves the table to the
+// When a job's run breaks (a node lost or joined, a worker lost), each node keeps what it
+// held of a synchronous table (any route but the column-wise alltoall; a replicated route's
+// table is one partition, held whole): its own partitions and, with replicas, a copy of the
+// partitions of the node before it in the epoch. Each partition comes with the push steps
+// it applied and the journal of its last few steps (step_journal.h). When the job's next
+// run registers the table, every node of the new epoch hands in its part (a handover image,
+// below) and every node plans alike from all of them (plan_handover): each partition from
+// its own node, or from the copy where that node is gone; every partition back to the same
+// push step (the cut, below). Nothing after the cut is kept: a push step some partitions
+// applied and others did not is undone where it was applied, as the step under way is. A
+// partition no node holds, or one too far ahead to go back, leaves the table to the
 // periodic checkpoint, and the plan says why.
 #pragma once
 

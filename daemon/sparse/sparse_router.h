@@ -189,13 +189,13 @@ class SparseRouter {
   void start_variable(Variable& var, uint32_t global_id);
 
   // Elastic handover (table_handover.cc, sharding/handover.h): with membership on, a
-  // synchronous ps table's partitions are kept when its run ends with an epoch, and the
-  // job's next run takes them rather than the periodic checkpoint.
+  // synchronous table's partitions are kept when its run breaks, and the job's next run
+  // takes them rather than the periodic checkpoint.
   void set_handover(bool on) { handover_ = on; }
   bool hands_over(const SparseTable& table) const;
   bool handover_on() const { return handover_; }
   // The table's run (`run` of epoch `epoch`) broke: what this node holds of it is kept for
-  // the job's next run, for ten minutes at the most.
+  // the job's next run. One no run took within ten minutes is freed at the next keep.
   void keep_for_next_run(const std::shared_ptr<SparseTable>& table, uint64_t epoch, uint64_t run);
 
   // A pull or push step every local worker submitted.

@@ -4,7 +4,8 @@
 // The old run's side (keep_for_next_run, when a run breaks: a node lost or joined, a worker
 // lost): the owner exports what this node holds (its partitions, their push steps and
 // journals) once the work queued before is done, and the router keeps it, by job and
-// variable, until the job's next run registers the table, for ten minutes at the most.
+// variable, until the job's next run registers the table. One that no run took within ten
+// minutes is freed when this daemon next keeps one (no timer: a late run still takes it).
 //
 // The new run's side (take_over, when every node registered the table): every node of its
 // epoch all-gathers its part (an empty one when it kept none: a node that joined, a

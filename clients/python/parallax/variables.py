@@ -54,7 +54,9 @@ class Stats:
     bytes_received: int
     request_partitions: int
     search_steps_left: int
-    restored_steps: int  # sparse: the checkpoint's push steps it was restored from; 0: none
+    # sparse: the push steps it holds from before this run (a checkpoint's, or a handover's:
+    # known once the table has started); 0: none
+    restored_steps: int
     rows_served_ahead: int  # sparse, prefetch: rows served ahead of the previous push step
     # sparse, with a hot-row cache (cache_rows): rows served from it, rows asked of owners
     # while it looked, rows kept now, payload bytes it kept off the wire, held gradient rows
