@@ -32,8 +32,10 @@ Create what belongs to a run inside the function: variables, and `parallax.torch
 wrappers and layers (run makes its client their default), so that each run builds them
 on its client and world, whose size may have changed (the survivors, or a node that
 joined: client.world_size, and PX_MEAN averages over it). Sparse tables live in the daemons: a
-reset re-registers them, and they come back from the newest periodic checkpoint when the
-daemons have one (`restore`/`service.checkpoint_dir`), else from their initializer.
+reset re-registers them. With membership on etcd they are handed over from the run that
+ended where every partition survived (docs/elastic.md: the handover); otherwise they come
+back from the newest periodic checkpoint when the daemons have one
+(`restore`/`service.checkpoint_dir`), else from their initializer.
 """
 
 from __future__ import annotations
